@@ -1,0 +1,89 @@
+"""Every error a user can see, in one place.
+
+Each error says what is wrong, where (YAML line and key, or rank) and how to fix it.
+``_render_traceback_`` makes IPython show only that message, not our internals, for any
+subclass (IPython itself hides the traceback only for exactly ``UsageError``), while the
+cell still fails, so nbclient and tests see the failure. No IPython import here: the pure
+modules (spec, template, layout) raise these too.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class DistcompError(Exception):
+    """Base class of all user-facing errors of jupyter-distcomp."""
+
+    def _render_traceback_(self) -> list[str]:
+        name = type(self).__name__
+        return [f"{name}: {line}" if i == 0 else line for i, line in enumerate(str(self).splitlines())]
+
+
+class SpecError(DistcompError, ValueError):
+    """A component spec (or a value bound to it) is invalid.
+
+    ``line`` and ``column`` are 1-based positions in the YAML text of the offending key or
+    value (None when the error is not about a place in the text); ``path`` is the dotted key
+    path such as ``inputs.lr.default``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        line: int | None = None,
+        column: int | None = None,
+        path: str | None = None,
+        source_name: str | None = None,
+    ):
+        self.message = message
+        self.line = line
+        self.column = column
+        self.path = path
+        self.source_name = source_name
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        where = []
+        if self.source_name:
+            where.append(self.source_name)
+        if self.line is not None:
+            where.append(f"line {self.line}" + (f", column {self.column}" if self.column else ""))
+        if self.path:
+            where.append(f"key '{self.path}'")
+        prefix = f"{', '.join(where)}: " if where else ""
+        return prefix + self.message
+
+
+class SpecWarning(UserWarning):
+    """Something in a spec that still loads but is probably a mistake (say, an unknown key)."""
+
+
+class LayoutError(DistcompError, ValueError):
+    """Invalid run settings (instance_count, process_count_per_node, ...)."""
+
+
+class RankError(DistcompError, RuntimeError):
+    """Something went wrong on one or more local ranks."""
+
+
+class AzureMLError(DistcompError, RuntimeError):
+    """Export or submission to Azure ML failed."""
+
+
+def closest(name: str, choices: Iterable[str], cutoff: float = 0.6) -> str | None:
+    """The closest valid name to a misspelt one (case-insensitive), or None."""
+    choices = list(choices)
+    lowered = {c.lower(): c for c in choices}
+    if name.lower() in lowered:
+        return lowered[name.lower()]
+    match = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=cutoff)
+    return lowered[match[0]] if match else None
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """' Did you mean 'x'?' or an empty string."""
+    best = closest(name, choices)
+    return f" Did you mean '{best}'?" if best else ""

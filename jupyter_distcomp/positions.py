@@ -1,0 +1,114 @@
+"""Parse YAML once and remember where every key and value is, so errors can point at them.
+
+PyYAML's composer (libyaml when available) gives each node its start and end marks; we keep
+those per key path and construct the plain data from the same node tree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class DuplicateKey(Exception):
+    def __init__(self, key: str, line: int, column: int, first_line: int, path: str):
+        super().__init__(key)
+        self.key, self.line, self.column, self.first_line, self.path = (
+            key,
+            line,
+            column,
+            first_line,
+            path,
+        )
+
+
+@dataclass
+class Positions:
+    """Key path (tuple of strings) -> marks of its key and value (0-based, as PyYAML gives)."""
+
+    keys: dict[tuple, Any] = field(default_factory=dict)
+    values: dict[tuple, Any] = field(default_factory=dict)
+
+    def _nearest(self, path: tuple, table: dict) -> Any:
+        path = tuple(str(p) for p in path)
+        while path:
+            if path in table:
+                return table[path]
+            path = path[:-1]
+        return None
+
+    def locate(self, path: tuple, at: str = "key") -> tuple[int | None, int | None]:
+        """1-based (line, column) of the key (or its value) at ``path``, or of its nearest parent."""
+        str_path = tuple(str(p) for p in path)
+        mark = None
+        if at == "value" and str_path in self.values:
+            mark = self.values[str_path][0]
+        if mark is None:
+            mark = self._nearest(path, self.keys)
+        if mark is None:
+            return (1, 1) if not path else (None, None)
+        return mark.line + 1, mark.column + 1
+
+    def find_in_value(self, path: tuple, needle: str, text: str) -> tuple[int | None, int | None]:
+        """1-based position of ``needle`` inside the source of the value at ``path``."""
+        str_path = tuple(str(p) for p in path)
+        span = self.values.get(str_path)
+        if span is not None:
+            start, end = span[0].index, span[1].index
+            found = text.find(needle, start, max(end, start + len(needle)))
+            if found >= 0:
+                line = text.count("\n", 0, found) + 1
+                column = found - (text.rfind("\n", 0, found) + 1) + 1
+                return line, column
+        return self.locate(path, at="value")
+
+
+def compose_positions(text: str) -> tuple[Any, Positions]:
+    """Plain data and positions of one YAML document. Raises yaml errors and DuplicateKey."""
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, Positions()
+        positions = Positions()
+        _walk(node, (), positions, set())
+        data = loader.construct_document(node)
+    finally:
+        loader.dispose()
+    return data, positions
+
+
+def _walk(node: yaml.Node, path: tuple, positions: Positions, seen: set[int]) -> None:
+    if id(node) in seen:  # aliases may make cycles
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        first_seen: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else repr(key_node)
+            if key == "<<":
+                _walk(value_node, path, positions, seen)
+                continue
+            if key in first_seen:
+                raise DuplicateKey(
+                    key,
+                    key_node.start_mark.line + 1,
+                    key_node.start_mark.column + 1,
+                    first_seen[key],
+                    ".".join((*path, key)),
+                )
+            first_seen[key] = key_node.start_mark.line + 1
+            child = (*path, key)
+            positions.keys[child] = key_node.start_mark
+            positions.values[child] = (value_node.start_mark, value_node.end_mark)
+            _walk(value_node, child, positions, seen)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            child = (*path, str(index))
+            positions.keys[child] = item.start_mark
+            positions.values[child] = (item.start_mark, item.end_mark)
+            _walk(item, child, positions, seen)

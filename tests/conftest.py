@@ -1,0 +1,33 @@
+"""Shared fixtures: the public specs, and a real IPython shell with the extension loaded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PUBLIC_SPECS = sorted((ROOT.parent / "shared" / "specs" / "public").glob("*.yaml"))
+if not PUBLIC_SPECS:  # CI clones main with shared/ beside it; keep a clear failure otherwise
+    PUBLIC_SPECS = sorted((ROOT / "tests" / "data" / "public").glob("*.yaml"))
+
+
+def public_spec_ids() -> list[str]:
+    return [p.stem for p in PUBLIC_SPECS]
+
+
+@pytest.fixture(scope="session")
+def public_specs() -> list[Path]:
+    assert PUBLIC_SPECS, "no public specs found beside the project (../shared/specs/public)"
+    return PUBLIC_SPECS
+
+
+@pytest.fixture
+def ip():
+    """A real IPython shell that raises on cell errors, with the extension loaded."""
+    from IPython.testing.globalipapp import get_ipython
+
+    shell = get_ipython()
+    shell.run_line_magic("load_ext", "jupyter_distcomp")
+    yield shell
+    shell.run_line_magic("unload_ext", "jupyter_distcomp")
