@@ -27,8 +27,9 @@ def _input_attrs(inp: Input) -> str:
     if inp.default is not None:
         parts.append(f"default {inp.default!r}")
     if inp.min is not None or inp.max is not None:
-        parts.append(f"range [{'' if inp.min is None else inp.min}, "
-                     f"{'' if inp.max is None else inp.max}]")
+        parts.append(
+            f"range [{'' if inp.min is None else inp.min}, {'' if inp.max is None else inp.max}]"
+        )
     if inp.enum:
         parts.append("one of " + ", ".join(inp.enum))
     return "; ".join(parts)

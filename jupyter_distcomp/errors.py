@@ -18,7 +18,9 @@ class DistcompError(Exception):
 
     def _render_traceback_(self) -> list[str]:
         name = type(self).__name__
-        return [f"{name}: {line}" if i == 0 else line for i, line in enumerate(str(self).splitlines())]
+        return [
+            f"{name}: {line}" if i == 0 else line for i, line in enumerate(str(self).splitlines())
+        ]
 
 
 class SpecError(DistcompError, ValueError):

@@ -11,7 +11,19 @@ from typing import Any
 
 import yaml
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+def _key_text(key_node: yaml.Node) -> str:
+    """Keys stay as written: `on:`, `1:` or `false:` are names in a spec, not values."""
+    return str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else repr(key_node)
+
+
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml when available
+    def construct_mapping(self, node, deep=False):
+        self.flatten_mapping(node)
+        return {
+            _key_text(key_node): self.construct_object(value_node, deep=deep)
+            for key_node, value_node in node.value
+        }
 
 
 class DuplicateKey(Exception):
@@ -89,7 +101,7 @@ def _walk(node: yaml.Node, path: tuple, positions: Positions, seen: set[int]) ->
     if isinstance(node, yaml.MappingNode):
         first_seen: dict[str, int] = {}
         for key_node, value_node in node.value:
-            key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else repr(key_node)
+            key = _key_text(key_node)
             if key == "<<":
                 _walk(value_node, path, positions, seen)
                 continue

@@ -49,7 +49,14 @@ PARAM_TYPES = {
     "enum": "enum",
 }
 PARAM_TYPE_NAMES = ("String", "Integer", "Float", "Boolean", "Enum", "Number")
-V2_PORT_TYPES = {"uri_folder", "uri_file", "mltable", "mlflow_model", "custom_model", "triton_model"}
+V2_PORT_TYPES = {
+    "uri_folder",
+    "uri_file",
+    "mltable",
+    "mlflow_model",
+    "custom_model",
+    "triton_model",
+}
 _PLACEHOLDER = re.compile(r"(?<!\{)\{(inputs|outputs)\.([^{}\s]*)\}(?!\})")
 _V2_PLACEHOLDER = re.compile(r"\$\{\{\s*(inputs|outputs)\.([A-Za-z0-9_]+)\s*\}\}")
 
@@ -155,7 +162,9 @@ def _parse(text: str, source_name: str | None) -> tuple[dict, Positions]:
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or "invalid YAML"
         context = f" ({exc.context})" if exc.context else ""
-        line_text = text.splitlines()[mark.line] if mark and mark.line < len(text.splitlines()) else ""
+        line_text = (
+            text.splitlines()[mark.line] if mark and mark.line < len(text.splitlines()) else ""
+        )
         hint = " Fix: indent with spaces, not tabs." if "\t" in line_text else _yaml_hint(problem)
         raise SpecError(
             f"YAML syntax error: {problem}{context}.{hint}",
@@ -163,8 +172,17 @@ def _parse(text: str, source_name: str | None) -> tuple[dict, Positions]:
             column=mark.column + 1 if mark else None,
             source_name=source_name,
         ) from None
+    except yaml.reader.ReaderError as exc:
+        index = exc.position
+        raise SpecError(
+            f"character {exc.character!r} is not allowed in YAML ({exc.reason}). "
+            "Fix: delete it or put the value in quotes with an escape.",
+            line=text.count("\n", 0, index) + 1,
+            column=index - (text.rfind("\n", 0, index) + 1) + 1,
+            source_name=source_name,
+        ) from None
     except yaml.YAMLError as exc:
-        raise SpecError(f"YAML syntax error: {exc}", source_name=source_name) from None
+        raise SpecError(f"YAML syntax error: {exc}", line=1, source_name=source_name) from None
     except _DuplicateKey as exc:
         raise SpecError(
             f"key '{exc.key}' appears twice in the same mapping (first on line {exc.first_line})."
@@ -200,7 +218,6 @@ def _yaml_hint(problem: str) -> str:
     return ""
 
 
-
 def _kind(value: Any) -> str:
     return {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}.get(
         type(value), type(value).__name__
@@ -212,9 +229,7 @@ def _validate_schema(data: dict, ctx: _Ctx) -> None:
     known = schema()["properties"]
     for key in data:
         if key not in known:
-            ctx.warn(
-                f"unknown top-level key, ignored.{did_you_mean(str(key), known)}", (str(key),)
-            )
+            ctx.warn(f"unknown top-level key, ignored.{did_you_mean(str(key), known)}", (str(key),))
     import fastjsonschema
 
     try:
@@ -345,7 +360,9 @@ def _build(data: dict, ctx: _Ctx, text: str, base_dir: Path) -> Component:
     else:
         comp_type = "DistributedComponent"
         if "launcher" not in data:
-            hint = " (move `command:` into launcher.additional_arguments)" if "command" in data else ""
+            hint = (
+                " (move `command:` into launcher.additional_arguments)" if "command" in data else ""
+            )
             raise ctx.error(
                 "a DistributedComponent needs a `launcher:` with `type` (mpi, torch.distributed,"
                 f" tensorflow or deepspeed) and `additional_arguments` (the command){hint}.",
@@ -374,7 +391,8 @@ def _build(data: dict, ctx: _Ctx, text: str, base_dir: Path) -> Component:
         for name, spec in (data.get("inputs") or {}).items()
     }
     outputs = {
-        str(name): _output(str(name), spec, ctx) for name, spec in (data.get("outputs") or {}).items()
+        str(name): _output(str(name), spec, ctx)
+        for name, spec in (data.get("outputs") or {}).items()
     }
     template_key = ("launcher", "additional_arguments") if "launcher" in data else ("command",)
     _check_placeholders(template, inputs, outputs, ctx, template_key, text)
@@ -483,7 +501,9 @@ def _input(name: str, spec: dict, ctx: _Ctx, is_v2: bool) -> Input:
             try:
                 default = coerce_value(probe, default)
             except SpecError as exc:
-                raise ctx.error(f"default {default!r}: {exc.message}", (*path, "default"), at="value")
+                raise ctx.error(
+                    f"default {default!r}: {exc.message}", (*path, "default"), at="value"
+                )
     line, _ = ctx.pos.locate(path)
     return Input(
         name=name,

@@ -28,6 +28,8 @@ def ip():
     from IPython.testing.globalipapp import get_ipython
 
     shell = get_ipython()
+    # render every mimetype, as a notebook kernel does (the terminal shell only does text)
+    shell.display_formatter.active_types = shell.display_formatter.format_types
     shell.run_line_magic("load_ext", "jupyter_distcomp")
     yield shell
     shell.run_line_magic("unload_ext", "jupyter_distcomp")

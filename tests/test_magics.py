@@ -1,0 +1,133 @@
+"""The magics in a real IPython shell: definitions, errors as the message only, the env table."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from IPython.core.error import UsageError
+
+from jupyter_distcomp import Component
+
+SPEC = """\
+name: mpi_demo
+type: DistributedComponent
+inputs:
+  n: {type: Integer, default: 4, min: 1}
+outputs:
+  out: {type: path}
+launcher:
+  type: mpi
+  additional_arguments: python demo.py --n {inputs.n} --out {outputs.out}
+"""
+
+
+def run_cell(ip, line: str, cell: str | None = None):
+    """Run a cell the way a notebook does and return (result, captured display outputs)."""
+    from IPython.utils.capture import capture_output
+
+    source = f"%%distcomp {line}\n{cell}" if cell is not None else f"%distcomp {line}"
+    with capture_output() as captured:
+        result = ip.run_cell(source)
+    return result, captured
+
+
+def test_load_ext_imports_no_heavy_package():
+    code = (
+        "import sys, json\n"
+        "from IPython.testing.globalipapp import get_ipython\n"
+        "ip = get_ipython()\n"
+        "ip.run_line_magic('load_ext', 'jupyter_distcomp')\n"
+        "heavy = ['ipyparallel', 'mpi4py', 'azure.ai.ml', 'ipywidgets', 'jsonschema', 'zmq.asyncio']\n"
+        "print(json.dumps([m for m in heavy if m in sys.modules]))\n"
+        "print(json.dumps('distcomp' in ip.magics_manager.magics['cell']))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert json.loads(out[-2]) == []
+    assert json.loads(out[-1]) is True
+
+
+def test_definition_binds_name_and_displays_summary(ip):
+    result, captured = run_cell(ip, "demo", SPEC)
+    assert result.success, result.error_in_exec
+    component = ip.user_ns["demo"]
+    assert isinstance(component, Component) and component.name == "mpi_demo"
+    bundle = captured.outputs[0].data
+    assert "mpi_demo" in bundle["text/html"] and "--n {inputs.n}" in bundle["text/html"]
+    assert "launcher:    mpi" in bundle["text/plain"]
+
+
+def test_invalid_spec_fails_the_cell_with_the_message_only(ip):
+    bad = SPEC.replace("type: mpi", "type: horovod")
+    result, captured = run_cell(ip, "demo_bad", bad)
+    assert not result.success
+    assert isinstance(result.error_in_exec, UsageError)
+    message = str(result.error_in_exec)
+    assert "line 8, column 9" in message and "horovod" in message
+    assert "Traceback" not in captured.stdout + captured.stderr
+    assert "demo_bad" not in ip.user_ns
+
+
+def test_redefinition_keeps_user_settings(ip):
+    run_cell(ip, "keep", SPEC)
+    ip.user_ns["keep"].runsettings.resource_layout.configure(
+        instance_count=2, process_count_per_node=3
+    )
+    ip.user_ns["keep"].runsettings.set_input("n", 8)
+    run_cell(ip, "keep", SPEC.replace("default: 4", "default: 5"))
+    settings = ip.user_ns["keep"].runsettings
+    assert (
+        settings.resource_layout.instance_count,
+        settings.resource_layout.process_count_per_node,
+    ) == (2, 3)
+    assert settings.inputs == {"n": 8}
+    result, _ = run_cell(ip, "keep", SPEC.replace("default: 4, min: 1", "default: 12, min: 10"))
+    assert result.success, result.error_in_exec
+    assert ip.user_ns["keep"].runsettings.inputs == {}, "8 is below the new min: dropped"
+
+
+def test_usage_errors(ip):
+    for line, cell, words in [
+        ("", "x: 1", "needs a component name"),
+        ("my-comp", SPEC, "Python identifier"),
+        ("empty", None, "must hold the component's YAML"),
+        ("env nope", None, "No component named 'nope'"),
+        ("run", "x = 1", "the following arguments are required: name"),
+    ]:
+        result, _ = run_cell(ip, line, cell)
+        assert not result.success and isinstance(result.error_in_exec, UsageError), line
+        assert words in str(result.error_in_exec), (line, str(result.error_in_exec))
+
+
+def test_env_table_per_rank(ip):
+    pytest.importorskip("jupyter_distcomp.layout")
+    run_cell(ip, "envdemo", SPEC)
+    result, captured = run_cell(ip, "env envdemo --instance-count 2 --process-count-per-node 2")
+    assert result.success, result.error_in_exec
+    text = captured.outputs[0].data["text/plain"].splitlines()
+    header = text[0].split()
+    assert header[:4] == ["rank", "node", "local", "rank"]
+    rows = [line.split() for line in text[1:]]
+    assert [r[:3] for r in rows] == [
+        ["0", "0", "0"],
+        ["1", "0", "1"],
+        ["2", "1", "0"],
+        ["3", "1", "1"],
+    ]
+    assert "OMPI_COMM_WORLD_LOCAL_RANK" in header
+    # the flags changed the one settings object
+    layout = ip.user_ns["envdemo"].runsettings.resource_layout
+    assert (layout.instance_count, layout.process_count_per_node) == (2, 2)
+
+
+def test_config_defaults_apply_to_new_definitions(ip):
+    ip.run_line_magic("config", "DistComp.default_process_count_per_node = 3")
+    try:
+        run_cell(ip, "configured", SPEC)
+        assert ip.user_ns["configured"].runsettings.resource_layout.process_count_per_node == 3
+    finally:
+        ip.run_line_magic("config", "DistComp.default_process_count_per_node = 1")
