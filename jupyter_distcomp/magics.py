@@ -79,6 +79,8 @@ def _build_parser() -> _Parser:
     env.add_argument("name")
     env.add_argument("--instance-count", "--node-count", type=int, dest="instance_count")
     env.add_argument("--process-count-per-node", type=int, dest="process_count_per_node")
+    env.add_argument("--worker-count", type=int, dest="worker_count")
+    env.add_argument("--parameter-server-count", type=int, dest="parameter_server_count")
 
     command = sub.add_parser("command", help="run the spec's command on every rank")
     command.add_argument("name")
@@ -226,11 +228,12 @@ class DistComp(Magics):
         from .display import EnvTable
 
         component = self.component(args.name)
-        if args.instance_count is not None or args.process_count_per_node is not None:
-            component.runsettings.resource_layout.configure(
-                instance_count=args.instance_count,
-                process_count_per_node=args.process_count_per_node,
-            )
+        component.runsettings.resource_layout.configure(
+            instance_count=args.instance_count,
+            process_count_per_node=args.process_count_per_node,
+            worker_count=args.worker_count,
+            parameter_server_count=args.parameter_server_count,
+        )
         display(EnvTable(component, master_addr=self.master_addr))
 
     def _handle_list(self, args, cell):
