@@ -272,3 +272,17 @@ def test_render_traceback_is_the_message_only():
     lines = info.value._render_traceback_()
     assert lines[0].startswith("SpecError: line 19, column 9")
     assert not any("Traceback" in line or ".py" in line for line in lines)
+
+
+def test_shipped_schema_is_valid_and_accepts_every_public_spec():
+    import jsonschema
+
+    from jupyter_distcomp.spec import SCHEMA_PATH, schema
+
+    assert SCHEMA_PATH.is_file()
+    jsonschema.Draft7Validator.check_schema(schema())
+    validator = jsonschema.Draft7Validator(schema())
+    for path in PUBLIC_SPECS:
+        assert not list(validator.iter_errors(yaml.safe_load(path.read_text()))), path.name
+    bad = yaml.safe_load(BASE.replace("default: 0.1", "defualt: 0.1"))
+    assert [e.validator for e in validator.iter_errors(bad)] == ["additionalProperties"]
