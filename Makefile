@@ -20,7 +20,20 @@ $(STAMP): $(PY) pyproject.toml Makefile
 demo: $(STAMP)
 	$(PY) -m jupyter_distcomp.demo
 
-test: $(STAMP)
+# The browser tests (tests/test_browser.py) drive Debian's chromium; Playwright's own browser
+# downloads are not reachable from CI.
+CHROMIUM := /usr/bin/chromium
+$(CHROMIUM):
+	@if [ "$$(id -u)" = 0 ]; then \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then \
+		sudo apt-get update -q && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	else \
+		echo "make test needs Debian's chromium at $(CHROMIUM) for the browser tests." >&2; \
+		echo "Fix: sudo apt-get install -y chromium (or run make test as root)." >&2; exit 1; \
+	fi
+
+test: $(STAMP) $(CHROMIUM)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m pytest

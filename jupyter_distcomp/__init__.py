@@ -49,10 +49,16 @@ def load_ipython_extension(ipython: Any) -> None:
     import atexit
 
     atexit.register(_shutdown)
+    from .comm import install
+
+    install(ipython)  # the JupyterLab ranks panel's channel (a no-op outside a kernel)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
     _shutdown()
+    from .comm import uninstall
+
+    uninstall()
 
 
 def _shutdown() -> None:

@@ -10,7 +10,10 @@ modules (spec, template, layout) raise these too.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 class DistcompError(Exception):
@@ -28,7 +31,8 @@ class SpecError(DistcompError, ValueError):
 
     ``line`` and ``column`` are 1-based positions in the YAML text of the offending key or
     value (None when the error is not about a place in the text); ``path`` is the dotted key
-    path such as ``inputs.lr.default``.
+    path such as ``inputs.lr.default``. ``offset`` is the 0-based character offset in the
+    command template for template errors (spec.py maps it to a YAML line).
     """
 
     def __init__(
@@ -39,8 +43,10 @@ class SpecError(DistcompError, ValueError):
         column: int | None = None,
         path: str | None = None,
         source_name: str | None = None,
+        offset: int | None = None,
     ):
         self.message = message
+        self.offset = offset  # 0-based character offset in a command template, if about one
         self.line = line
         self.column = column
         self.path = path
@@ -68,11 +74,50 @@ class LayoutError(DistcompError, ValueError):
 
 
 class RankError(DistcompError, RuntimeError):
-    """Something went wrong on one or more local ranks."""
+    """Something went wrong on one or more local ranks.
+
+    ``sections`` are ``(heading, lines)`` pairs under the message: one per distinct failure
+    ("ranks 1-3" and their traceback, a dead rank and why, a stuck rank's stack). IPython
+    shows them in colour through ``_render_traceback_``; ``str()`` has them as plain text.
+    """
+
+    def __init__(self, message: str = "", *, sections=None, fix: str | None = None):
+        self.summary = message
+        self.sections = [(heading, list(lines)) for heading, lines in sections or []]
+        self.fix = fix
+        plain = [message]
+        for heading, lines in self.sections:
+            plain.append(f"--- {heading} ---")
+            plain.extend(_ANSI.sub("", line) for line in lines)
+        if fix:
+            plain.append(fix)
+        super().__init__("\n".join(plain))
+
+    def _render_traceback_(self) -> list[str]:
+        if not self.sections:
+            return super()._render_traceback_()
+        lines = [f"\x1b[0;31mRankError\x1b[0m: {self.summary}"]
+        for heading, body in self.sections:
+            lines.append(f"\x1b[1m--- {heading} ---\x1b[0m")
+            lines.extend(body)
+        if self.fix:
+            lines.append(self.fix)
+        return lines
 
 
 class AzureMLError(DistcompError, RuntimeError):
     """Export or submission to Azure ML failed."""
+
+
+class AzureMLWarning(UserWarning):
+    """A job that builds, but whose command on Azure ML will differ from the local run.
+
+    ``input_name`` names the input whose value causes it.
+    """
+
+    def __init__(self, message: str, input_name: str | None = None):
+        super().__init__(message)
+        self.input_name = input_name
 
 
 def closest(name: str, choices: Iterable[str], cutoff: float = 0.6) -> str | None:

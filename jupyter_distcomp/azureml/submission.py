@@ -1,0 +1,188 @@
+"""Submit a component to an Azure ML workspace and follow its status.
+
+Every failure becomes an AzureMLError that says what happened, keeps what the service said (its
+error code, message and request id) and names the fix; the built job is attached to the error
+(``exc.job``) so nothing the user prepared is lost. Retries of 429 and 5xx answers are
+azure-core's retry policy (tune it with ``retry_total`` / ``retry_backoff_factor`` in the
+client keyword arguments); the error comes once those are used up. Tokens, SAS signatures and
+client secrets are scrubbed from every message.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..errors import AzureMLError
+from .convert import to_azureml_job
+from .failures import explain, scrub
+
+TERMINAL_STATUSES = ("Completed", "Failed", "Canceled", "NotResponding", "Paused")
+
+
+def find_credentials() -> list[str]:
+    """Where DefaultAzureCredential could get a token from, judged without any network call.
+
+    A quick, offline check for notebooks and CI: an empty list means "not signed in", so a
+    demo can skip submission with a message instead of waiting for token requests to fail.
+    (Managed identity on a plain Azure VM, found only by probing IMDS, is not detected.)
+    """
+    import os
+    import shutil
+
+    env = os.environ
+    found = []
+    secrets = ("AZURE_CLIENT_SECRET", "AZURE_CLIENT_CERTIFICATE_PATH", "AZURE_FEDERATED_TOKEN_FILE")
+    if env.get("AZURE_CLIENT_ID") and env.get("AZURE_TENANT_ID") and any(map(env.get, secrets)):
+        found.append("environment variables (service principal / workload identity)")
+    if env.get("IDENTITY_ENDPOINT") or env.get("MSI_ENDPOINT"):
+        found.append("managed identity")
+    config_dir = Path(env.get("AZURE_CONFIG_DIR") or Path.home() / ".azure")
+    signed_in = any(
+        (config_dir / f).exists() for f in ("msal_token_cache.json", "azureProfile.json")
+    )
+    if shutil.which("az") and signed_in:
+        found.append("Azure CLI sign-in (az login)")
+    return found
+
+
+def make_ml_client(
+    workspace_config: Any = None,
+    subscription_id: str | None = None,
+    resource_group: str | None = None,
+    workspace_name: str | None = None,
+    credential: Any = None,
+    **client_kwargs: Any,
+):
+    """An ``MLClient`` for one workspace: explicit names, else a config.json.
+
+    The credential defaults to ``DefaultAzureCredential`` (``az login``, environment variables,
+    managed identity, ...); no token is requested until the first call.
+    """
+    from azure.ai.ml import MLClient
+
+    if credential is None:
+        from azure.identity import DefaultAzureCredential
+
+        credential = DefaultAzureCredential()
+    names = {
+        "subscription_id": subscription_id,
+        "resource_group": resource_group,
+        "workspace_name": workspace_name,
+    }
+    if all(names.values()):
+        return MLClient(
+            credential,
+            subscription_id=subscription_id,
+            resource_group_name=resource_group,
+            workspace_name=workspace_name,
+            **client_kwargs,
+        )
+    if workspace_config is None and any(names.values()):
+        missing = ", ".join(k for k, v in names.items() if not v)
+        raise AzureMLError(
+            f"to find the workspace, {missing} is needed as well. Fix: pass all of "
+            "--subscription, --resource-group and --workspace (or %config DistComp."
+            "subscription_id / resource_group / workspace_name), or --workspace-config config.json."
+        )
+    from azure.ai.ml.exceptions import MlException
+
+    if workspace_config is not None and not Path(workspace_config).expanduser().exists():
+        raise AzureMLError(
+            f"the workspace configuration '{workspace_config}' does not exist. Fix: download "
+            "config.json from the workspace's page in Azure ML studio and give its path."
+        )
+    try:
+        return MLClient.from_config(
+            credential, path=str(workspace_config) if workspace_config else None, **client_kwargs
+        )
+    except (MlException, OSError, ValueError) as exc:
+        where = f"'{workspace_config}'" if workspace_config else "this folder or its parents"
+        raise AzureMLError(
+            f"no Azure ML workspace configuration found in {where}: {scrub(str(exc))}. Fix: "
+            "download config.json from the workspace's page in Azure ML studio and pass "
+            "--workspace-config PATH (or %config DistComp.workspace_config = 'PATH'), or give "
+            "--subscription, --resource-group and --workspace."
+        ) from None
+
+
+def submit(
+    component: Any,
+    ml_client: Any,
+    *,
+    wait: bool = False,
+    on_status: Callable[[str, str], None] | None = None,
+    poll_interval: float = 10.0,
+    timeout: float | None = None,
+    **job_kwargs: Any,
+):
+    """Build the job from the component's run settings and submit it; returns the created Job.
+
+    ``job_kwargs`` are those of :func:`to_azureml_job` (inputs, outputs, compute, ...). With
+    ``wait``, follows the job until it ends (see :func:`wait_for_job`) and returns the final job.
+    """
+    job = to_azureml_job(component, **job_kwargs)
+    if not job.compute:
+        raise AzureMLError(
+            f"submitting '{component.name}' needs a compute target. Fix: pass compute='NAME' "
+            "(`--compute NAME`), set the component's run settings compute, or "
+            "%config DistComp.compute = 'NAME'."
+        )
+    try:
+        created = ml_client.jobs.create_or_update(job)
+    except Exception as exc:
+        error = explain(exc, ml_client)
+        error.job = job
+        raise error from None
+    if wait:
+        return wait_for_job(
+            ml_client,
+            created.name,
+            on_status=on_status,
+            poll_interval=poll_interval,
+            timeout=timeout,
+            first=created,
+        )
+    return created
+
+
+def wait_for_job(
+    ml_client: Any,
+    name: str,
+    *,
+    on_status: Callable[[str, str], None] | None = None,
+    poll_interval: float = 10.0,
+    timeout: float | None = None,
+    first: Any = None,
+):
+    """Poll the job until it reaches a terminal status; ``on_status(old, new)`` on each change."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    previous = _status(first) if first is not None else ""
+    while True:
+        try:
+            job = ml_client.jobs.get(name)
+        except Exception as exc:
+            raise explain(exc, ml_client, f"read the status of job '{name}'") from None
+        status = _status(job)
+        if status != previous and on_status is not None:
+            on_status(previous, status)
+        previous = status
+        if status in TERMINAL_STATUSES:
+            return job
+        if deadline is not None and time.monotonic() > deadline:
+            raise AzureMLError(
+                f"job '{name}' is still {status} after {timeout:g} s; it keeps running on "
+                f"Azure ML. Follow it with wait_for_job(ml_client, '{name}') or in the studio."
+            )
+        time.sleep(poll_interval)
+
+
+def _status(job: Any) -> str:
+    status = getattr(job, "status", None)
+    return str(getattr(status, "value", status) or "")
+
+
+def studio_url(job: Any) -> str | None:
+    return getattr(job, "studio_url", None)

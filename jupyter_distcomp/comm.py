@@ -1,0 +1,157 @@
+"""The kernel side of the JupyterLab ranks panel: a Jupyter comm named ``jupyter_distcomp``.
+
+Why a comm, and why the kernel opens it: the ranks live in this kernel process, so only the
+kernel knows their state; a comm rides the kernel's own websocket (no extra server route,
+no port, works for remote kernels and through JupyterHub) and messages arrive as soon as a
+rank changes state, even while a cell runs (rank-state events are sent from the backend's
+watcher threads on the IOPub channel, which does not wait for the running cell). The kernel
+opens the comm at ``%load_ext jupyter_distcomp`` because only then does the notebook use
+distcomp: the frontend registers the target on every kernel and learns from the open that
+this kernel has ranks to show. A browser reloaded later finds that comm with a
+``comm_info_request`` and opens its own to the target registered here, so both directions
+work. Actions from the panel (interrupt, restart, stop, refresh) come back as comm
+messages; those are handled on the shell channel, i.e. after a running cell ends, which is
+why the panel interrupts a busy kernel with a kernel interrupt instead (the magics turn that
+into SIGINT on every rank).
+
+Messages to the frontend: ``{"type": "snapshot", "worlds": [event, ...]}`` on open and on
+refresh, ``{"type": "world", "world": event}`` on each change (``event["stopped"]`` when a
+component's ranks are gone) and ``{"type": "result", "action", "name", "ok", "message"}``
+after an action. ``event`` is :meth:`RankBackend.event`'s dict.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+TARGET = "jupyter_distcomp"
+ACTIONS = ("interrupt", "restart", "stop", "refresh")
+
+
+class RanksChannel:
+    """Every open ``jupyter_distcomp`` comm of this kernel, fed by the rank backend."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self.comms: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    # -- comms --------------------------------------------------------------------------
+    def announce(self) -> None:
+        """Open a comm from the kernel: tells the frontend this kernel uses distcomp."""
+        from comm import create_comm
+
+        self._adopt(create_comm(target_name=TARGET, data=self.snapshot()))
+
+    def on_frontend_open(self, comm: Any, msg: dict) -> None:
+        """A frontend (e.g. after a page reload) opened a comm to our target."""
+        self._adopt(comm)
+        comm.send(self.snapshot())
+
+    def _adopt(self, comm: Any) -> None:
+        with self._lock:
+            self.comms[comm.comm_id] = comm
+        comm.on_msg(self.on_message)
+        comm.on_close(lambda msg, comm_id=comm.comm_id: self._forget(comm_id))
+
+    def _forget(self, comm_id: str) -> None:
+        with self._lock:
+            self.comms.pop(comm_id, None)
+
+    def broadcast(self, data: dict) -> None:
+        with self._lock:
+            comms = list(self.comms.values())
+        for comm in comms:
+            try:
+                comm.send(data)
+            except Exception:  # a frontend that went away must not break the ranks
+                self._forget(comm.comm_id)
+
+    # -- state --------------------------------------------------------------------------
+    def snapshot(self) -> dict:
+        worlds = [self.backend.event(world) for world in list(self.backend.worlds.values())]
+        return {"type": "snapshot", "worlds": worlds}
+
+    def on_rank_event(self, event: dict) -> None:
+        """Backend listener; may run on a watcher thread."""
+        self.broadcast({"type": "world", "world": event})
+
+    # -- actions ------------------------------------------------------------------------
+    def on_message(self, msg: dict) -> None:
+        data = msg.get("content", {}).get("data", {}) or {}
+        action, name = data.get("action"), data.get("name")
+        if action == "refresh":
+            self.broadcast(self.snapshot())
+            return
+        if action not in ACTIONS or not isinstance(name, str):
+            self._result(action, name, False, f"unknown request {data!r}")
+            return
+        try:
+            message = self.perform(action, name)
+        except Exception as exc:  # shown in the panel, never a traceback in the log only
+            self._result(action, name, False, str(exc))
+        else:
+            self._result(action, name, True, message)
+
+    def perform(self, action: str, name: str) -> str:
+        if action == "interrupt":
+            ranks = self.backend.interrupt(name)
+            return (
+                f"SIGINT sent to {len(ranks)} busy rank(s) of {name}." if ranks else "No busy rank."
+            )
+        if action == "restart":
+            world = self.backend.restart(name)
+            return f"{name}: {world.world_size} rank(s) restarted."
+        self.backend.stop(name)
+        return f"{name}: ranks stopped."
+
+    def _result(self, action: Any, name: Any, ok: bool, message: str) -> None:
+        self.broadcast(
+            {"type": "result", "action": action, "name": name, "ok": ok, "message": message}
+        )
+
+
+_channel: RanksChannel | None = None
+
+
+def install(shell: Any) -> RanksChannel | None:
+    """Set up the channel in a kernel (``%load_ext``); a no-op in a terminal IPython.
+
+    Costs a comm-target registration, one comm open and importing the rank backend's
+    module (stdlib only, about 10 ms); ipyparallel is imported only when ranks start.
+    """
+    global _channel
+    kernel = getattr(shell, "kernel", None)
+    if kernel is None:
+        return None
+    if _channel is None:
+        from comm import get_comm_manager
+
+        from .ranks import get_backend
+
+        _channel = RanksChannel(get_backend())
+        _channel.backend.add_listener(_channel.on_rank_event)
+        get_comm_manager().register_target(TARGET, _channel.on_frontend_open)
+    _channel.announce()
+    return _channel
+
+
+def uninstall() -> None:
+    """Close our comms and stop listening (``%unload_ext``)."""
+    global _channel
+    if _channel is None:
+        return
+    _channel.backend.remove_listener(_channel.on_rank_event)
+    for comm in list(_channel.comms.values()):
+        try:
+            comm.close()
+        except Exception:
+            pass
+    try:
+        from comm import get_comm_manager
+
+        get_comm_manager().unregister_target(TARGET, _channel.on_frontend_open)
+    except Exception:
+        pass
+    _channel = None

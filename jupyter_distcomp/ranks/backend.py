@@ -1,0 +1,327 @@
+"""The ranks of every component in this kernel: start, reuse, run, watch, stop.
+
+One :class:`RankBackend` per kernel process (:func:`get_backend`). The magics, the
+run-settings widget, the JupyterLab ranks panel (through a comm) and ``%distcomp command``
+all go through it, so they agree on which ranks exist and what state each is in.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import RankError
+from . import launch
+from .connection import Connection
+from .progress import StartProgress
+from .ranges import format_ranks, parse_ranks
+from .world import World
+
+Listener = Callable[[dict], None]
+PRESTART_DELAY = 1.0  # seconds a pre-start waits for a layout change before launching
+
+
+class RankBackend:
+    def __init__(self) -> None:
+        self.worlds: dict[str, World] = {}
+        self.master_addr = "127.0.0.1"
+        self.default_connection = Connection()
+        self.connections: dict[str, Connection] = {}
+        self._signatures: dict[str, tuple] = {}
+        self._components: dict[str, Any] = {}
+        self._listeners: list[Listener] = []
+        self._lock = threading.RLock()
+        self._stopping: list[threading.Thread] = []
+        self._watched: set[int] = set()
+
+    # -- listeners (the JupyterLab panel) -----------------------------------------------
+    def add_listener(self, callback: Listener) -> None:
+        """``callback(event)`` on every state change of any rank. It may be called from a
+        background thread; the event is a JSON-able dict (see :meth:`event`)."""
+        if callback not in self._listeners:
+            self._listeners.append(callback)
+
+    def remove_listener(self, callback: Listener) -> None:
+        if callback in self._listeners:
+            self._listeners.remove(callback)
+
+    @staticmethod
+    def event(world: World, stopped: bool = False) -> dict:
+        return {
+            "name": world.name,
+            "instance_count": world.instance_count,
+            "process_count_per_node": world.process_count_per_node,
+            "stopped": stopped,
+            "ranks": [
+                {
+                    "rank": info.rank,
+                    "node": info.node,
+                    "local_rank": info.local_rank,
+                    "state": info.state,
+                    "pid": info.pid,
+                }
+                for info in world.ranks
+            ],
+        }
+
+    def _notify(self, world: World) -> None:
+        if self.worlds.get(world.name) is not world:
+            return  # a replaced world's last words
+        event = self.event(world)
+        for callback in list(self._listeners):
+            try:
+                callback(event)
+            except Exception as exc:  # a broken listener must not break the ranks
+                print(f"distcomp: a rank-state listener failed: {exc!r}", file=sys.stderr)
+
+    # -- starting -----------------------------------------------------------------------
+    def connect(self, name: str, connection: Connection | None) -> None:
+        """Use the user's own cluster for ``name`` (None: back to the local one)."""
+        if connection is None or connection.embedded:
+            self.connections.pop(name, None)
+        else:
+            self.connections[name] = connection
+
+    def _signature(self, name: str, component: Any) -> tuple:
+        layout = component.runsettings.resource_layout
+        return (
+            component.launcher_type or "mpi",
+            layout.instance_count,
+            layout.process_count_per_node,
+            layout.worker_count,
+            layout.parameter_server_count,
+            self.master_addr,
+            self.connections.get(name, self.default_connection),
+        )
+
+    def prestart(self, name: str, component: Any, delay: float = PRESTART_DELAY) -> World:
+        """Start the ranks of a just-defined component in the background.
+
+        The short delay lets a layout set right after the definition (the next cell) replace
+        the start before any process runs, instead of starting the default layout twice.
+        """
+        return self.start(name, component, wait=False, delay=delay)
+
+    def start(self, name: str, component: Any, wait: bool = True, delay: float = 0.0) -> World:
+        """Start (or reuse, or restart when the layout changed) the ranks of ``name``."""
+        with self._lock:
+            signature = self._signature(name, component)
+            self._components[name] = component
+            world = self.worlds.get(name)
+            reason = ""
+            if world is not None:
+                healthy = world.error is None and not world.dead_ranks
+                if self._signatures.get(name) == signature and healthy:
+                    if wait:
+                        self._wait(world)
+                    return world
+                if healthy and world.used:
+                    reason = (
+                        f"The layout of {name} changed ({world.describe_layout()} -> "
+                        f"{_describe(signature)}): restarting its ranks."
+                    )
+                self._stop_in_background(world)
+            world = self._new_world(name, component, signature)
+            world.start_async(delay=delay)
+            self._follow_layout(name, component)
+        if wait:
+            self._wait(world, reason)
+        elif reason:
+            print(reason, file=sys.stderr)
+        return world
+
+    def _stop_in_background(self, world: World) -> None:
+        """Replace a world without making the cell wait for the old one's processes."""
+        thread = threading.Thread(target=world.stop, name=f"distcomp-stop-{world.name}")
+        thread.start()
+        self._stopping = [t for t in self._stopping if t.is_alive()] + [thread]
+
+    def _follow_layout(self, name: str, component: Any) -> None:
+        """Ranks that ran nothing yet follow layout changes at once (in the background), so
+        a layout set right after the definition does not make the first run wait."""
+        if id(component) in self._watched:
+            return
+        self._watched.add(id(component))
+
+        def changed(change: Any) -> None:
+            world = self.worlds.get(name)
+            if world is None or world.used or self._components.get(name) is not component:
+                return
+            if self._signatures.get(name) != self._signature(name, component):
+                self.start(name, component, wait=False)
+
+        component.runsettings.resource_layout.observe(changed)
+
+    def _new_world(self, name: str, component: Any, signature: tuple) -> World:
+        layout = component.runsettings.resource_layout
+        envs = component.rank_environments(
+            master_addr=self.master_addr, master_port=launch.free_port(self.master_addr)
+        )
+        world = World(
+            name,
+            envs,
+            launcher=component.launcher_type or "mpi",
+            instance_count=layout.instance_count,
+            process_count_per_node=layout.process_count_per_node,
+            connection=signature[-1],
+            on_change=self._notify,
+        )
+        self.worlds[name] = world
+        self._signatures[name] = signature
+        return world
+
+    def _wait(self, world: World, reason: str = "") -> None:
+        if world.started:
+            world.raise_start_error()
+            return
+        progress = StartProgress(world.name, world.world_size, reason)
+        while not world.wait_started(0.1):
+            progress.update(world.ready_count)
+        world.raise_start_error()
+        progress.done(f"{world.world_size} rank(s) of {world.describe_layout()}")
+
+    # -- running ------------------------------------------------------------------------
+    def run_cell(
+        self,
+        name: str,
+        component: Any,
+        code: str,
+        ranks: Any = None,
+        timeout: float | None = None,
+        group_output: bool = False,
+    ):
+        """Run ``code`` on the ranks of ``name`` (all, or ``ranks`` such as ``"0,2-3"``)."""
+        from .run import CellRun
+
+        world = self.worlds.get(name)
+        same = self._signatures.get(name) == self._signature(name, component)
+        # world.dead_ranks is kept current by the world's watcher thread
+        if world is not None and world.started and world.dead_ranks and same:
+            raise RankError(self._dead_message(world))
+        world = self.start(name, component, wait=True)
+        targets = parse_ranks(ranks, world.world_size)
+        busy = [r for r in targets if world.ranks[r].state == "busy"]
+        if busy:
+            raise RankError(
+                f"{format_ranks(busy)} of {name!r} are still busy with an earlier cell (it "
+                f"timed out or was interrupted). Fix: `%distcomp interrupt {name}` (SIGINT), "
+                f"or `%distcomp restart {name}`."
+            )
+        shell = _shell()
+        return CellRun(
+            world, targets, code, timeout=timeout, group_output=group_output, shell=shell
+        ).run()
+
+    def _dead_message(self, world: World) -> str:
+        from .failures import death_reason
+
+        said = world.mpiexec_output()
+        for info in world.ranks:
+            info.death = info.death or death_reason(info.rank, said) or None
+        why = "; ".join(f"{format_ranks([i.rank])} {i.death}" for i in world.ranks if i.death)
+        return (
+            f"{format_ranks(world.dead_ranks)} of {world.name!r} are dead "
+            f"({why or 'killed from outside, or mpiexec stopped'})."
+            + (f"\nmpiexec printed:\n{said}" if said else "")
+            + f"\nFix: `%distcomp restart {world.name}` starts a fresh world."
+        )
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def status(self, name: str | None = None) -> list[dict]:
+        """One record per rank: name, rank, node, local_rank, state, pid."""
+        names = [name] if name is not None else list(self.worlds)
+        records = []
+        for world_name in names:
+            world = self.worlds.get(world_name)
+            if world is None:
+                continue
+            world.check_alive()
+            for info in world.ranks:
+                records.append(
+                    {
+                        "name": world_name,
+                        "rank": info.rank,
+                        "node": info.node,
+                        "local_rank": info.local_rank,
+                        "state": info.state,
+                        "pid": info.pid,
+                        "host": info.host,
+                        "death": info.death,
+                    }
+                )
+        return records
+
+    def world(self, name: str) -> World | None:
+        return self.worlds.get(name)
+
+    def stop(self, name: str | None = None) -> list[str]:
+        """Stop the ranks of ``name`` (of every component when None); the stopped names."""
+        with self._lock:
+            names = [name] if name is not None else list(self.worlds)
+            stopped = []
+            for world_name in names:
+                world = self.worlds.pop(world_name, None)
+                self._signatures.pop(world_name, None)
+                if world is None:
+                    continue
+                world.stop()
+                stopped.append(world_name)
+                event = self.event(world, stopped=True)
+                for callback in list(self._listeners):
+                    try:
+                        callback(event)
+                    except Exception:
+                        pass
+        return stopped
+
+    def restart(self, name: str, component: Any = None) -> World:
+        component = component or self._components.get(name)
+        if component is None:
+            raise RankError(f"No ranks to restart for {name!r}: run a `%%distcomp run` cell first.")
+        self.stop(name)
+        return self.start(name, component, wait=True)
+
+    def interrupt(self, name: str) -> list[int]:
+        """SIGINT to every busy rank of ``name``; the ranks signalled."""
+        import signal
+
+        world = self.worlds.get(name)
+        if world is None:
+            return []
+        busy = [info.rank for info in world.ranks if info.state == "busy"]
+        world.signal(busy, signal.SIGINT)
+        return busy
+
+    def shutdown(self) -> None:
+        self.stop()
+        for thread in self._stopping:
+            thread.join(timeout=30)
+        self._stopping = []
+
+
+def _describe(signature: tuple) -> str:
+    launcher, nodes, ppn = signature[:3]
+    return f"{launcher}, {nodes} node(s) x {ppn} process(es)"
+
+
+def _shell():
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    return get_ipython()
+
+
+_backend: RankBackend | None = None
+_backend_lock = threading.Lock()
+
+
+def get_backend() -> RankBackend:
+    """The one backend of this kernel process."""
+    global _backend
+    with _backend_lock:
+        if _backend is None:
+            _backend = RankBackend()
+        return _backend

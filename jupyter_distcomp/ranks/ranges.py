@@ -1,0 +1,63 @@
+"""Rank lists as users write them (``0,2-3``) and as messages show them (``ranks 1-3``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..errors import RankError
+
+
+def parse_ranks(text: str | Iterable[int] | None, world_size: int) -> list[int]:
+    """``"0,2-3"`` -> ``[0, 2, 3]``; None means every rank. Checked against the world size."""
+    if text is None:
+        return list(range(world_size))
+    if not isinstance(text, str):
+        ranks = sorted({int(r) for r in text})
+    else:
+        ranks_set: set[int] = set()
+        for part in (p.strip() for p in text.split(",")):
+            if not part:
+                continue
+            first, sep, last = part.partition("-")
+            try:
+                lo = int(first)
+                hi = int(last) if sep else lo
+            except ValueError:
+                raise RankError(
+                    f"--ranks {text!r}: {part!r} is not a rank or a range of ranks. "
+                    "Fix: write ranks like 0,2-3."
+                ) from None
+            if hi < lo:
+                raise RankError(
+                    f"--ranks {text!r}: the range {part!r} runs backwards. Fix: write {hi}-{lo}."
+                )
+            ranks_set.update(range(lo, hi + 1))
+        ranks = sorted(ranks_set)
+    if not ranks:
+        raise RankError(f"--ranks {text!r} names no rank. Fix: write ranks like 0,2-3.")
+    outside = [r for r in ranks if r < 0 or r >= world_size]
+    if outside:
+        raise RankError(
+            f"--ranks: {format_ranks(outside)} outside the world of {world_size} rank(s) "
+            f"(ranks 0-{world_size - 1}). Fix: pick ranks below {world_size}, or enlarge the "
+            "layout with NAME.runsettings.resource_layout.configure(...)."
+        )
+    return ranks
+
+
+def format_ranks(ranks: Iterable[int]) -> str:
+    """``[1, 2, 3, 5]`` -> ``"ranks 1-3, 5"``; one rank -> ``"rank 4"``."""
+    ordered = sorted(set(ranks))
+    if not ordered:
+        return "no rank"
+    spans: list[str] = []
+    start = prev = ordered[0]
+    for rank in [*ordered[1:], None]:
+        if rank is not None and rank == prev + 1:
+            prev = rank
+            continue
+        spans.append(str(start) if start == prev else f"{start}-{prev}")
+        if rank is not None:
+            start = prev = rank
+    word = "rank" if len(ordered) == 1 else "ranks"
+    return f"{word} {', '.join(spans)}"

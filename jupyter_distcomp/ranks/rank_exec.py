@@ -1,0 +1,165 @@
+"""The small supervisor each rank of ``%distcomp command`` runs under.
+
+    python -I .../ranks/rank_exec.py ENVFILE -- ARGV...    (each rank under mpiexec)
+    python -I .../ranks/rank_exec.py --direct -- ARGV...   (one process per rank)
+
+Standard library only, so it runs as a file without importing (or needing) this package.
+
+Under ``mpiexec`` every process gets the same environment, but Azure ML gives each rank its
+own variables (and, in emulated multi-node layouts, a local rank that Open MPI on one host
+does not compute). The supervisor picks its rank's variables from the JSON file ENVFILE by
+``OMPI_COMM_WORLD_RANK`` and runs ARGV with them.
+
+Why a supervisor (fork, then exec in the child) rather than a bare ``os.execvpe``: the kernel
+is not the parent of the ranks under ``mpiexec``, so it could not learn each rank's exit
+code or signal. The supervisor waits for the child and reports the exit status over a
+control connection, then exits the same way so that ``mpiexec`` sees it too. The child is
+still the process ``mpiexec`` launched in every way MPI cares about (same PMIx variables,
+same process group), so mpi4py in it joins the one MPI world. In both modes the supervisor
+also makes sure a rank never outlives the kernel: if the kernel dies (killed, restarted)
+the rank is killed, where a bare process would run on as an orphan.
+
+Why sockets instead of ``mpiexec --output tag``: under mpiexec the child's stdout and stderr
+are Unix socket connections to the kernel, one per rank and stream. The kernel thus reads
+each rank's streams separately and exactly, with no tag parsing, nothing merged or reordered
+by ``mpiexec``'s forwarding, and nothing lost when ``mpiexec`` tears the job down after a
+failure; the same reader code serves pipes of ``--direct`` ranks.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+_PR_SET_PDEATHSIG = 1
+USAGE = "usage: python -I rank_exec.py (ENVFILE | --direct) -- ARGV..."
+
+
+def _connect(path: str, header: str) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+    sock.sendall(header.encode() + b"\n")
+    return sock
+
+
+def _die_with_parent() -> None:
+    """If the supervisor is SIGKILLed (mpiexec does that), take the child down too."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the kernel's final sweep still applies
+        pass
+
+
+def _start_child(argv: list[str], env: dict[str, str], streams: tuple | None) -> int:
+    child = os.fork()
+    if child:
+        return child
+    if streams:
+        os.dup2(streams[0].fileno(), 1)
+        os.dup2(streams[1].fileno(), 2)
+    for sig in _FORWARDED:
+        signal.signal(sig, signal.SIG_DFL)
+    _die_with_parent()
+    try:
+        os.execvpe(argv[0], argv, env)
+    except OSError as exc:
+        os.write(2, f"cannot run {argv[0]!r}: {exc.strerror}\n".encode())
+    os._exit(127)
+
+
+def _kill_when(gone, child: int) -> None:
+    gone()
+    try:
+        os.kill(child, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _until_closed(ctl: socket.socket):
+    """The kernel closes the control connection only once the rank is over; if it closes
+    while the rank runs, the kernel is gone."""
+
+    def wait() -> None:
+        try:
+            while ctl.recv(64):
+                pass
+        except OSError:
+            pass
+
+    return wait
+
+
+def _until_orphaned(parent: int):
+    def wait() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+
+    return wait
+
+
+def _supervise(child: int) -> int:
+    for sig in _FORWARDED:
+        signal.signal(sig, lambda signum, _frame: os.kill(child, signum))
+    while True:
+        try:
+            _, status = os.waitpid(child, 0)
+            return os.waitstatus_to_exitcode(status)
+        except InterruptedError:
+            continue
+
+
+def _exit_like(code: int) -> int:
+    """Die of the child's signal, so that mpiexec (or the kernel) sees the rank's own end."""
+    if code < 0:
+        try:
+            signal.signal(-code, signal.SIG_DFL)
+        except (OSError, ValueError):  # SIGKILL, SIGSTOP: cannot be caught, already default
+            pass
+        os.kill(os.getpid(), -code)
+        return 128 - code  # a signal whose default is not to end the process
+    return code
+
+
+def main(args: list[str]) -> int:
+    if len(args) < 3 or args[1] != "--":
+        print(USAGE, file=sys.stderr)
+        return 2
+    argv = args[2:]
+    if args[0] == "--direct":
+        parent = os.getppid()
+        child = _start_child(argv, dict(os.environ), None)
+        threading.Thread(
+            target=_kill_when, args=(_until_orphaned(parent), child), daemon=True
+        ).start()
+        return _exit_like(_supervise(child))
+
+    with open(args[0], encoding="utf-8") as handle:
+        plan = json.load(handle)
+    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMIX_RANK", "0")))
+    env = {**os.environ, **plan["ranks"][rank]}
+    out = _connect(plan["socket"], f"{rank} out")
+    err = _connect(plan["socket"], f"{rank} err")
+    ctl = _connect(plan["socket"], f"{rank} ctl {os.getpid()}")
+    child = _start_child(argv, env, (out, err))
+    out.close()
+    err.close()
+    threading.Thread(target=_kill_when, args=(_until_closed(ctl), child), daemon=True).start()
+    code = _supervise(child)
+    try:
+        ctl.sendall(f"exit {code}\n".encode())
+        ctl.close()
+    except OSError:
+        pass
+    return _exit_like(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,57 @@
+"""Code that runs inside each rank once, right after it registers.
+
+ipyparallel ships these functions to the engines as code objects (not by import), so they
+import what they need inside and use no module globals: a user's own cluster on other hosts
+need not have jupyter-distcomp installed.
+"""
+
+from __future__ import annotations
+
+#: variables Open MPI sets per process that would contradict an emulated layout when the
+#: launcher's own variables do not replace them (say, a 2x2 torch.distributed layout)
+OPEN_MPI_WORLD_KEYS = (
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "OMPI_COMM_WORLD_NODE_RANK",
+)
+
+
+def setup_rank(env: dict, drop: list, stack_path: str | None) -> dict:
+    """Apply this rank's variables, arm the stack dump, and say who we are.
+
+    ``drop`` lists variables to remove unless ``env`` sets them. SIGUSR1 makes faulthandler
+    write every thread's Python stack to ``stack_path`` even while the main thread is stuck
+    in C code (an MPI collective), which is how a timed-out cell shows where each rank hangs.
+    """
+    import faulthandler
+    import os
+    import signal
+    import socket
+    import sys
+    import threading
+
+    for key in drop:
+        if key not in env:
+            os.environ.pop(key, None)
+    os.environ.update(env)
+    if stack_path:
+        stack_file = open(stack_path, "a")  # noqa: SIM115 - must outlive this call
+        faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
+        sys._distcomp_stack_file = stack_file  # keep the file object alive
+    try:  # fatal errors (segfaults) print a Python stack into mpiexec's output
+        faulthandler.enable(file=sys.__stderr__, all_threads=False)
+    except Exception:
+        pass
+    mpi_rank = mpi_size = None
+    if "mpi4py.MPI" in sys.modules:
+        comm = sys.modules["mpi4py.MPI"].COMM_WORLD
+        mpi_rank, mpi_size = comm.Get_rank(), comm.Get_size()
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "main_thread": threading.main_thread().ident,
+        "mpi_rank": mpi_rank,
+        "mpi_size": mpi_size,
+    }

@@ -1,0 +1,275 @@
+"""One ``%%distcomp run`` cell: send the code to the ranks, stream, and end it well.
+
+The cell ends when every chosen rank has answered, when a rank dies (within a few seconds,
+saying why), at the time-out (naming the busy ranks with their stacks, then interrupting
+them), or on a kernel interrupt (SIGINT to every busy rank, back within two seconds).
+Built on ipyparallel's AsyncResult: its metadata accumulates each rank's output, so
+reading it from the main thread loses nothing and needs no second transport.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+from ..errors import RankError
+from .failures import death_reason, error_sections, render_stack
+from .output import RankOutput
+from .ranges import format_ranks
+
+INTERRUPT_GRACE = 1.5  # seconds the ranks get to answer SIGINT before the cell returns
+DEATH_GRACE = 2.0  # seconds to let mpiexec report a death and stop the other ranks
+OUTPUT_GRACE = 1.0  # seconds to wait for the last output after a rank's reply
+ALIVE_CHECK = 0.2  # seconds between checks that every rank's process still exists
+
+
+class CellRun:
+    def __init__(
+        self,
+        world: Any,
+        ranks: list[int],
+        code: str,
+        *,
+        timeout: float | None = None,
+        group_output: bool = False,
+        shell: Any = None,
+    ):
+        self.world = world
+        self.ranks = ranks
+        self.code = code
+        self.timeout = timeout
+        self.out = RankOutput(world.label, group=group_output, shell=shell)
+        self.wake = threading.Event()
+        self.futures: dict[int, Any] = {}
+        self.running: set[int] = set()
+        self._offsets: dict[tuple[int, str], int] = {}
+        self._rich_seen: dict[int, int] = {}
+        self._result_seen: set[int] = set()
+        self._replied_at: dict[int, float] = {}
+
+    # -- main ---------------------------------------------------------------------------
+    def run(self):
+        world = self.world
+        self.log_offset = world.output_size()
+        engine_ids = [world.ranks[r].engine_id for r in self.ranks]
+        world.set_state(self.ranks, "busy")
+        world.used = True
+        try:
+            result = world.client[engine_ids].execute(self.code, silent=False, block=False)
+        except Exception:
+            world.set_state(self.ranks, "idle")
+            raise
+        self.async_result = result
+        for rank, future in zip(self.ranks, result._children, strict=True):
+            self.futures[rank] = future
+            future.iopub_callbacks.append(self._wake)
+            future.add_done_callback(lambda f, rank=rank: self._replied(rank))
+            future.output.add_done_callback(self._wake)
+        self.running = set(self.ranks)
+        try:
+            self._loop()
+        except KeyboardInterrupt:
+            self._interrupt()
+            raise
+        finally:
+            self.out.finish()
+            for future in self.futures.values():
+                if self._wake in future.iopub_callbacks:
+                    future.iopub_callbacks.remove(self._wake)
+        return result
+
+    def _wake(self, *_: Any) -> None:
+        self.wake.set()
+
+    def _replied(self, rank: int) -> None:
+        """ipyparallel's thread: the rank answered (maybe long after the cell ended)."""
+        self._replied_at.setdefault(rank, time.monotonic())
+        self.world.set_state([rank], "idle")
+        self.wake.set()
+
+    def _loop(self) -> None:
+        deadline = time.monotonic() + self.timeout if self.timeout else None
+        next_check = time.monotonic() + ALIVE_CHECK
+        while self.running:
+            self.wake.wait(0.1)
+            self.wake.clear()
+            self._pump()
+            if not self.running:
+                break
+            if time.monotonic() > next_check:  # psutil costs; a quick cell needs no check
+                next_check = time.monotonic() + ALIVE_CHECK
+                self.world.check_alive()
+            if set(self.world.dead_ranks) & self.running:
+                self._on_death()
+            if deadline is not None and time.monotonic() > deadline:
+                self._on_timeout()
+        if self._engine_died() or set(self.world.dead_ranks) & set(self.ranks):
+            self._on_death()
+        self._raise_errors()
+
+    def _engine_died(self) -> bool:
+        """ipyparallel answered 'engine died' for some rank (its nanny told the hub)."""
+        for future in self.futures.values():
+            value = future.result() if future.done() and not future.exception() else None
+            if isinstance(value, BaseException) and "EngineError" in (
+                getattr(value, "ename", None) or type(value).__name__
+            ):
+                return True
+        return False
+
+    # -- output and completion ----------------------------------------------------------
+    def _pump(self) -> None:
+        for rank in self.ranks:
+            md = self.futures[rank].output.metadata
+            for name in ("stdout", "stderr"):
+                text = md[name] or ""
+                seen = self._offsets.get((rank, name), 0)
+                if len(text) > seen:
+                    self.out.stream(rank, name, text[seen:])
+                self._offsets[(rank, name)] = len(text)
+            outputs = md["outputs"]
+            for content in outputs[self._rich_seen.get(rank, 0) :]:
+                self.out.rich(rank, content)
+            self._rich_seen[rank] = len(outputs)
+            if md["execute_result"] and rank not in self._result_seen:
+                self._result_seen.add(rank)
+                self.out.rich(rank, md["execute_result"], result=True)
+        now = time.monotonic()
+        for rank in list(self.running):
+            future = self.futures[rank]
+            if future.done() and (
+                future.output.done() or now - self._replied_at.get(rank, now) > OUTPUT_GRACE
+            ):
+                self.running.discard(rank)
+        self.out.flush_partial(force=not self.running)
+        self.out.flush()
+
+    def _errors(self, skip_interrupts: bool = False) -> dict[int, Any]:
+        errors = {}
+        for rank in self.ranks:
+            future = self.futures[rank]
+            if not future.done():
+                continue
+            # ipyparallel resolves a failed execute with the error as the *result*
+            err = future.exception() or future.result()
+            if isinstance(err, BaseException):
+                ename = getattr(err, "ename", None) or type(err).__name__
+                if ename == "EngineError":
+                    continue  # a death, reported from mpiexec's side
+                if skip_interrupts and ename == "KeyboardInterrupt":
+                    continue
+                errors[rank] = err
+        return errors
+
+    def _raise_errors(self) -> None:
+        errors = self._errors()
+        if errors:
+            raise RankError(
+                f"the cell failed on {format_ranks(errors)} of {self.world.name!r}"
+                + (
+                    f" ({len(self.ranks) - len(errors)} rank(s) succeeded)"
+                    if len(errors) < len(self.ranks)
+                    else ""
+                ),
+                sections=error_sections(errors),
+                fix="Output printed before the error is kept above. The ranks keep their state "
+                "and are ready for the next cell.",
+            )
+
+    def _settle(self, seconds: float, until: Any) -> None:
+        """Keep streaming for up to ``seconds`` or until ``until()`` is true."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not until():
+            self.wake.wait(0.05)
+            self.wake.clear()
+            self._pump()
+            self.world.check_alive()
+        self._pump()
+
+    # -- the three bad endings ----------------------------------------------------------
+    def _interrupt(self) -> None:
+        busy = sorted(self.running)
+        self.world.signal(busy, signal.SIGINT)
+        try:
+            self._settle(INTERRUPT_GRACE, lambda: not self.running)
+        except KeyboardInterrupt:
+            pass  # a second Ctrl-C: stop waiting
+        self.out.finish()
+        still = sorted(self.running)
+        message = f"Interrupted: sent SIGINT to {format_ranks(busy)} of {self.world.name!r}."
+        if still:
+            message += (
+                f" {format_ranks(still)} did not stop (stuck in C code, e.g. an MPI collective?)."
+                f" Fix: `%distcomp restart {self.world.name}`."
+            )
+        else:
+            message += " The ranks are ready for the next cell."
+        print(message, file=sys.stderr)
+
+    def _on_death(self) -> None:
+        world = self.world
+        self._settle(DEATH_GRACE, lambda: not self.running and not world._mpiexec_alive())
+        world.check_alive()
+        said = world.mpiexec_output(since=self.log_offset)
+        dead = [r for r in self.ranks if world.ranks[r].state == "dead"]
+        reasons = {r: death_reason(r, said) for r in range(world.world_size)}
+        culprits = [r for r, why in reasons.items() if why] or dead
+        for rank in culprits:
+            world.ranks[rank].death = reasons.get(rank) or "died"
+        others = [r for r in world.dead_ranks if r not in culprits]
+        sections = [
+            (format_ranks([r]), [f"died: {reasons.get(r) or 'the process is gone'}"])
+            for r in culprits
+        ]
+        if others:
+            sections.append(
+                (format_ranks(others), ["stopped by mpiexec because another rank died"])
+            )
+        sections += error_sections(self._errors())
+        if said:
+            sections.append(("what mpiexec printed", said.splitlines()))
+        why = "; ".join(f"{format_ranks([r])} {reasons[r] or 'died'}" for r in culprits)
+        self.running.clear()
+        raise RankError(
+            f"{why} while running the cell on {world.name!r}",
+            sections=sections,
+            fix=f"Output of the other ranks is kept above. Fix: `%distcomp restart {world.name}` "
+            "starts a fresh world (variables on the ranks are lost).",
+        )
+
+    def _on_timeout(self) -> None:
+        world = self.world
+        busy = sorted(self.running)
+        stacks = world.stacks(busy)
+        world.signal(busy, signal.SIGINT)
+        self._settle(INTERRUPT_GRACE, lambda: not self.running)
+        still = sorted(self.running)
+        sections = []
+        by_stack: dict[str, list[int]] = {}
+        for rank in busy:
+            by_stack.setdefault(stacks[rank], []).append(rank)
+        for stack, ranks in by_stack.items():
+            sections.append(
+                (f"{format_ranks(ranks)}: busy, current stack", render_stack(stack, self.code))
+            )
+        sections += error_sections(self._errors(skip_interrupts=True))
+        if still:
+            fix = (
+                f"{format_ranks(still)} did not stop on SIGINT (blocked in C code, e.g. an MPI "
+                f"collective another rank never entered). Fix: `%distcomp restart {world.name}`."
+            )
+        else:
+            fix = (
+                f"Interrupted {format_ranks(busy)} (SIGINT); all ranks are ready for the next "
+                "cell. Fix: the stacks show where they waited; or allow more time with --timeout."
+            )
+        self.running.clear()
+        raise RankError(
+            f"the cell timed out after {self.timeout:g} s on {world.name!r}: "
+            f"{format_ranks(busy)} still busy",
+            sections=sections,
+            fix=fix,
+        )

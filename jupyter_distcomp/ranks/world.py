@@ -1,0 +1,322 @@
+"""One world: the ranks of one component, as ipyparallel engines under one ``mpiexec``.
+
+A World starts (in a background thread, so a definition cell returns at once), applies each
+rank's Azure ML variables, tracks each rank's state (starting, idle, busy, dead) for the
+status table and the JupyterLab panel, signals ranks, and stops everything it started.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import RankError
+from . import launch
+from .connection import Connection, connect_client
+from .health import WorldHealth
+from .processes import kill, process_tree, quiet_log
+from .ranges import format_ranks
+from .rank_setup import OPEN_MPI_WORLD_KEYS, setup_rank
+
+START_TIMEOUT = 120.0
+
+
+@dataclass
+class RankInfo:
+    rank: int
+    node: int
+    local_rank: int
+    state: str = "starting"  # starting | idle | busy | dead
+    pid: int | None = None
+    host: str | None = None
+    main_thread: int | None = None
+    engine_id: int | None = None
+    death: str | None = None  # why it died, once known
+    process: Any = None  # psutil.Process, once looked up
+
+
+class World(WorldHealth):
+    """The ranks of one component. Create, then :meth:`start_async` or :meth:`start`."""
+
+    def __init__(
+        self,
+        name: str,
+        envs: list[dict[str, str]],
+        *,
+        launcher: str,
+        instance_count: int,
+        process_count_per_node: int,
+        connection: Connection | None = None,
+        on_change: Any = None,
+    ):
+        self.name = name
+        self.envs = [dict(env) for env in envs]
+        self.launcher = launcher
+        self.instance_count = instance_count
+        self.process_count_per_node = process_count_per_node
+        self.world_size = len(self.envs)
+        self.connection = connection or Connection()
+        self.ranks = [
+            RankInfo(r, r // process_count_per_node, r % process_count_per_node)
+            for r in range(self.world_size)
+        ]
+        self.cluster = None
+        self.client = None
+        self.view = None
+        self.ready_count = 0
+        self.error: BaseException | None = None
+        self.started_seconds: float | None = None
+        self._on_change = on_change or (lambda world: None)
+        self._done = threading.Event()
+        self._stopped = False
+        self._lock = threading.RLock()
+        self._tmp = tempfile.mkdtemp(prefix=f"distcomp-{name}-")
+        self._monitor: threading.Thread | None = None
+        self._thread: threading.Thread | None = None
+        self._last_engine_set = None
+        self._start_finished = False
+        self._delay = 0.0
+        self._stop_event = threading.Event()
+        self.used = False  # a cell ran here: its state is the user's, keep it
+
+    # -- starting -----------------------------------------------------------------------
+    def start_async(self, delay: float = 0.0) -> None:
+        """Start in a background thread; :meth:`wait_started` joins it.
+
+        ``delay``: wait this long before launching anything, so that a stop (say, the layout
+        set in the next cell) cancels the start without a process ever running.
+        """
+        self._delay = delay
+        self._thread = threading.Thread(
+            target=self._start_guarded, name=f"distcomp-start-{self.name}", daemon=True
+        )
+        self._thread.start()
+
+    def start(self) -> None:
+        self._start_guarded()
+        self.raise_start_error()
+
+    @property
+    def started(self) -> bool:
+        return self._done.is_set()
+
+    def wait_started(self, timeout: float | None = None) -> bool:
+        return self._done.wait(timeout)
+
+    def raise_start_error(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def _start_guarded(self) -> None:
+        tic = time.perf_counter()
+        try:
+            if self._delay and self._stop_event.wait(self._delay):
+                raise _Stopped
+            if self.connection.embedded:
+                self._start_embedded()
+            else:
+                self._connect_existing()
+            if self._stopped:
+                raise _Stopped
+            self._setup_ranks()
+            self.started_seconds = time.perf_counter() - tic
+        except _Stopped:
+            pass
+        except BaseException as exc:
+            if not self._stopped:
+                self.error = exc if isinstance(exc, RankError) else self._start_failure(exc)
+        finally:
+            with self._lock:
+                self._start_finished = True
+                teardown = self._stopped or self.error is not None
+            if teardown:  # a stop() during the start left the teardown to us
+                self._teardown()
+            self._done.set()
+            self._changed()
+
+    def _start_embedded(self) -> None:
+        import ipyparallel as ipp
+
+        profile_dir = os.path.join(self._tmp, "profile")
+        self.cluster = cluster = ipp.Cluster(
+            engines="mpi",
+            n=self.world_size,
+            profile_dir=profile_dir,
+            config=launch.cluster_config(self.world_size),
+            load_profile=False,
+            delay=0,  # engines wait for the controller's connection info anyway
+            engine_timeout=int(START_TIMEOUT),
+            log=quiet_log(),
+        )
+        cluster._in_thread(cluster.start_cluster, self.world_size)
+        self._last_engine_set = cluster.engine_set
+        if self._stopped:
+            raise _Stopped
+        self.client = cluster._in_thread(cluster.connect_client)
+        self._wait_for_engines(list(range(self.world_size)))
+
+    def _connect_existing(self) -> None:
+        def progress(count: int) -> None:
+            self.ready_count = count
+            self._changed()
+
+        layout = f"{self.instance_count} node(s) x {self.process_count_per_node}"
+        self.client, ids = connect_client(
+            self.connection, self.name, self.world_size, layout, progress
+        )
+        for info, eid in zip(self.ranks, ids, strict=False):
+            info.engine_id = eid
+
+    def _wait_for_engines(self, ids: list[int]) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            registered = set(self.client.ids)
+            count = len(registered & set(ids))
+            if count != self.ready_count:
+                self.ready_count = count
+                self._changed()
+            if count == len(ids):
+                break
+            if self._stopped:
+                raise _Stopped
+            if not self._mpiexec_alive():
+                raise RankError(
+                    f"mpiexec for {self.name!r} stopped while ranks were starting "
+                    f"({count} of {len(ids)} ready). It said:\n{self.mpiexec_output()}"
+                )
+            if time.monotonic() > deadline:
+                raise RankError(
+                    f"Only {count} of {len(ids)} ranks of {self.name!r} registered within "
+                    f"{START_TIMEOUT:.0f} s. mpiexec said:\n{self.mpiexec_output()}"
+                )
+            time.sleep(0.05)
+        for info in self.ranks:
+            info.engine_id = info.rank  # engine id = MPI rank under mpiexec
+
+    def _setup_ranks(self) -> None:
+        ids = [info.engine_id for info in self.ranks]
+        self.view = self.client[ids]
+        results = [
+            self.client[info.engine_id].apply_async(
+                setup_rank,
+                self.envs[info.rank],
+                list(OPEN_MPI_WORLD_KEYS),
+                os.path.join(self._tmp, f"rank-{info.rank}.stack"),
+            )
+            for info in self.ranks
+        ]
+        for info, result in zip(self.ranks, results, strict=True):
+            facts = result.get(timeout=60)
+            info.pid, info.host = facts["pid"], facts["host"]
+            info.main_thread = facts["main_thread"]
+            mpi = (facts["mpi_rank"], facts["mpi_size"])
+            if self.connection.embedded and mpi != (info.rank, self.world_size):
+                raise RankError(
+                    f"Engine {info.engine_id} is MPI rank {mpi[0]} of {mpi[1]}, expected "
+                    f"rank {info.rank} of {self.world_size}."
+                )
+            info.state = "idle"
+        self.ready_count = self.world_size
+        self._monitor = threading.Thread(
+            target=self._watch, name=f"distcomp-watch-{self.name}", daemon=True
+        )
+        self._monitor.start()
+
+    def _start_failure(self, exc: BaseException) -> RankError:
+        output = self.mpiexec_output()
+        said = f"\nmpiexec said:\n{output}" if output else ""
+        return RankError(
+            f"The ranks of {self.name!r} did not start: {type(exc).__name__}: {exc}.{said}\n"
+            f"Fix: see the message above; `%distcomp restart {self.name}` tries again."
+        )
+
+    # -- state --------------------------------------------------------------------------
+    def _changed(self) -> None:
+        try:
+            self._on_change(self)
+        except Exception:
+            pass
+
+    def set_state(self, ranks: list[int], state: str) -> None:
+        changed = False
+        with self._lock:
+            for rank in ranks:
+                info = self.ranks[rank]
+                if info.state != state and info.state != "dead":
+                    info.state = state
+                    changed = True
+        if changed:
+            self._changed()
+
+    def states(self) -> dict[int, str]:
+        return {info.rank: info.state for info in self.ranks}
+
+    @property
+    def dead_ranks(self) -> list[int]:
+        return [info.rank for info in self.ranks if info.state == "dead"]
+
+    def label(self, rank: int) -> str:
+        info = self.ranks[rank]
+        if self.instance_count > 1:
+            return f"[node {info.node} rank {rank}]"
+        return f"[rank {rank}]"
+
+    # -- stopping -----------------------------------------------------------------------
+    def stop(self, wait: bool = True) -> None:
+        """Stop every process this world started (nothing, for a cluster we do not own).
+
+        While the world is still starting, its start thread does the teardown as soon as
+        it notices; ``wait=False`` returns without waiting for that.
+        """
+        with self._lock:
+            self._stopped = True
+            self._stop_event.set()
+            finished = self._start_finished or self._thread is None
+        if finished:
+            self._teardown()
+        elif wait:
+            self._thread.join(timeout=START_TIMEOUT)
+        with self._lock:
+            for info in self.ranks:
+                info.state = "dead"
+        self._changed()
+
+    def _teardown(self) -> None:
+        with self._lock:
+            client, self.client = self.client, None
+            cluster, self.cluster = self.cluster, None
+        if client is not None:
+            try:
+                client.close(linger=0)
+            except Exception:
+                pass
+        if cluster is not None:
+            self._last_engine_set = self._last_engine_set or cluster.engine_set
+            leftovers = process_tree(cluster)
+            try:
+                cluster._in_thread(cluster.stop_cluster)
+            except Exception:
+                pass
+            kill(leftovers)
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def describe_layout(self) -> str:
+        return (
+            f"{self.launcher}, {self.instance_count} node(s) x {self.process_count_per_node} "
+            f"process(es) = {self.world_size} rank(s) on {self.connection.describe()}"
+        )
+
+    def __repr__(self) -> str:
+        states = ", ".join(f"{format_ranks([i.rank])}: {i.state}" for i in self.ranks[:8]) + (
+            ", ..." if self.world_size > 8 else ""
+        )
+        return f"<World {self.name!r} {self.describe_layout()}; {states}>"
+
+
+class _Stopped(Exception):
+    """stop() was called while the world was starting."""

@@ -1,0 +1,154 @@
+"""What the panel's buttons do: the same calls as the magics, run by the panel's worker
+thread so the kernel stays responsive, reporting to the status line, progress bar and log.
+
+- start ranks: ``RankBackend.start(wait=False)``, then "ranks ready n of N" until started
+  (following a new world when the layout changes meanwhile);
+- run command: ``ranks.command.run_command``, its labelled output streamed to the log;
+- export: ``azureml.export`` to the path field; submit: ``azureml.submit`` to the compute field;
+- stop: interrupts a running command as Ctrl-C would (every rank stopped), stops the ranks.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from html import escape
+from typing import Any
+
+from ..errors import AzureMLError
+from .preview import command_line
+from .worker import Cancelled
+
+
+class PanelActions:
+    """Mixed into RunSettingsPanel (which provides the widgets and ``_backend()``)."""
+
+    # -- wiring ------------------------------------------------------------------------
+    def _wire_buttons(self) -> None:
+        actions = {
+            "start": ("start ranks", self._start),
+            "run-command": ("run the command", self._run_command),
+            "export": ("export", self._export),
+            "submit": ("submit", self._submit),
+        }
+        for key, (label, func) in actions.items():
+            self.buttons[key].on_click(
+                lambda _b, label=label, func=func: self.worker.run(label, func)
+            )
+        self.buttons["stop"].on_click(lambda _b: self.stop())
+
+    def _start(self) -> None:
+        self._stop_requested = False
+        backend = self._backend()
+        world = backend.start(self.name, self.component, wait=False)
+        while True:
+            total = world.world_size
+            if not world.wait_started(0.1):
+                self.worker.show_progress(world.ready_count, total)
+                self.worker.say(
+                    f"starting {self.name}: ranks ready {world.ready_count} of {total}", "busy"
+                )
+                continue
+            current = backend.world(self.name)
+            if self._stop_requested or current is None:
+                raise Cancelled
+            if current is not world:  # the layout changed meanwhile: follow the new world
+                world = current
+                continue
+            world.raise_start_error()
+            break
+        self.worker.show_progress(total, total)
+        took = f" in {world.started_seconds:.1f} s" if world.started_seconds else ""
+        self.worker.say(
+            f"{self.name}: {total} of {total} ranks ready ({world.describe_layout()}){took}", "ok"
+        )
+
+    def _run_command(self) -> None:
+        from ..ranks.command import run_command
+
+        total = self.component.runsettings.resource_layout.world_size
+        self.worker.show_progress(0, total, "ranks done")
+        self.worker.log.clear_output()
+        self.worker.write(f"$ {command_line(self.component)}")
+        self.worker.say(f"running the command on {total} rank(s); output below", "busy")
+
+        def stream(text: str, file: Any = None, flush: bool = True) -> None:
+            self.worker.write(text, stderr=file is sys.stderr)
+
+        result = run_command(self.component, stream=stream, master_addr=self.master_addr)
+        self.worker.show_progress(total, total, "ranks done")
+        self.worker.say(
+            f"the command ended on {total} rank(s) in {result.seconds:.1f} s, every rank "
+            "succeeded; output below",
+            "ok",
+        )
+
+    def _export(self) -> None:
+        from ..azureml import export
+
+        path = self.export_path.value.strip() or f"{self.name}_job.yml"
+        written = export(
+            self.component,
+            path,
+            compute=self.component.runsettings.compute or self.default_compute,
+            experiment_name=self.experiment_name,
+        )
+        self.worker.say(
+            f"Wrote the Azure ML job of '{self.name}' to {written}. Create it with: "
+            f"az ml job create -f {written}",
+            "ok",
+        )
+
+    def _submit(self) -> None:
+        from ..azureml import make_ml_client, submit
+        from ..azureml.summary import JobSummary
+
+        compute = self.component.runsettings.compute or self.default_compute
+        if not compute:
+            raise AzureMLError(
+                f"submitting '{self.name}' needs a compute target. Fix: type the name of a "
+                "compute cluster in the compute field (or %config DistComp.compute = 'NAME')."
+            )
+        self.worker.say(f"submitting {self.name} to {compute}...", "busy")
+        client = self._client_factory() if self._client_factory else make_ml_client()
+        job = submit(self.component, client, compute=compute, experiment_name=self.experiment_name)
+        self.last_job = job
+        summary = JobSummary(job, spec_name=self.name)
+        text = f"submitted job {summary.name} ({summary.status}) to {compute}"
+        link_html = ""
+        if summary.studio_url:
+            href = escape(summary.studio_url, quote=True)
+            link_html = f": <a href='{href}' target='_blank' rel='noopener'>Azure ML studio</a>"
+            text += f": {summary.studio_url}"
+        html = f"submitted job <b>{escape(summary.name)}</b> ({escape(summary.status)}) to "
+        self.worker.say_html(f"{html}{escape(compute)}{link_html}", text, "ok")
+
+    def stop(self) -> threading.Thread:
+        """Stop a running command and the ranks; in a thread, as stopping takes seconds."""
+
+        def stop() -> None:
+            self._stop_requested = True
+            cancelled = self.worker.action == "run the command" and self.worker.cancel()
+            try:
+                stopped = self._backend().stop(self.name)
+            except Exception as exc:
+                self.worker.say(f"stop failed: {exc}", "error")
+                return
+            self.worker.wait(30)
+            self.worker.show_progress(0, self.component.runsettings.resource_layout.world_size)
+            said = [f"Stopped the ranks of {self.name}."] if stopped else ["No ranks running."]
+            if cancelled:
+                said.insert(0, "Stopped the command on every rank.")
+            self.worker.say(" ".join(said), "info")
+
+        self._stopper = threading.Thread(target=stop, name="distcomp-panel-stop", daemon=True)
+        self._stopper.start()
+        return self._stopper
+
+    def wait(self, timeout: float | None = 60) -> bool:
+        """Until the running action (and a stop) ended; for tests and scripts."""
+        done = self.worker.wait(timeout)
+        if self._stopper is not None:
+            self._stopper.join(timeout)
+            done = done and not self._stopper.is_alive()
+        return done

@@ -1,0 +1,83 @@
+"""Nodes x processes per node (and TensorFlow's workers / parameter servers), linked to the
+component's ``ResourceLayout`` with ``traitlets.link``: the layout object is the value, the
+controls are only views of it, so ``configure()``, ``%distcomp env --instance-count`` and the
+controls can never disagree."""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+import ipywidgets as w
+from traitlets import link
+
+#: no clamping of a layout set from Python (a BoundedIntText clamps to its max)
+MAX_COUNT = 100_000
+_NUMBER = w.Layout(width="190px")
+_STYLE = {"description_width": "initial"}
+
+
+def _count(description: str, css: str, minimum: int, tooltip: str) -> w.BoundedIntText:
+    control = w.BoundedIntText(
+        value=max(minimum, 1),
+        min=minimum,
+        max=MAX_COUNT,
+        description=description,
+        tooltip=tooltip,
+        layout=_NUMBER,
+        style=_STYLE,
+    )
+    control.add_class(css)
+    return control
+
+
+class LayoutFields:
+    def __init__(self, component: Any):
+        self.layout = layout = component.runsettings.resource_layout
+        self.launcher_type = component.launcher_type
+        self.instance_count = _count(
+            "nodes", "distcomp-instance-count", 1, "instance_count (Azure ML: node_count)"
+        )
+        self.process_count = _count(
+            "processes per node",
+            "distcomp-process-count",
+            1,
+            "process_count_per_node (Azure ML: process_count_per_instance)",
+        )
+        self.links = [
+            link((layout, "instance_count"), (self.instance_count, "value")),
+            link((layout, "process_count_per_node"), (self.process_count, "value")),
+        ]
+        launcher = component.launcher.raw_type if component.launcher else None
+        shown = self.launcher_type or "none: one process (CommandComponent)"
+        if launcher and launcher.lower() != (self.launcher_type or "").lower():
+            shown += f" (spec: {launcher})"
+        self.launcher = w.HTML(f"launcher <b>{escape(shown)}</b>")
+        self.launcher.add_class("distcomp-launcher")
+        controls: list[w.Widget] = [self.instance_count, self.process_count, self.launcher]
+        self.worker_count = self.parameter_server_count = None
+        if self.launcher_type == "tensorflow":
+            self.worker_count = _count(
+                "workers (0 = all but ps)",
+                "distcomp-worker-count",
+                0,
+                "worker_count; 0 leaves it unset: every rank that is not a parameter server",
+            )
+            self.parameter_server_count = _count(
+                "parameter servers", "distcomp-ps-count", 0, "parameter_server_count"
+            )
+            self.links += [
+                link(
+                    (layout, "worker_count"),
+                    (self.worker_count, "value"),
+                    transform=(lambda v: 0 if v is None else v, lambda v: v or None),
+                ),
+                link((layout, "parameter_server_count"), (self.parameter_server_count, "value")),
+            ]
+            controls[2:2] = [self.worker_count, self.parameter_server_count]
+        self.box = w.HBox(controls, layout=w.Layout(flex_flow="row wrap", align_items="center"))
+        self.box.add_class("distcomp-layout")
+
+    def close(self) -> None:
+        for each in self.links:
+            each.unlink()

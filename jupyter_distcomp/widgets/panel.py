@@ -1,0 +1,267 @@
+"""The run-settings panel of one component: controls, live preview, actions.
+
+The panel holds no settings of its own: every control is a view of ``component.runsettings``
+(see fields.py and layout_fields.py), so what the panel shows is what ``configure()``, the
+``%distcomp`` flags, a local run and an Azure ML submission use. The buttons call the same
+functions as the magics (ranks backend, ``run_command``, ``export``, ``submit``), in a
+background thread (worker.py).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from html import escape
+from typing import Any
+
+import ipywidgets as w
+from traitlets import link
+
+from .actions import PanelActions
+from .fields import InputField, OutputField
+from .layout_fields import LayoutFields
+from .preview import preview_html, summary_text
+from .worker import Worker
+
+#: at most one update of the rank states per this many seconds
+RANK_UPDATE_SECONDS = 0.2
+BUTTONS = (
+    ("start", "start ranks", "play", "Start the local ranks of this layout (or reuse them)"),
+    ("run-command", "run command", "terminal", "Run the spec's command on local ranks"),
+    ("export", "export YAML", "download", "Write the Azure ML job YAML to the path"),
+    ("submit", "submit to Azure ML", "cloud-upload", "Submit the job to the compute target"),
+    ("stop", "stop ranks", "stop", "Stop the ranks (and a running command)"),
+)
+
+
+def _section(title: str, rows: list[w.Widget]) -> list[w.Widget]:
+    return [w.HTML(f"<b>{escape(title)}</b>"), *rows] if rows else []
+
+
+class RunSettingsPanel(PanelActions, w.VBox):
+    """``RunSettingsPanel(name, component)``; ``panel_for`` keeps one per component name."""
+
+    def __init__(
+        self,
+        name: str,
+        component: Any,
+        *,
+        master_addr: Any = "127.0.0.1",
+        backend: Callable[[], Any] | None = None,
+        ml_client: Callable[[], Any] | None = None,
+        default_compute: Any = None,
+        experiment_name: Any = None,
+    ):
+        self.name, self.component = name, component
+        self.set_options(
+            master_addr=master_addr,
+            backend=backend,
+            ml_client=ml_client,
+            default_compute=default_compute,
+            experiment_name=experiment_name,
+        )
+        self.last_job = None
+        self.closed = False
+        self._stop_requested = False
+        self._stopper: threading.Thread | None = None
+        settings = component.runsettings
+
+        self.layout_fields = LayoutFields(component)
+        self.input_fields = {n: InputField(i, settings) for n, i in component.inputs.items()}
+        self.output_fields = {
+            n: OutputField(o, component.name, settings) for n, o in component.outputs.items()
+        }
+        self.preview = w.HTML()
+        self.preview.add_class("distcomp-preview")
+        self.ranks_line = w.HTML("<small>ranks: not started</small>")
+        self.ranks_line.add_class("distcomp-ranks")
+        self.worker = Worker()
+        self.buttons: dict[str, w.Button] = {}
+        for key, text, icon, tip in BUTTONS:
+            button = w.Button(description=text, icon=icon, tooltip=tip)
+            button.add_class(f"distcomp-btn-{key}")
+            self.buttons[key] = button
+        self.buttons["stop"].button_style = "warning"
+        self.worker.buttons = [b for k, b in self.buttons.items() if k != "stop"]
+        self.export_path = w.Text(
+            value=f"{name}_job.yml", description="YAML path", layout=w.Layout(width="300px")
+        )
+        self.export_path.add_class("distcomp-export-path")
+        self.compute = w.Text(
+            placeholder=self.default_compute or "compute cluster name",
+            description="compute",
+            layout=w.Layout(width="260px"),
+        )
+        self.compute.add_class("distcomp-compute")
+        self._compute_link = link(
+            (settings, "compute"),
+            (self.compute, "value"),
+            transform=(lambda v: v or "", lambda v: v.strip() or None),
+        )
+        self._wire_buttons()
+
+        title = escape(component.display_name or component.name)
+        header = w.HTML(f"<b>{title}</b> <code>{escape(name)}</code>: run settings")
+        header.add_class("distcomp-header")
+        actions = w.HBox([self.buttons[k] for k in ("start", "run-command", "stop")])
+        azure = w.HBox([self.export_path, self.buttons["export"]])
+        submit = w.HBox([self.compute, self.buttons["submit"]])
+        progress = w.HBox([self.worker.progress, self.worker.progress_text, self.ranks_line])
+        super().__init__(
+            [
+                header,
+                self.layout_fields.box,
+                *_section("inputs", [f.box for f in self.input_fields.values()]),
+                *_section("outputs", [f.box for f in self.output_fields.values()]),
+                self.preview,
+                actions,
+                azure,
+                submit,
+                self.worker.status,
+                progress,
+                self.worker.log,
+            ]
+        )
+        self.add_class("distcomp-panel")
+        settings.observe(self._refresh, names=["inputs", "outputs", "compute"])
+        settings.resource_layout.observe(self._refresh)
+        self._listening = None
+        self._rank_lock = threading.Lock()
+        self._rank_event: dict | None = None
+        self._rank_timer: threading.Timer | None = None
+        self._listen()
+        self._refresh()
+
+    def set_options(
+        self,
+        *,
+        master_addr: str | Callable[[], str] = "127.0.0.1",
+        backend: Callable[[], Any] | None = None,
+        ml_client: Callable[[], Any] | None = None,
+        default_compute: str | Callable[[], str | None] | None = None,
+        experiment_name: str | Callable[[], str | None] | None = None,
+    ) -> None:
+        """Where the actions go: ``backend()`` gives the ranks backend (default: the kernel's),
+        ``ml_client()`` an MLClient (default: ``make_ml_client()``, from config.json); the
+        other options are values or callables giving the value at the time of use."""
+        self._master_addr = master_addr
+        self._default_compute = default_compute
+        self._experiment_name = experiment_name
+        self._backend_factory = backend
+        self._client_factory = ml_client
+
+    # the magics pass callables, so a later %config applies to an existing panel
+    @property
+    def master_addr(self) -> str:
+        return _now(self._master_addr) or "127.0.0.1"
+
+    @property
+    def default_compute(self) -> str | None:
+        return _now(self._default_compute)
+
+    @property
+    def experiment_name(self) -> str | None:
+        return _now(self._experiment_name)
+
+    # -- preview ------------------------------------------------------------------------
+    def _refresh(self, change: Any = None) -> None:
+        self.preview.value = preview_html(self.component, self.master_addr)
+        self.worker.progress.max = max(self.component.runsettings.resource_layout.world_size, 1)
+
+    def summary(self) -> str:
+        return summary_text(self.component, self.name, self.master_addr)
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict:
+        """The widget view where widgets render; a text summary everywhere else."""
+        bundle = super()._repr_mimebundle_(**kwargs) or {}
+        bundle["text/plain"] = self.summary()
+        return bundle
+
+    # -- ranks state --------------------------------------------------------------------
+    def _backend(self):
+        if self._backend_factory is not None:
+            return self._backend_factory()
+        from ..ranks import get_backend
+
+        return get_backend()
+
+    def _listen(self) -> None:
+        try:
+            backend = self._backend()
+        except Exception:  # no ranks support here: the buttons will say why
+            return
+        backend.add_listener(self._on_ranks)
+        self._listening = backend
+        world = backend.world(self.name) if hasattr(backend, "world") else None
+        if world is not None:
+            self._show_ranks(backend.event(world))
+
+    def _on_ranks(self, event: dict) -> None:
+        """Called by the backend (any thread) when a rank of any component changes state.
+
+        Coalesced: a cell on many ranks makes each go busy and idle, and one widget update
+        per RANK_UPDATE_SECONDS is all the eye can follow (and all the kernel should send).
+        """
+        if event.get("name") != self.name or self.closed:
+            return
+        with self._rank_lock:
+            self._rank_event = event
+            if self._rank_timer is not None:
+                return
+            self._rank_timer = threading.Timer(RANK_UPDATE_SECONDS, self._flush_ranks)
+            self._rank_timer.daemon = True
+            self._rank_timer.start()
+
+    def _flush_ranks(self) -> None:
+        with self._rank_lock:
+            event, self._rank_event, self._rank_timer = self._rank_event, None, None
+        if event is not None and not self.closed:
+            self._show_ranks(event)
+
+    def _show_ranks(self, event: dict) -> None:
+        ranks = event.get("ranks") or []
+        if event.get("stopped"):
+            self.ranks_line.value = "<small>ranks: stopped</small>"
+            return
+        counts: dict[str, int] = {}
+        for rank in ranks:
+            counts[rank["state"]] = counts.get(rank["state"], 0) + 1
+        states = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+        layout = f"{event.get('instance_count')}x{event.get('process_count_per_node')}"
+        self.ranks_line.value = f"<small>ranks ({layout}): {escape(states)}</small>"
+        if not self.worker.busy:
+            ready = counts.get("idle", 0) + counts.get("busy", 0)
+            self.worker.show_progress(ready, len(ranks))
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def close(self) -> None:
+        """Detach from the settings and the backend, then remove the widgets."""
+        if self.closed:
+            return
+        self.closed = True
+        settings = self.component.runsettings
+        settings.unobserve(self._refresh, names=["inputs", "outputs", "compute"])
+        settings.resource_layout.unobserve(self._refresh)
+        self._compute_link.unlink()
+        self.layout_fields.close()
+        for field in (*self.input_fields.values(), *self.output_fields.values()):
+            field.close()
+        if self._listening is not None:
+            self._listening.remove_listener(self._on_ranks)
+        with self._rank_lock:
+            if self._rank_timer is not None:
+                self._rank_timer.cancel()
+        for child in _descendants(self):
+            child.close()
+        super().close()
+
+
+def _now(value: Any) -> Any:
+    return value() if callable(value) else value
+
+
+def _descendants(widget: w.Widget) -> list[w.Widget]:
+    found = []
+    for child in getattr(widget, "children", ()):
+        found += [*_descendants(child), child]
+    return found

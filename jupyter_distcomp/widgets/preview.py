@@ -1,0 +1,174 @@
+"""What a run with the current settings would be: world size, each rank's variables, and the
+command rank 0 executes. Pure functions of the component (no widgets), so the panel's preview
+and its text fallback (terminals, nbconvert) say the same thing.
+
+A setting that cannot run yet (a TensorFlow worker count that does not add up, a required
+input without value) is shown as a message in the preview: the user is mid-edit, so it is
+information, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from ..errors import DistcompError
+
+#: ranks shown in the table; larger worlds show the first and last ones
+MAX_ROWS = 8
+#: stands in for the port each run picks when its ranks start
+PREVIEW_PORT = 29500
+
+
+def _layout_line(component: Any) -> str:
+    layout = component.runsettings.resource_layout
+    line = (
+        f"world size {layout.world_size} = {layout.instance_count} node(s) x "
+        f"{layout.process_count_per_node} process(es) per node"
+    )
+    if component.launcher_type == "tensorflow":
+        workers = layout.worker_count
+        line += (
+            f"; {layout.world_size - layout.parameter_server_count if workers is None else workers}"
+            f" worker(s), {layout.parameter_server_count} parameter server(s)"
+        )
+    return line
+
+
+def _tf_task(value: str) -> str:
+    try:
+        task = json.loads(value)["task"]
+        return f"{task['type']} {task['index']}"
+    except (ValueError, KeyError, TypeError):
+        return value
+
+
+def rank_rows(component: Any, master_addr: str) -> tuple[list[str], list[list[str]], dict]:
+    """(header, rows, variables equal on every rank); rows are cut to MAX_ROWS (with '...')."""
+    from ..layout import rank_table
+
+    launcher = component.launcher_type
+    if launcher is None:
+        return [], [], {}
+    envs = component.rank_environments(master_addr=master_addr, master_port=PREVIEW_PORT)
+    layout = component.runsettings.resource_layout
+    table = rank_table(launcher, envs, layout.process_count_per_node)
+    fixed = ("rank", "node", "local rank")
+    names = [k for k in table[0] if k not in fixed]
+    same = {k: table[0][k] for k in names if _same(table, k)}  # shown once, under the table
+    header = [
+        *fixed,
+        *(k if k != "TF_CONFIG" else "TF_CONFIG task" for k in names if k not in same),
+    ]
+    rows = []
+    for row in table:
+        cells = [row[k] for k in fixed]
+        for k in names:
+            if k not in same:
+                cells.append(_tf_task(row[k]) if k == "TF_CONFIG" else row[k])
+        rows.append(cells)
+    if len(rows) > MAX_ROWS:
+        rows = [*rows[: MAX_ROWS - 2], ["..."] * len(header), rows[-1]]
+    return header, rows, same
+
+
+def _same(table: list[dict], key: str) -> bool:
+    return len({row.get(key) for row in table}) == 1
+
+
+def preview_values(component: Any) -> tuple[dict, dict]:
+    """The inputs and outputs a run would bind: the settings (each value checked against its
+    spec type: raises SpecError), unset outputs at their default folder."""
+    from ..spec import coerce_value
+
+    settings = component.runsettings
+    inputs = {
+        name: coerce_value(component.inputs[name], value) if name in component.inputs else value
+        for name, value in settings.inputs.items()
+    }
+    outputs = {
+        name: settings.outputs.get(name) or str(Path("outputs") / component.name / name)
+        for name in component.outputs
+    }
+    return inputs, outputs
+
+
+def command_line(component: Any) -> str:
+    """Rank 0's command line, or raises DistcompError saying what is missing."""
+    inputs, outputs = preview_values(component)
+    return shlex.join(str(a) for a in component.render_command(inputs, outputs))
+
+
+def _try(func: Any, *args: Any) -> tuple[Any, str]:
+    try:
+        return func(*args), ""
+    except DistcompError as exc:
+        return None, str(exc)
+
+
+def preview_html(component: Any, master_addr: str = "127.0.0.1") -> str:
+    parts = [f"<div><b>{escape(_layout_line(component))}</b></div>"]
+    table, problem = _try(rank_rows, component, master_addr)
+    if problem:
+        parts.append(
+            f"<div class='distcomp-preview-error' style='color:#c00'>{escape(problem)}</div>"
+        )
+    elif table and table[0]:
+        header, rows, same = table
+        head = "".join(f"<th>{escape(h)}</th>" for h in header)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in rows
+        )
+        parts.append(
+            "<table class='distcomp-rank-table' style='border-collapse:collapse;font-size:90%'>"
+            f"<tr>{head}</tr>{body}</table>"
+        )
+        if same:
+            shared = ", ".join(f"{k}={v}" for k, v in same.items())
+            parts.append(f"<div><small>on every rank: <code>{escape(shared)}</code></small></div>")
+    command, problem = _try(command_line, component)
+    if problem:
+        parts.append(
+            "<div class='distcomp-command-error' style='color:#a60'>command: cannot be "
+            f"rendered yet: {escape(problem)}</div>"
+        )
+    else:
+        parts.append(f"<div>rank 0 runs: <code>{escape(command)}</code></div>")
+    style = "<style>.distcomp-rank-table td,.distcomp-rank-table th{padding:1px 8px}</style>"
+    return style + "".join(parts)
+
+
+def summary_text(component: Any, name: str, master_addr: str = "127.0.0.1") -> str:
+    """The panel as text: what a terminal or nbconvert shows instead of the controls."""
+    settings = component.runsettings
+    lines = [f"distcomp run settings of {name} ({component.launcher_type or 'no launcher'})"]
+    lines.append(f"  layout:  {_layout_line(component)}")
+    for inp in component.inputs.values():
+        if inp.name in settings.inputs:
+            shown = repr(settings.inputs[inp.name])
+        elif inp.is_parameter and inp.default is not None:
+            shown = f"{inp.default!r} (default)"
+        else:
+            shown = "unset" + ("" if inp.optional else " (required)")
+        lines.append(f"  input   {inp.name} = {shown}")
+    for out_name in component.outputs:
+        path = settings.outputs.get(out_name) or str(Path("outputs") / component.name / out_name)
+        lines.append(f"  output  {out_name} -> {path}")
+    if settings.compute:
+        lines.append(f"  compute: {settings.compute}")
+    table, problem = _try(rank_rows, component, master_addr)
+    if problem:
+        lines.append(f"  layout problem: {problem}")
+    elif table and table[0]:
+        header, rows, same = table
+        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+        fmt = "    " + "  ".join(f"{{:<{n}}}" for n in widths)
+        lines += [fmt.format(*header).rstrip()] + [fmt.format(*r).rstrip() for r in rows]
+        if same:
+            lines.append("    on every rank: " + ", ".join(f"{k}={v}" for k, v in same.items()))
+    command, problem = _try(command_line, component)
+    lines.append(f"  rank 0 runs: {command}" if command else f"  command: {problem}")
+    return "\n".join(lines)

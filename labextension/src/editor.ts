@@ -1,0 +1,136 @@
+/**
+ * Spec cells in the editor: YAML highlighting and live diagnostics.
+ *
+ * Highlighting switches the cell's mimetype to YAML while its first line is `%%distcomp` or
+ * `%%distcomp NAME` (JupyterLab then loads its YAML CodeMirror language for that cell only).
+ * The notebook resets every code cell's mimetype when the kernel's language_info arrives,
+ * and languages load asynchronously, so setting it once loses that race: we re-apply when
+ * the mimetype changes under us, after the YAML language has loaded, and once more on the
+ * next tick.
+ *
+ * Diagnostics are a CodeMirror lint source added to every editor through JupyterLab's
+ * editor-extension registry; it returns nothing unless the editor holds a spec cell.
+ */
+import { linter } from '@codemirror/lint';
+import { EditorView } from '@codemirror/view';
+import { EditorExtensionRegistry, IEditorExtensionRegistry, IEditorLanguageRegistry } from '@jupyterlab/codemirror';
+import { ICellModel } from '@jupyterlab/cells';
+import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+
+import { isSpecCell } from './detection';
+import { editorDiagnostics } from './editorDiagnostics';
+
+export const YAML_MIMETYPE = 'text/x-yaml';
+
+/** The plugin's settings (schema/plugin.json), read live. */
+export interface IEditorSettings {
+  highlighting: boolean;
+  diagnostics: boolean;
+  diagnosticsDelay: number;
+}
+
+export function registerDiagnostics(registry: IEditorExtensionRegistry, settings: IEditorSettings): void {
+  registry.addExtension({
+    name: 'jupyter-distcomp:diagnostics',
+    factory: () =>
+      EditorExtensionRegistry.createImmutableExtension(
+        linter((view: EditorView) => (settings.diagnostics ? editorDiagnostics(view.state.doc.toString()) : []), {
+          delay: settings.diagnosticsDelay
+        })
+      )
+  });
+}
+
+/** Keeps each code cell's mimetype YAML exactly while it is a spec cell. */
+export class SpecHighlighter {
+  constructor(
+    private tracker: INotebookTracker,
+    private languages: IEditorLanguageRegistry,
+    private settings: IEditorSettings
+  ) {
+    tracker.widgetAdded.connect((_, panel) => this.watch(panel));
+    tracker.forEach(panel => this.watch(panel));
+  }
+
+  /** Re-evaluate every open notebook (after a settings change). */
+  refresh(): void {
+    this.tracker.forEach(panel => this.forEachCell(panel, model => this.apply(panel, model)));
+  }
+
+  private watch(panel: NotebookPanel): void {
+    const hook = () => {
+      const cells = panel.content.model?.cells;
+      if (!cells) {
+        return;
+      }
+      this.forEachCell(panel, model => this.wire(panel, model));
+      cells.changed.connect((_, change) => {
+        if (change.type === 'add') {
+          change.newValues.forEach(model => this.wire(panel, model));
+        }
+      });
+    };
+    if (panel.content.model) {
+      hook();
+    } else {
+      panel.content.modelChanged.connect(hook);
+    }
+  }
+
+  private forEachCell(panel: NotebookPanel, callback: (model: ICellModel) => void): void {
+    const cells = panel.content.model?.cells;
+    if (cells) {
+      for (let i = 0; i < cells.length; i++) {
+        callback(cells.get(i));
+      }
+    }
+  }
+
+  private wire(panel: NotebookPanel, model: ICellModel): void {
+    if (model.type !== 'code' || wired.has(model)) {
+      return;
+    }
+    wired.add(model);
+    const apply = () => this.apply(panel, model);
+    model.contentChanged.connect(apply);
+    model.mimeTypeChanged.connect((_, change) => {
+      if (!toggling.has(model) && change.newValue !== this.wanted(panel, model)) {
+        // The notebook reset it (language_info arrived). The editor is now loading that
+        // language asynchronously: wait until both languages are loaded, then set ours
+        // last, so the editor's final language is YAML.
+        void Promise.all([
+          this.languages.getLanguage(change.newValue),
+          this.languages.getLanguage(YAML_MIMETYPE)
+        ]).then(() => setTimeout(() => this.apply(panel, model, true), 0));
+      }
+    });
+    apply();
+  }
+
+  private wanted(panel: NotebookPanel, model: ICellModel): string {
+    const spec = this.settings.highlighting && isSpecCell(model.sharedModel.getSource());
+    return spec ? YAML_MIMETYPE : panel.content.codeMimetype;
+  }
+
+  /** Set the wanted mimetype; `force` re-sets it so the editor reloads its language. */
+  private apply(panel: NotebookPanel, model: ICellModel, force = false): void {
+    if (model.isDisposed) {
+      return;
+    }
+    const wanted = this.wanted(panel, model);
+    if (model.mimeType !== wanted) {
+      model.mimeType = wanted;
+    } else if (force && wanted === YAML_MIMETYPE) {
+      toggling.add(model);
+      try {
+        model.mimeType = panel.content.codeMimetype;
+        model.mimeType = wanted;
+      } finally {
+        toggling.delete(model);
+      }
+    }
+  }
+}
+
+const wired = new WeakSet<ICellModel>();
+const toggling = new WeakSet<ICellModel>();

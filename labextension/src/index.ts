@@ -1,0 +1,127 @@
+/**
+ * jupyter-distcomp for JupyterLab: one plugin per feature.
+ *  - jupyter-distcomp:plugin     spec cells as YAML, live diagnostics (settings: schema/plugin.json)
+ *  - jupyter-distcomp:ranks      the ranks sidebar, the status bar item, "Show ranks panel"
+ *  - jupyter-distcomp:templates  "Insert %%distcomp template" commands for each launcher
+ */
+import { ILabShell, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import { ICommandPalette } from '@jupyterlab/apputils';
+import { IEditorExtensionRegistry, IEditorLanguageRegistry } from '@jupyterlab/codemirror';
+import { INotebookTracker, NotebookActions } from '@jupyterlab/notebook';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { IStatusBar } from '@jupyterlab/statusbar';
+
+import { IEditorSettings, registerDiagnostics, SpecHighlighter } from './editor';
+import { RanksService } from './ranks';
+import { RanksPanel, RanksStatus } from './ranksPanel';
+import { templateSource, TEMPLATES } from './templates';
+
+namespace CommandIDs {
+  export const showRanks = 'distcomp:show-ranks';
+  export const insertTemplate = 'distcomp:insert-template';
+}
+
+const CATEGORY = 'Distributed components';
+const PLUGIN_ID = 'jupyter-distcomp:plugin';
+
+const editorPlugin: JupyterFrontEndPlugin<void> = {
+  id: PLUGIN_ID,
+  description: '%%distcomp cells highlighted as YAML, with live diagnostics from the spec schema.',
+  autoStart: true,
+  requires: [INotebookTracker, IEditorLanguageRegistry, IEditorExtensionRegistry],
+  optional: [ISettingRegistry],
+  activate: (
+    app: JupyterFrontEnd,
+    tracker: INotebookTracker,
+    languages: IEditorLanguageRegistry,
+    extensions: IEditorExtensionRegistry,
+    settingRegistry: ISettingRegistry | null
+  ) => {
+    const settings: IEditorSettings = { highlighting: true, diagnostics: true, diagnosticsDelay: 300 };
+    registerDiagnostics(extensions, settings);
+    const highlighter = new SpecHighlighter(tracker, languages, settings);
+    if (settingRegistry) {
+      void settingRegistry.load(PLUGIN_ID).then(loaded => {
+        const update = () => {
+          settings.highlighting = loaded.get('highlighting').composite as boolean;
+          settings.diagnostics = loaded.get('diagnostics').composite as boolean;
+          settings.diagnosticsDelay = loaded.get('diagnosticsDelay').composite as number;
+          highlighter.refresh();
+        };
+        loaded.changed.connect(update);
+        update();
+      });
+    }
+  }
+};
+
+const ranksPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyter-distcomp:ranks',
+  description: 'A sidebar and a status bar item with the state of each rank of the active notebook.',
+  autoStart: true,
+  requires: [INotebookTracker],
+  optional: [ILabShell, IStatusBar, ICommandPalette],
+  activate: (
+    app: JupyterFrontEnd,
+    tracker: INotebookTracker,
+    labShell: ILabShell | null,
+    statusBar: IStatusBar | null,
+    palette: ICommandPalette | null
+  ) => {
+    const service = new RanksService(tracker);
+    const panel = new RanksPanel(service);
+    app.shell.add(panel, 'right', { rank: 900 });
+    app.commands.addCommand(CommandIDs.showRanks, {
+      label: 'Show distcomp ranks panel',
+      caption: 'The ranks of the active notebook: layout, state, interrupt/restart/stop',
+      execute: () => app.shell.activateById(panel.id)
+    });
+    palette?.addItem({ command: CommandIDs.showRanks, category: CATEGORY });
+    if (statusBar) {
+      const item = new RanksStatus(service, () => void app.commands.execute(CommandIDs.showRanks));
+      statusBar.registerStatusItem('jupyter-distcomp:ranks-status', {
+        item,
+        align: 'left',
+        rank: 4,
+        isActive: () => item.visible,
+        activeStateChanged: service.activeChanged
+      });
+    }
+  }
+};
+
+const templatesPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyter-distcomp:templates',
+  description: 'Commands that insert a %%distcomp spec cell for each launcher type.',
+  autoStart: true,
+  requires: [INotebookTracker],
+  optional: [ICommandPalette],
+  activate: (app: JupyterFrontEnd, tracker: INotebookTracker, palette: ICommandPalette | null) => {
+    app.commands.addCommand(CommandIDs.insertTemplate, {
+      label: args => {
+        const template = TEMPLATES.find(t => t.launcher === args.launcher);
+        return `Insert %%distcomp template: ${template?.label ?? 'component'}`;
+      },
+      caption: 'A new cell below with a distributed component spec to edit',
+      isEnabled: () => tracker.currentWidget !== null,
+      execute: args => {
+        const panel = tracker.currentWidget;
+        const template = TEMPLATES.find(t => t.launcher === args.launcher) ?? TEMPLATES[0];
+        if (!panel) {
+          return;
+        }
+        NotebookActions.insertBelow(panel.content);
+        const cell = panel.content.activeCell;
+        if (cell && cell.model.type !== 'code') {
+          NotebookActions.changeCellType(panel.content, 'code');
+        }
+        panel.content.activeCell?.model.sharedModel.setSource(templateSource(template));
+      }
+    });
+    for (const template of TEMPLATES) {
+      palette?.addItem({ command: CommandIDs.insertTemplate, category: CATEGORY, args: { launcher: template.launcher } });
+    }
+  }
+};
+
+export default [editorPlugin, ranksPlugin, templatesPlugin];

@@ -1,0 +1,212 @@
+/**
+ * The ranks of each kernel, as told by the kernel over the `jupyter_distcomp` comm
+ * (see jupyter_distcomp/comm.py for why a comm and why the kernel opens it).
+ */
+import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+import { Kernel, KernelMessage } from '@jupyterlab/services';
+import { ISignal, Signal } from '@lumino/signaling';
+
+export const COMM_TARGET = 'jupyter_distcomp';
+
+export type RankState = 'starting' | 'idle' | 'busy' | 'dead' | string;
+
+export interface IRank {
+  rank: number;
+  node: number;
+  local_rank: number;
+  state: RankState;
+  pid: number | null;
+}
+
+export interface IWorld {
+  name: string;
+  instance_count: number;
+  process_count_per_node: number;
+  stopped?: boolean;
+  ranks: IRank[];
+}
+
+export type RankAction = 'interrupt' | 'restart' | 'stop';
+
+/** What one kernel told us: its worlds, and the last result of a panel action. */
+export class KernelRanks {
+  readonly worlds = new Map<string, IWorld>();
+  message = '';
+  private comm: Kernel.IComm | null = null;
+  private _changed = new Signal<this, void>(this);
+
+  constructor(readonly kernel: Kernel.IKernelConnection) {}
+
+  get changed(): ISignal<this, void> {
+    return this._changed;
+  }
+
+  /** True once the kernel has loaded jupyter_distcomp (its comm is open). */
+  get connected(): boolean {
+    return this.comm !== null && !this.comm.isDisposed;
+  }
+
+  get rankCount(): number {
+    let count = 0;
+    this.worlds.forEach(world => (count += world.ranks.length));
+    return count;
+  }
+
+  adopt(comm: Kernel.IComm, first?: KernelMessage.ICommOpenMsg | KernelMessage.ICommMsgMsg): void {
+    this.comm = comm;
+    comm.onMsg = msg => this.receive(msg.content.data);
+    comm.onClose = () => {
+      if (this.comm === comm) {
+        this.comm = null;
+        this.worlds.clear();
+        this._changed.emit();
+      }
+    };
+    if (first) {
+      this.receive(first.content.data);
+    }
+    this._changed.emit();
+  }
+
+  /** The kernel went idle: an interrupt we asked for is done. */
+  kernelIdle(): void {
+    if (this.message.startsWith('Interrupting')) {
+      this.message = 'Interrupted.';
+      this._changed.emit();
+    }
+  }
+
+  /** The kernel restarted or died: what we knew is gone. */
+  reset(): void {
+    this.comm = null;
+    this.worlds.clear();
+    this.message = '';
+    this._changed.emit();
+  }
+
+  /**
+   * Ask the kernel to act on a component's ranks. Interrupting a busy kernel goes through a
+   * kernel interrupt: comm messages wait on the shell channel until the running cell ends,
+   * and the magics turn a kernel interrupt into SIGINT on every rank.
+   */
+  request(action: RankAction, name: string): void {
+    if (action === 'interrupt' && this.kernel.status === 'busy') {
+      this.message = `Interrupting the kernel (and with it the ranks of ${name})...`;
+      void this.kernel.interrupt();
+    } else if (this.connected) {
+      this.message =
+        this.kernel.status === 'busy' ? `${action} ${name}: queued until the running cell ends.` : `${action} ${name}...`;
+      this.comm!.send({ action, name });
+    }
+    this._changed.emit();
+  }
+
+  private receive(data: unknown): void {
+    const message = data as { type?: string; worlds?: IWorld[]; world?: IWorld; ok?: boolean; message?: string };
+    if (message.type === 'snapshot') {
+      this.worlds.clear();
+      (message.worlds ?? []).forEach(world => this.worlds.set(world.name, world));
+    } else if (message.type === 'world' && message.world) {
+      if (message.world.stopped) {
+        this.worlds.delete(message.world.name);
+      } else {
+        this.worlds.set(message.world.name, message.world);
+      }
+    } else if (message.type === 'result') {
+      this.message = `${message.ok ? '' : 'Failed: '}${message.message ?? ''}`;
+    }
+    this._changed.emit();
+  }
+}
+
+/** Connects to the distcomp comm of every notebook kernel; follows the active notebook. */
+export class RanksService {
+  private byKernel = new WeakMap<Kernel.IKernelConnection, KernelRanks>();
+  private _activeChanged = new Signal<this, void>(this);
+  private _active: KernelRanks | null = null;
+
+  constructor(private tracker: INotebookTracker) {
+    tracker.widgetAdded.connect((_, panel) => this.watch(panel));
+    tracker.forEach(panel => this.watch(panel));
+    tracker.currentChanged.connect(() => this.follow());
+    this.follow();
+  }
+
+  /** Emitted when the active notebook changes or its kernel's ranks change. */
+  get activeChanged(): ISignal<this, void> {
+    return this._activeChanged;
+  }
+
+  get active(): KernelRanks | null {
+    return this._active;
+  }
+
+  private watch(panel: NotebookPanel): void {
+    const context = panel.sessionContext;
+    const attach = () => {
+      const kernel = context.session?.kernel;
+      if (kernel) {
+        this.ranksOf(kernel);
+      }
+      if (this.tracker.currentWidget === panel) {
+        this.follow();
+      }
+    };
+    context.kernelChanged.connect(attach);
+    void context.ready.then(attach);
+    attach();
+  }
+
+  private ranksOf(kernel: Kernel.IKernelConnection): KernelRanks {
+    let ranks = this.byKernel.get(kernel);
+    if (ranks) {
+      return ranks;
+    }
+    const created = new KernelRanks(kernel);
+    ranks = created;
+    this.byKernel.set(kernel, created);
+    kernel.registerCommTarget(COMM_TARGET, (comm, msg) => created.adopt(comm, msg));
+    kernel.statusChanged.connect((_, status) => {
+      if (status === 'restarting' || status === 'autorestarting' || status === 'dead') {
+        created.reset();
+      } else if (status === 'idle') {
+        created.kernelIdle();
+      }
+    });
+    void this.reconnect(created);
+    return created;
+  }
+
+  /**
+   * After a page reload the kernel still has the comm it opened for the previous page: when
+   * comm_info lists one, the kernel has loaded distcomp and we open our own comm to it.
+   */
+  private async reconnect(ranks: KernelRanks): Promise<void> {
+    try {
+      const reply = await ranks.kernel.requestCommInfo({ target_name: COMM_TARGET });
+      const content = reply.content as { status: string; comms?: Record<string, unknown> };
+      if (content.status === 'ok' && Object.keys(content.comms ?? {}).length && !ranks.connected) {
+        const comm = ranks.kernel.createComm(COMM_TARGET);
+        ranks.adopt(comm);
+        void comm.open({});
+      }
+    } catch {
+      // a kernel without comm_info or one that went away: the next comm_open will do
+    }
+  }
+
+  private follow(): void {
+    const kernel = this.tracker.currentWidget?.sessionContext.session?.kernel ?? null;
+    const next = kernel ? this.ranksOf(kernel) : null;
+    if (next !== this._active) {
+      this._active?.changed.disconnect(this.emit, this);
+      this._active = next;
+      next?.changed.connect(this.emit, this);
+    }
+    this.emit();
+  }
+
+  private emit(): void {
+    this._activeChanged.emit();
+  }
+}

@@ -1,0 +1,131 @@
+/**
+ * The ranks sidebar and the "distcomp: N ranks" status bar item, for the active notebook.
+ * Plain DOM: the panel is a few tables redrawn on each change, a handful of times a second
+ * at most, so React would add weight and nothing else.
+ */
+import { LabIcon } from '@jupyterlab/ui-components';
+import { Widget } from '@lumino/widgets';
+
+import { IWorld, KernelRanks, RankAction, RanksService } from './ranks';
+
+const ICON_SVG =
+  '<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" viewBox="0 0 16 16"><g class="jp-icon3" fill="#616161">' +
+  '<rect x="1" y="2" width="6" height="5" rx="1"/><rect x="9" y="2" width="6" height="5" rx="1"/>' +
+  '<rect x="1" y="9" width="6" height="5" rx="1"/><rect x="9" y="9" width="6" height="5" rx="1"/></g></svg>';
+
+export const ranksIcon = new LabIcon({ name: 'jupyter-distcomp:ranks', svgstr: ICON_SVG });
+
+const ACTIONS: [RankAction, string, string][] = [
+  ['interrupt', 'Interrupt', 'SIGINT to the busy ranks (interrupts the running cell)'],
+  ['restart', 'Restart', 'Stop the ranks and start a fresh world with the same layout'],
+  ['stop', 'Stop', 'Stop every rank of this component']
+];
+
+export class RanksPanel extends Widget {
+  constructor(private service: RanksService) {
+    super();
+    this.id = 'jupyter-distcomp-ranks';
+    this.addClass('distcomp-ranks-panel');
+    this.title.icon = ranksIcon;
+    this.title.caption = 'distcomp ranks';
+    service.activeChanged.connect(this.render, this);
+    this.render();
+  }
+
+  render(): void {
+    const ranks = this.service.active;
+    const node = this.node;
+    node.textContent = '';
+    node.appendChild(element('h2', 'distcomp-ranks-title', 'Distributed ranks'));
+    if (!ranks) {
+      node.appendChild(element('p', 'distcomp-ranks-empty', 'Open a notebook to see its ranks.'));
+      return;
+    }
+    if (!ranks.connected) {
+      node.appendChild(element('p', 'distcomp-ranks-empty', 'This kernel has not loaded jupyter_distcomp (%load_ext jupyter_distcomp).'));
+      return;
+    }
+    if (ranks.worlds.size === 0) {
+      node.appendChild(element('p', 'distcomp-ranks-empty', 'No running ranks. A %%distcomp run cell starts them.'));
+    }
+    ranks.worlds.forEach(world => node.appendChild(this.renderWorld(ranks, world)));
+    if (ranks.message) {
+      node.appendChild(element('p', 'distcomp-ranks-message', ranks.message));
+    }
+  }
+
+  private renderWorld(ranks: KernelRanks, world: IWorld): HTMLElement {
+    const section = element('section', 'distcomp-world');
+    section.dataset.name = world.name;
+    const size = world.ranks.length;
+    section.appendChild(element('h3', 'distcomp-world-name', world.name));
+    section.appendChild(
+      element(
+        'div',
+        'distcomp-world-layout',
+        `${world.instance_count} node${world.instance_count === 1 ? '' : 's'} x ${world.process_count_per_node} process${world.process_count_per_node === 1 ? '' : 'es'} per node = ${size} rank${size === 1 ? '' : 's'}`
+      )
+    );
+    const buttons = element('div', 'distcomp-world-actions');
+    for (const [action, label, caption] of ACTIONS) {
+      const button = element('button', `jp-mod-styled distcomp-ranks-${action}`, label) as HTMLButtonElement;
+      button.title = caption;
+      button.onclick = () => ranks.request(action, world.name);
+      buttons.appendChild(button);
+    }
+    section.appendChild(buttons);
+    const table = element('table', 'distcomp-rank-table');
+    const head = element('tr');
+    ['rank', 'node', 'local', 'state', 'pid'].forEach(h => head.appendChild(element('th', '', h)));
+    table.appendChild(head);
+    for (const rank of world.ranks) {
+      const row = element('tr', 'distcomp-rank');
+      row.dataset.rank = String(rank.rank);
+      row.dataset.state = rank.state;
+      [rank.rank, rank.node, rank.local_rank].forEach(v => row.appendChild(element('td', '', String(v))));
+      row.appendChild(element('td', `distcomp-rank-state distcomp-state-${rank.state}`, rank.state));
+      row.appendChild(element('td', 'distcomp-rank-pid', rank.pid === null ? '' : String(rank.pid)));
+      table.appendChild(row);
+    }
+    section.appendChild(table);
+    return section;
+  }
+}
+
+/** "distcomp: N ranks" in the status bar; a click shows the panel. */
+export class RanksStatus extends Widget {
+  constructor(
+    private service: RanksService,
+    onClick: () => void
+  ) {
+    super();
+    this.addClass('distcomp-ranks-status');
+    this.node.title = 'Ranks of this notebook (click for the ranks panel)';
+    this.node.onclick = onClick;
+    service.activeChanged.connect(this.render, this);
+    this.render();
+  }
+
+  /** Shown only for a kernel that loaded jupyter_distcomp. */
+  get visible(): boolean {
+    return this.service.active?.connected ?? false;
+  }
+
+  render(): void {
+    const ranks = this.service.active;
+    const count = ranks?.rankCount ?? 0;
+    const busy = [...(ranks?.worlds.values() ?? [])].flatMap(w => w.ranks).filter(r => r.state === 'busy').length;
+    this.node.textContent = `distcomp: ${count} rank${count === 1 ? '' : 's'}${busy ? ` (${busy} busy)` : ''}`;
+  }
+}
+
+function element(tag: string, className = '', text = ''): HTMLElement {
+  const node = document.createElement(tag);
+  if (className) {
+    node.className = className;
+  }
+  if (text) {
+    node.textContent = text;
+  }
+  return node;
+}

@@ -1,0 +1,286 @@
+"""The JupyterLab extension in a real JupyterLab, driven in headless Debian Chromium.
+
+One server and one browser for the module (a cold start costs ~10 s); each test opens its
+own notebook with ``?reset`` and saves a screenshot under test-output/browser/.
+"""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+import pytest
+
+from .browser_support import (
+    LabServer,
+    cell,
+    command,
+    languages,
+    launch_browser,
+    open_notebook,
+    screenshot,
+    wait_kernel_idle,
+    wait_language,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+SPEC = """\
+name: browser_demo
+version: 0.0.1
+type: DistributedComponent
+description: a spec typed in a notebook
+inputs:
+  n:
+    type: Integer
+    default: 2
+outputs:
+  out:
+    type: AnyDirectory
+launcher:
+  type: mpi
+  additional_arguments: python train.py --n {inputs.n} --out {outputs.out}
+"""
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    server = LabServer(tmp_path_factory.mktemp("lab"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        context = launch_browser(playwright, tmp_path_factory.mktemp("chromium"))
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+@pytest.fixture
+def page(browser, request):
+    page = browser.new_page()
+    yield page
+    screenshot(page, f"{request.node.name}-final")
+    page.close()
+
+
+def test_spec_cell_is_yaml_and_run_cell_stays_python(lab, page):
+    url = lab.write_notebook(
+        "highlight.ipynb",
+        [f"%%distcomp demo\n{SPEC}", "%%distcomp run demo\nprint('hello', mpi_rank)", "x = 1"],
+    )
+    open_notebook(page, url)
+    # after the kernel's language_info reset every code cell to Python, the spec stays YAML
+    time.sleep(1.0)
+    assert languages(page) == ["yaml", "python", "python"]
+    spec_tokens = cell(page, 0).locator(".cm-line span[class]").count()
+    assert spec_tokens >= 10, "the YAML body has no highlighted tokens"
+    screenshot(page, "highlight-loaded")
+
+    # switching live: typing the magic line makes a cell YAML, removing it makes it Python
+    editor = cell(page, 2).locator(".cm-content")
+    editor.click()
+    page.keyboard.press("Control+Home")
+    page.keyboard.type("%%distcomp live\n")
+    wait_language(page, 2, "yaml")
+    screenshot(page, "highlight-typed")
+    page.keyboard.press("Control+Home")
+    page.keyboard.press("Shift+End")
+    page.keyboard.press("Delete")
+    wait_language(page, 2, "python")
+    assert languages(page) == ["yaml", "python", "python"]
+
+    # the palette's template command inserts a spec cell: YAML, and valid (no marks)
+    command(page, "distcomp:insert-template", {"launcher": "torch.distributed"})
+    page.wait_for_function(
+        "() => window.jupyterapp.shell.currentWidget.content.widgets.length === 4", timeout=10_000
+    )
+    wait_language(page, 3, "yaml")
+    inserted = cell(page, 3)
+    assert "type: torch.distributed" in inserted.locator(".cm-content").inner_text()
+    time.sleep(1.0)  # longer than the lint delay
+    assert inserted.locator("[class*='cm-lintRange']").count() == 0
+
+
+def test_misspelt_keys_get_marks_at_their_lines(lab, page):
+    text = SPEC.replace("description:", "descripton:").replace("default: 2", "defualt: 2")
+    url = lab.write_notebook(
+        "diagnostics.ipynb", [f"%%distcomp demo\n{text}", "%%distcomp run demo\nlancher = 1"]
+    )
+    open_notebook(page, url)
+    spec = cell(page, 0)
+    spec.locator(".cm-lintRange-error").first.wait_for(timeout=15_000)
+    warning = spec.locator(".cm-lintRange-warning")
+    error = spec.locator(".cm-lintRange-error")
+    assert warning.count() == 1 and error.count() == 1
+    # each mark sits on the misspelt key, in the line that holds it
+    assert warning.inner_text() == "descripton"
+    assert (
+        "descripton: a spec typed"
+        in warning.locator("xpath=ancestor::div[@class='cm-line']").inner_text()
+    )
+    assert error.inner_text() == "defualt"
+    assert (
+        error.locator("xpath=ancestor::div[@class='cm-line']").inner_text().strip() == "defualt: 2"
+    )
+    # the run cell is Python: no spec diagnostics there
+    assert cell(page, 1).locator("[class*='cm-lintRange']").count() == 0
+
+    error.hover()
+    tooltip = page.locator(".cm-tooltip-lint")
+    tooltip.wait_for(timeout=10_000)
+    assert "unknown key 'defualt' in inputs.n. Did you mean 'default'?" in tooltip.inner_text()
+    screenshot(page, "diagnostics-hover")
+
+
+def _rank_rows(page):
+    return page.locator(".distcomp-ranks-panel .distcomp-rank")
+
+
+def test_ranks_panel_follows_a_running_cell_and_stops_ranks(lab, page):
+    url = lab.write_notebook(
+        "panel.ipynb",
+        [
+            "%load_ext jupyter_distcomp",
+            f"%%distcomp panel_demo\n{SPEC}",
+            "panel_demo.runsettings.resource_layout.configure(instance_count=2, process_count_per_node=2)",
+            "%%distcomp run panel_demo\nimport time\nprint('start', mpi_rank, flush=True)\n"
+            "time.sleep(5 if mpi_rank == 0 else 0.2)\nprint('end', mpi_rank)",
+            "%%distcomp run panel_demo\nprint('sleeping', flush=True)\ntime.sleep(120)",
+        ],
+    )
+    open_notebook(page, url)
+    command(page, "distcomp:show-ranks")
+    command(page, "notebook:run-all-cells")
+
+    # while a cell runs: 4 ranks; rank 0 still busy (long sleep) after the others went idle
+    wait_states(page, ["busy", "idle", "idle", "idle"], timeout=120)
+    layout = page.locator(".distcomp-world-layout").inner_text()
+    assert layout == "2 nodes x 2 processes per node = 4 ranks"
+    assert page.locator(".distcomp-ranks-status").inner_text() == "distcomp: 4 ranks (1 busy)"
+    screenshot(page, "panel-busy")
+    output = cell(page, 3).locator(".jp-OutputArea")
+    output.get_by_text("end 0").wait_for(timeout=30_000)
+    for rank in range(4):
+        assert f"rank {rank}] end {rank}" in output.inner_text()
+
+    # the next cell sleeps on every rank: Interrupt ends it, and the ranks stay usable
+    wait_states(page, ["busy"] * 4, timeout=30)
+    cell(page, 4).get_by_text("sleeping").first.wait_for(timeout=30_000)
+    pids = [int(p) for p in page.locator(".distcomp-rank-pid").all_inner_texts()]
+    assert len(pids) == 4 and all(_alive(pid) for pid in pids)
+    started = time.monotonic()
+    page.locator(".distcomp-world[data-name='panel_demo'] .distcomp-ranks-interrupt").click()
+    wait_states(page, ["idle"] * 4, timeout=15)
+    wait_kernel_idle(page, timeout=15_000)
+    assert time.monotonic() - started < 10
+    assert "KeyboardInterrupt" in cell(page, 4).locator(".jp-OutputArea").inner_text()
+    assert all(_alive(pid) for pid in pids)
+    page.locator(".distcomp-ranks-message", has_text="Interrupted.").wait_for(timeout=5_000)
+    screenshot(page, "panel-interrupted")
+
+    page.locator(".distcomp-world[data-name='panel_demo'] .distcomp-ranks-stop").click()
+    page.wait_for_selector(".distcomp-ranks-panel .distcomp-ranks-empty", timeout=60_000)
+    assert page.locator(".distcomp-ranks-status").inner_text() == "distcomp: 0 ranks"
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.2)
+    assert not [pid for pid in pids if _alive(pid)], "rank processes left after Stop"
+    kernel_children = _kernel_descendants(lab)
+    assert not [p for p in kernel_children if _is_rank_process(p)], kernel_children
+    screenshot(page, "panel-stopped")
+
+
+def wait_states(page, expected: list[str], timeout: float) -> None:
+    """Poll the panel's rows until their states are ``expected`` (rank order)."""
+    deadline = time.monotonic() + timeout
+    seen = None
+    while time.monotonic() < deadline:
+        seen = _rank_rows(page).evaluate_all("rows => rows.map(r => r.dataset.state)")
+        if seen == expected:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"rank states {seen}, expected {expected}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _kernel_descendants(lab) -> list[psutil.Process]:
+    """Processes started by this test's kernels (the server's children's children)."""
+    return psutil.Process(lab.process.pid).children(recursive=True)
+
+
+def _is_rank_process(process: psutil.Process) -> bool:
+    try:
+        cmdline = " ".join(process.cmdline())
+    except psutil.NoSuchProcess:
+        return False
+    return "mpiexec" in cmdline or "ipengine" in cmdline or "ipyparallel.engine" in cmdline
+
+
+def _widget_module_missing() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("jupyter_distcomp.widgets") is None
+
+
+@pytest.mark.skipif(
+    _widget_module_missing(), reason="the run-settings widget (issue 5) has not landed"
+)
+def test_widget_sets_layout_starts_ranks_and_a_run_cell_prints_from_4_ranks(lab, page):
+    url = lab.write_notebook(
+        "widget.ipynb",
+        [
+            "%load_ext jupyter_distcomp",
+            f"%%distcomp widget_demo\n{SPEC}",
+            "%%distcomp run widget_demo\nprint('hello from', mpi_rank, 'of', mpi_size)",
+        ],
+    )
+    open_notebook(page, url)
+    cell(page, 0).click()
+    command(page, "notebook:run-cell-and-select-next")
+    command(page, "notebook:run-cell-and-select-next")
+    panel = cell(page, 1).locator(".distcomp-panel")
+    panel.wait_for(timeout=60_000)
+    screenshot(page, "widget-rendered")
+
+    for selector, value in ((".distcomp-instance-count", "2"), (".distcomp-process-count", "2")):
+        field = panel.locator(f"{selector} input")
+        field.fill(value)
+        field.press("Enter")
+    panel.locator(".distcomp-btn-start").click()
+    status = panel.locator(".distcomp-status")
+    page.wait_for_function(
+        "el => /\\b4 of 4\\b|4 rank\\(?s\\)? (ready|started|running)/i.test(el.textContent)",
+        arg=status.element_handle(),
+        timeout=120_000,
+    )
+    screenshot(page, "widget-started")
+
+    wait_kernel_idle(page)
+    cell(page, 2).click()
+    command(page, "notebook:run-cell")
+    output = cell(page, 2).locator(".jp-OutputArea")
+    page.wait_for_function(
+        "el => (el.textContent.match(/hello from \\d of 4/g) || []).length === 4",
+        arg=output.element_handle(),
+        timeout=120_000,
+    )
+    text = output.inner_text()
+    for rank in range(4):
+        node = rank // 2
+        assert f"[node {node} rank {rank}] hello from {rank} of 4" in text, text
+    screenshot(page, "widget-run-output")

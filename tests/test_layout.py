@@ -1,0 +1,361 @@
+"""The variables each rank sees, per launcher and layout (jupyter_distcomp.layout)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+from unittest import mock
+
+import pytest
+
+from jupyter_distcomp.errors import LayoutError
+from jupyter_distcomp.layout import (
+    LAUNCHER_VARIABLES,
+    LOCAL_EXPERIMENT_ID,
+    free_ports,
+    loopback_interface,
+    rank_environments,
+    rank_table,
+)
+
+LAYOUTS = [(1, 1), (1, 4), (2, 2), (3, 1)]
+LAUNCHERS = ["torch.distributed", "mpi", "deepspeed", "tensorflow"]
+PORT = 29511
+LO = loopback_interface()
+
+
+# -- test data: user code, copied unchanged (kept as text so no formatter touches it) ---------
+# seed 002 (Azure ML docs, "Environment Variables from OpenMPI"): a user script's helper
+SEED_002_HELPER = r"""
+import os
+def set_environment_variables_for_nccl_backend(master_port=6105, verbose=True):
+    os.environ["RANK"] = os.environ["OMPI_COMM_WORLD_RANK"]
+    os.environ["WORLD_SIZE"] = os.environ["OMPI_COMM_WORLD_SIZE"]
+    single_node = int(os.environ["OMPI_COMM_WORLD_LOCAL_SIZE"]) == int(os.environ["WORLD_SIZE"])
+    if not single_node:
+        master_node_params = os.environ["AZ_BATCH_MASTER_NODE"].split(":")
+        os.environ["MASTER_ADDR"] = master_node_params[0]
+        # Do not overwrite master port with that defined in AZ_BATCH_MASTER_NODE
+        if "MASTER_PORT" not in os.environ:
+            os.environ["MASTER_PORT"] = str(master_port)
+    else:
+        os.environ["MASTER_ADDR"] = os.environ["AZ_BATCHAI_MPI_MASTER_NODE"]
+        os.environ["MASTER_PORT"] = "54965"
+    print("NCCL_SOCKET_IFNAME original value = {}".format(os.environ["NCCL_SOCKET_IFNAME"]))
+    os.environ["NCCL_SOCKET_IFNAME"] = "^docker0,lo"
+    if verbose:
+        print("RANK = {}".format(os.environ["RANK"]))
+        print("WORLD_SIZE = {}".format(os.environ["WORLD_SIZE"]))
+        print("MASTER_ADDR = {}".format(os.environ["MASTER_ADDR"]))
+        print("MASTER_PORT = {}".format(os.environ["MASTER_PORT"]))
+        print("NCCL_SOCKET_IFNAME new value = {}".format(os.environ["NCCL_SOCKET_IFNAME"]))
+"""
+
+# microsoft/DeepSpeed deepspeed/comm/comm.py: what init_distributed does on Azure ML (the
+# logger calls are prints here; the logic is unchanged)
+DEEPSPEED_AML_PATH = r"""
+import os
+def deepspeed_init_distributed_env():
+    required_env = ["RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"]
+    if not all(v in os.environ for v in required_env):
+        if "AZUREML_EXPERIMENT_ID" in os.environ and "DLTS_JOB_ID" not in os.environ:
+            patch_aml_env_for_torch_nccl_backend()
+        else:
+            raise AssertionError("DeepSpeed would fall back to mpi4py discovery")
+
+
+def patch_aml_env_for_torch_nccl_backend(master_port=6105, verbose=True):
+    os.environ["RANK"] = os.environ["OMPI_COMM_WORLD_RANK"]
+    os.environ["WORLD_SIZE"] = os.environ["OMPI_COMM_WORLD_SIZE"]
+    single_node = int(os.environ["OMPI_COMM_WORLD_LOCAL_SIZE"]) == int(os.environ["WORLD_SIZE"])
+    if not single_node:
+        master_node_params = os.environ["AZ_BATCH_MASTER_NODE"].split(":")
+        os.environ["MASTER_ADDR"] = master_node_params[0]
+        # Do not overwrite master port with that defined in AZ_BATCH_MASTER_NODE
+        if "MASTER_PORT" not in os.environ:
+            os.environ["MASTER_PORT"] = str(master_port)
+    else:
+        os.environ["MASTER_ADDR"] = os.environ["AZ_BATCHAI_MPI_MASTER_NODE"]
+        os.environ["MASTER_PORT"] = "54965"
+    if verbose:
+        print("NCCL_SOCKET_IFNAME original value = {}".format(os.environ["NCCL_SOCKET_IFNAME"]))
+    os.environ["NCCL_SOCKET_IFNAME"] = "^docker0,lo"
+    os.environ["LOCAL_RANK"] = os.environ["OMPI_COMM_WORLD_LOCAL_RANK"]
+"""
+
+
+def user_function(source: str, name: str):
+    namespace: dict = {}
+    exec(compile(source, name, "exec"), namespace)
+    return namespace[name]
+
+
+set_environment_variables_for_nccl_backend = user_function(
+    SEED_002_HELPER, "set_environment_variables_for_nccl_backend"
+)
+deepspeed_init_distributed_env = user_function(DEEPSPEED_AML_PATH, "deepspeed_init_distributed_env")
+
+
+def run_in_env(env: dict[str, str], function) -> dict[str, str]:
+    """Run user code with exactly ``env`` as the process environment; return what it leaves."""
+    with mock.patch.dict(os.environ, env, clear=True):
+        function()
+        return dict(os.environ)
+
+
+# -- every launcher and layout ----------------------------------------------------------------
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+@pytest.mark.parametrize(("nodes", "ppn"), LAYOUTS, ids=[f"{n}x{p}" for n, p in LAYOUTS])
+def test_invariants_for_every_rank(launcher, nodes, ppn):
+    envs = rank_environments(launcher, nodes, ppn, master_port=PORT)
+    world = nodes * ppn
+    assert len(envs) == world
+    for rank, env in enumerate(envs):
+        node, local = divmod(rank, ppn)
+        assert all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
+        assert set(env) <= set(LAUNCHER_VARIABLES[launcher])
+        if launcher == "torch.distributed":
+            assert env == {
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(PORT),
+                "WORLD_SIZE": str(world),
+                "NODE_RANK": str(node),
+                "RANK": str(rank),
+                "LOCAL_RANK": str(local),
+            }
+        elif launcher in ("mpi", "deepspeed"):
+            assert env["OMPI_COMM_WORLD_RANK"] == str(rank)
+            assert env["OMPI_COMM_WORLD_SIZE"] == str(world)
+            assert env["OMPI_COMM_WORLD_LOCAL_RANK"] == str(local)
+            assert env["OMPI_COMM_WORLD_LOCAL_SIZE"] == str(ppn)
+            assert env["OMPI_COMM_WORLD_NODE_RANK"] == str(local)  # Open MPI's, not the node
+            assert ("AZ_BATCH_MASTER_NODE" in env) == (nodes > 1)
+            assert ("AZ_BATCHAI_MPI_MASTER_NODE" in env) == (nodes == 1)
+            assert env["NCCL_SOCKET_IFNAME"] == LO
+        else:
+            config = json.loads(env["TF_CONFIG"])
+            assert config["task"] == {"type": "worker", "index": rank}
+            assert config["environment"] == "cloud"
+            assert len(config["cluster"]["worker"]) == world
+            assert "ps" not in config["cluster"]
+    if launcher == "tensorflow":
+        clusters = {json.dumps(json.loads(e["TF_CONFIG"])["cluster"]) for e in envs}
+        assert len(clusters) == 1, "every task must see the same cluster"
+
+
+def test_torch_distributed_representative_rank():
+    envs = rank_environments("torch.distributed", 2, 2, master_addr="10.0.0.4", master_port=6105)
+    assert envs[3] == {
+        "MASTER_ADDR": "10.0.0.4",
+        "MASTER_PORT": "6105",
+        "WORLD_SIZE": "4",
+        "NODE_RANK": "1",
+        "RANK": "3",
+        "LOCAL_RANK": "1",
+    }
+    assert "LOCAL_WORLD_SIZE" not in envs[3]  # torchrun sets it, Azure ML does not
+
+
+def test_pytorch_is_an_alias_of_torch_distributed():
+    assert rank_environments("Pytorch", 1, 2, master_port=PORT) == rank_environments(
+        "torch.distributed", 1, 2, master_port=PORT
+    )
+
+
+def test_mpi_representative_ranks():
+    multi = rank_environments("mpi", 2, 2, master_addr="10.0.0.4", master_port=PORT)
+    assert multi[2] == {
+        "OMPI_COMM_WORLD_RANK": "2",
+        "OMPI_COMM_WORLD_SIZE": "4",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+        "OMPI_COMM_WORLD_NODE_RANK": "0",  # rank 2 is on node 1: the seed-002 trap, kept
+        "AZ_BATCH_MASTER_NODE": f"10.0.0.4:{PORT}",
+        "NCCL_SOCKET_IFNAME": LO,
+    }
+    single = rank_environments("mpi", 1, 1, master_port=PORT)
+    assert single == [
+        {
+            "OMPI_COMM_WORLD_RANK": "0",
+            "OMPI_COMM_WORLD_SIZE": "1",
+            "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+            "OMPI_COMM_WORLD_LOCAL_SIZE": "1",
+            "OMPI_COMM_WORLD_NODE_RANK": "0",
+            "AZ_BATCHAI_MPI_MASTER_NODE": "127.0.0.1",
+            "NCCL_SOCKET_IFNAME": LO,
+        }
+    ]
+
+
+def test_deepspeed_representative_ranks():
+    multi = rank_environments("deepspeed", 3, 1, master_port=PORT)
+    assert multi[1] == {
+        "OMPI_COMM_WORLD_RANK": "1",
+        "OMPI_COMM_WORLD_SIZE": "3",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "1",
+        "OMPI_COMM_WORLD_NODE_RANK": "0",
+        "AZ_BATCH_MASTER_NODE": f"127.0.0.1:{PORT}",
+        "NCCL_SOCKET_IFNAME": LO,
+        "AZUREML_EXPERIMENT_ID": LOCAL_EXPERIMENT_ID,
+        "MASTER_PORT": str(PORT),
+    }
+    single = rank_environments("deepspeed", 1, 4, master_port=PORT)
+    assert single[3]["RANK"] == "3" and single[3]["LOCAL_RANK"] == "3"
+    assert single[3]["WORLD_SIZE"] == "4" and single[3]["MASTER_ADDR"] == "127.0.0.1"
+
+
+# -- user code that Azure ML users run, unchanged ---------------------------------------------
+@pytest.mark.parametrize(("nodes", "ppn"), LAYOUTS, ids=[f"{n}x{p}" for n, p in LAYOUTS])
+def test_seed_002_helper_runs_unchanged_on_every_mpi_rank(nodes, ppn, capsys):
+    envs = rank_environments("mpi", nodes, ppn, master_addr="127.0.0.1", master_port=PORT)
+    results = [run_in_env(env, set_environment_variables_for_nccl_backend) for env in envs]
+    assert [r["RANK"] for r in results] == [str(i) for i in range(nodes * ppn)]
+    assert {r["WORLD_SIZE"] for r in results} == {str(nodes * ppn)}
+    assert {r["MASTER_ADDR"] for r in results} == {"127.0.0.1"}
+    # the helper's own port choice, the same on every rank (6105 multi-node, 54965 single)
+    assert {r["MASTER_PORT"] for r in results} == {"6105" if nodes > 1 else "54965"}
+    assert f"NCCL_SOCKET_IFNAME original value = {LO}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("nodes", "ppn"), LAYOUTS, ids=[f"{n}x{p}" for n, p in LAYOUTS])
+def test_deepspeed_azure_path_gives_a_consistent_world_on_our_port(nodes, ppn):
+    envs = rank_environments("deepspeed", nodes, ppn, master_port=PORT)
+    results = [run_in_env(env, deepspeed_init_distributed_env) for env in envs]
+    for rank, result in enumerate(results):
+        assert result["RANK"] == str(rank)
+        assert result["WORLD_SIZE"] == str(nodes * ppn)
+        assert result["LOCAL_RANK"] == str(rank % ppn)
+        assert result["MASTER_ADDR"] == "127.0.0.1"
+        assert result["MASTER_PORT"] == str(PORT)  # ours, not a fixed 6105 / 54965
+
+
+# -- TensorFlow -------------------------------------------------------------------------------
+def test_tensorflow_with_parameter_servers():
+    envs = rank_environments("tensorflow", 2, 2, parameter_server_count=1)
+    configs = [json.loads(e["TF_CONFIG"]) for e in envs]
+    cluster = configs[0]["cluster"]
+    assert len(cluster["worker"]) == 3 and len(cluster["ps"]) == 1
+    assert [c["task"] for c in configs] == [
+        {"type": "worker", "index": 0},
+        {"type": "worker", "index": 1},
+        {"type": "worker", "index": 2},
+        {"type": "ps", "index": 0},
+    ]
+    hosts = cluster["worker"] + cluster["ps"]
+    assert len(set(hosts)) == 4, "every task needs its own host:port"
+    assert all(h.startswith("127.0.0.1:") for h in hosts)
+    assert all(c["cluster"] == cluster for c in configs)
+
+
+def test_tensorflow_explicit_counts_and_master_port():
+    envs = rank_environments(
+        "tensorflow", 3, 1, master_port=PORT, worker_count=2, parameter_server_count=1
+    )
+    config = json.loads(envs[0]["TF_CONFIG"])
+    assert config["cluster"]["worker"][0] == f"127.0.0.1:{PORT}"
+    assert json.loads(envs[2]["TF_CONFIG"])["task"] == {"type": "ps", "index": 0}
+
+
+@pytest.mark.parametrize(
+    ("workers", "ps", "fix"),
+    [(3, 0, "worker_count=4"), (2, 1, "worker_count=3"), (None, 4, "parameter_server_count<4")],
+)
+def test_tensorflow_counts_must_add_up(workers, ps, fix):
+    with pytest.raises(LayoutError) as info:
+        rank_environments("tensorflow", 2, 2, worker_count=workers, parameter_server_count=ps)
+    assert "2 node(s) x 2 process(es) = 4" in str(info.value)
+    assert fix in str(info.value)
+
+
+def test_worker_counts_are_ignored_by_other_launchers():
+    envs = rank_environments("mpi", 2, 1, master_port=PORT, worker_count=5)
+    assert len(envs) == 2
+
+
+# -- errors -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("name", "suggestion"),
+    [("torch", "torch.distributed"), ("mpii", "mpi"), ("tensorflw", "tensorflow"), ("ray", None)],
+)
+def test_unknown_launcher_names_the_closest(name, suggestion):
+    with pytest.raises(LayoutError) as info:
+        rank_environments(name, 1, 1)
+    message = str(info.value)
+    assert repr(name) in message and "Use one of: mpi, torch.distributed" in message
+    if suggestion:
+        assert f"Did you mean '{suggestion}'?" in message
+    else:
+        assert "Did you mean" not in message
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "text"),
+    [
+        ({"instance_count": 0}, "instance_count must be at least 1, got 0"),
+        ({"process_count_per_node": -2}, "process_count_per_node must be at least 1"),
+        ({"instance_count": "two"}, "instance_count must be a whole number, got 'two'"),
+        ({"worker_count": 0}, "worker_count must be at least 1"),
+        ({"parameter_server_count": -1}, "parameter_server_count must be at least 0"),
+    ],
+)
+def test_invalid_counts(kwargs, text):
+    args = {"instance_count": 1, "process_count_per_node": 2, **kwargs}
+    launcher = (
+        "tensorflow" if "worker_count" in kwargs or "parameter_server_count" in kwargs else "mpi"
+    )
+    with pytest.raises(LayoutError, match=text):
+        rank_environments(launcher, **args)
+
+
+def test_counts_given_as_text_are_accepted():
+    assert len(rank_environments("mpi", "2", " 3 ", master_port=PORT)) == 6
+
+
+# -- ports ------------------------------------------------------------------------------------
+def test_a_free_port_is_chosen_and_can_be_bound():
+    envs = rank_environments("torch.distributed", 1, 2)
+    port = int(envs[0]["MASTER_PORT"])
+    assert port != 6105 and {e["MASTER_PORT"] for e in envs} == {str(port)}
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))  # free: a rank 0 can listen on it
+
+
+def test_free_ports_are_distinct_and_bindable():
+    ports = free_ports("127.0.0.1", 8)
+    assert len(set(ports)) == 8
+    for port in ports:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))
+
+
+def test_a_master_address_of_another_machine_gets_a_clear_error():
+    with pytest.raises(
+        LayoutError, match=re.escape("cannot open a port on master_addr '203.0.113.9'")
+    ):
+        rank_environments("mpi", 2, 1, master_addr="203.0.113.9")
+    # with an explicit port nothing is bound locally
+    envs = rank_environments("mpi", 2, 1, master_addr="203.0.113.9", master_port=PORT)
+    assert envs[0]["AZ_BATCH_MASTER_NODE"] == f"203.0.113.9:{PORT}"
+
+
+# -- display ----------------------------------------------------------------------------------
+def test_rank_table_rows():
+    envs = rank_environments("torch.distributed", 2, 2, master_port=PORT)
+    rows = rank_table("torch.distributed", envs, 2)
+    assert list(rows[3]) == [
+        "rank",
+        "node",
+        "local rank",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "WORLD_SIZE",
+        "NODE_RANK",
+        "RANK",
+        "LOCAL_RANK",
+    ]
+    assert (rows[3]["rank"], rows[3]["node"], rows[3]["local rank"]) == ("3", "1", "1")
+    ds_rows = rank_table("deepspeed", rank_environments("deepspeed", 1, 2, master_port=PORT), 2)
+    assert ds_rows[1]["AZUREML_EXPERIMENT_ID"] == LOCAL_EXPERIMENT_ID

@@ -1,0 +1,140 @@
+"""Other layouts and launchers on real ranks, layout changes, and a clean stop.
+
+1x1 and 1x4 (more ranks than this machine's cores: --oversubscribe), torch.distributed DDP
+with gloo and ``init_method="env://"`` across ranks, TensorFlow's TF_CONFIG, and no process
+of ours left after ``%distcomp stop`` and ``%unload_ext``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .ranks_support import (
+    MPI_SPEC,
+    TF_SPEC,
+    TORCH_SPEC,
+    alive,
+    define,
+    our_processes,
+    run_cell,
+    wait_gone,
+)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def ip():
+    from IPython.testing.globalipapp import get_ipython
+
+    shell = get_ipython()
+    shell.run_line_magic("load_ext", "jupyter_distcomp")
+    yield shell
+    shell.run_line_magic("unload_ext", "jupyter_distcomp")
+
+
+def test_one_by_one_then_a_changed_layout_restarts_saying_so(ip):
+    define(ip, "single", MPI_SPEC, nodes=1, per_node=1)
+    cell = run_cell(ip, "%%distcomp run single\nprint(mpi_size, mpi_rank)")
+    assert cell.ok and "[rank 0] 1 0" in cell.stdout
+    ip.user_ns["single"].runsettings.resource_layout.configure(process_count_per_node=4)
+    cell = run_cell(
+        ip,
+        "%%distcomp run single\nimport os\nprint(mpi_size, os.environ['OMPI_COMM_WORLD_LOCAL_RANK'])",
+    )
+    assert cell.ok, cell.stdout
+    assert "layout of single changed" in cell.stderr and "restarting" in cell.stderr
+    assert sorted(line for line in cell.stdout.splitlines() if line.startswith("[rank")) == [
+        "[rank 0] 4 0",
+        "[rank 1] 4 1",
+        "[rank 2] 4 2",
+        "[rank 3] 4 3",
+    ]
+    run_cell(ip, "%distcomp stop single")
+
+
+def test_torch_ddp_with_gloo_and_env_init_across_ranks(ip):
+    define(ip, "ddp", TORCH_SPEC, nodes=2, per_node=1)
+    code = """
+import os, torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="env://")
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 1))
+loss = model(torch.ones(4, 2) * (dist.get_rank() + 1)).sum()
+loss.backward()
+total = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(total)
+grads = [p.grad.clone() for p in model.parameters()]
+print(dist.get_rank(), dist.get_world_size(), os.environ["LOCAL_RANK"], os.environ["NODE_RANK"], int(total.item()))
+dist.destroy_process_group()
+"""
+    cell = run_cell(ip, f"%%distcomp run ddp --timeout 120\n{code}")
+    assert cell.ok, cell.traceback_text() if cell.error else cell.stdout
+    lines = sorted(line for line in cell.stdout.splitlines() if "rank" in line)
+    assert lines == ["[node 0 rank 0] 0 2 0 0 3", "[node 1 rank 1] 1 2 0 1 3"]
+    from jupyter_distcomp.layout import rank_environments
+    from jupyter_distcomp.ranks import get_backend
+
+    port = int(get_backend().world("ddp").envs[0]["MASTER_PORT"])
+    envs = rank_environments("torch.distributed", 2, 1, master_port=port)
+    cell = run_cell(ip, "%%distcomp run ddp\nimport os, json\nprint(json.dumps(dict(os.environ)))")
+    for line in cell.stdout.splitlines():
+        rank = int(line.split("] ")[0].split()[-1])
+        env = json.loads(line.split("] ", 1)[1])
+        assert {k: env.get(k) for k in envs[rank]} == envs[rank]
+        # Open MPI's own per-process numbers would contradict the emulated nodes
+        assert "OMPI_COMM_WORLD_RANK" not in env and "OMPI_COMM_WORLD_LOCAL_RANK" not in env
+    run_cell(ip, "%distcomp stop ddp")
+
+
+def test_tensorflow_ranks_read_tf_config(ip):
+    define(ip, "tf", TF_SPEC, nodes=2, per_node=1)
+    code = "import os, json\ncfg = json.loads(os.environ['TF_CONFIG'])\nprint(json.dumps(cfg))"
+    cell = run_cell(ip, f"%%distcomp run tf\n{code}")
+    assert cell.ok
+    from jupyter_distcomp.ranks import get_backend
+
+    expected = get_backend().world("tf").envs  # TF_CONFIG ports are picked per world
+    for line in cell.stdout.splitlines():
+        rank = int(line.split("] ")[0].split()[-1])
+        assert json.loads(line.split("] ", 1)[1]) == json.loads(expected[rank]["TF_CONFIG"])
+    run_cell(ip, "%distcomp stop tf")
+
+
+def test_deepspeed_ranks_get_the_azure_mpi_variables_deepspeed_reads(ip):
+    from jupyter_distcomp.ranks import get_backend
+
+    define(ip, "ds", MPI_SPEC.replace("type: mpi", "type: deepspeed"), nodes=1, per_node=2)
+    code = "import os, json\nprint(json.dumps(dict(os.environ)))"
+    cell = run_cell(ip, f"%%distcomp run ds\n{code}")
+    assert cell.ok
+    expected = get_backend().world("ds").envs
+    for line in cell.stdout.splitlines():
+        rank = int(line.split("] ")[0].split()[-1])
+        env = json.loads(line.split("] ", 1)[1])
+        assert {k: env.get(k) for k in expected[rank]} == expected[rank]
+        assert env["AZUREML_EXPERIMENT_ID"] and env["OMPI_COMM_WORLD_RANK"] == str(rank)
+    run_cell(ip, "%distcomp stop ds")
+
+
+def test_stop_and_unload_leave_no_process_behind(ip):
+    before = {p.pid for p in our_processes()}
+    define(ip, "gone", MPI_SPEC, nodes=1, per_node=2)
+    assert run_cell(ip, "%%distcomp run gone\nprint('up')").ok
+    ours = [p for p in our_processes() if p.pid not in before]
+    names = " ".join(p.name() for p in ours)
+    assert "prterun" in names or "mpiexec" in names, names
+    assert len(ours) >= 1 + 2 + 2  # controller, mpiexec (+daemon), 2 ranks, 2 nannies
+    cell = run_cell(ip, "%distcomp stop gone")
+    assert cell.ok and "Stopped the ranks of gone" in cell.stdout
+    assert wait_gone(ours) == []
+    status = run_cell(ip, "%distcomp status gone")
+    assert "No ranks running" in status.outputs[0].data["text/plain"]
+
+    assert run_cell(ip, "%%distcomp run gone\nprint('again')").ok
+    ours = [p for p in our_processes() if p.pid not in before]
+    assert alive(ours)
+    ip.run_line_magic("unload_ext", "jupyter_distcomp")
+    assert wait_gone(ours) == []
+    ip.run_line_magic("load_ext", "jupyter_distcomp")

@@ -1,0 +1,169 @@
+"""The pure parts of the ranks backend: rank lists, error grouping, death reasons, stacks,
+labelled output, mpiexec flags. No process is started here."""
+
+from __future__ import annotations
+
+import io
+import sys
+from contextlib import redirect_stdout
+
+import pytest
+
+from jupyter_distcomp.errors import RankError
+from jupyter_distcomp.ranks import launch
+from jupyter_distcomp.ranks.failures import (
+    death_reason,
+    error_sections,
+    group_errors,
+    render_stack,
+)
+from jupyter_distcomp.ranks.output import RankOutput
+from jupyter_distcomp.ranks.ranges import format_ranks, parse_ranks
+
+
+@pytest.mark.parametrize(
+    ("text", "ranks"),
+    [
+        (None, [0, 1, 2, 3]),
+        ("0,2-3", [0, 2, 3]),
+        (" 3 , 1 ", [1, 3]),
+        ("1-1", [1]),
+        ("0-3,2", [0, 1, 2, 3]),
+    ],
+)
+def test_parse_ranks(text, ranks):
+    assert parse_ranks(text, 4) == ranks
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("4", "rank 4 outside the world of 4 rank(s) (ranks 0-3)"),
+        ("0,5-6", "ranks 5-6 outside"),
+        ("a", "'a' is not a rank"),
+        ("3-1", "runs backwards. Fix: write 1-3"),
+        (",", "names no rank"),
+        ("-1", "is not a rank"),
+    ],
+)
+def test_bad_rank_lists_say_what_and_how_to_fix(text, message):
+    with pytest.raises(RankError, match="Fix") as info:
+        parse_ranks(text, 4)
+    assert message in str(info.value)
+
+
+def test_format_ranks():
+    assert format_ranks([3]) == "rank 3"
+    assert format_ranks([1, 2, 3, 5, 7, 8]) == "ranks 1-3, 5, 7-8"
+    assert format_ranks([]) == "no rank"
+
+
+class FakeRemoteError(Exception):
+    def __init__(self, ename, evalue, traceback):
+        self.ename, self.evalue, self.traceback = ename, evalue, traceback
+
+
+def test_identical_tracebacks_from_different_kernels_collapse():
+    def tb(pid, count):
+        return (
+            f"\x1b[31mZeroDivisionError\x1b[0m Traceback\nFile /tmp/ipykernel_{pid}/123.py:2\n"
+            f"Cell In[{count}], line 2\n    1/0\nZeroDivisionError: division by zero"
+        )
+
+    errors = {
+        3: FakeRemoteError("ZeroDivisionError", "division by zero", tb(30, 5)),
+        1: FakeRemoteError("ZeroDivisionError", "division by zero", tb(10, 4)),
+        2: FakeRemoteError("ZeroDivisionError", "division by zero", tb(20, 4)),
+        0: FakeRemoteError("KeyError", "'x'", "KeyError: 'x'"),
+    }
+    groups = group_errors(errors)
+    assert [ranks for ranks, _ in groups] == [[0], [1, 2, 3]]
+    sections = error_sections(errors)
+    assert [heading for heading, _ in sections] == ["rank 0", "ranks 1-3"]
+
+
+MPIEXEC_EXIT = """\
+--------------------------------------------------------------------------
+prterun detected that one or more processes exited with non-zero status,
+thus causing the job to be terminated. The first process to do so was:
+
+   Process name: [prterun-vm-7030@1,2]
+   Exit code:    3
+--------------------------------------------------------------------------
+"""
+MPIEXEC_SIGNAL = """\
+prterun noticed that process rank 1 with PID 0 on node vm exited on
+signal 11 (Segmentation fault).
+"""
+
+
+def test_death_reasons_from_mpiexec():
+    assert death_reason(2, MPIEXEC_EXIT) == "exited with code 3"
+    assert death_reason(1, MPIEXEC_EXIT) == ""
+    assert death_reason(1, MPIEXEC_SIGNAL) == "killed by signal 11 (Segmentation fault)"
+    assert death_reason(0, "") == ""
+
+
+def test_stack_shows_the_cell_line_and_hides_the_engine():
+    dump = (
+        "Current thread 0x00007f (most recent call first):\n"
+        '  File "/tmp/ipykernel_77/1234.py", line 3 in <module>\n'
+        '  File "/x/IPython/core/interactiveshell.py", line 3823 in run_code\n'
+        '  File "<frozen runpy>", line 88 in _run_code\n'
+    )
+    lines = render_stack(dump.split("\n", 1)[1], "import time\n\ntime.sleep(60)\n")
+    assert lines == [
+        "Traceback (most recent call last):",
+        "  Cell, line 3, in <module>",
+        "    time.sleep(60)",
+    ]
+
+
+def test_output_labels_every_line_and_keeps_partial_lines():
+    out = RankOutput(lambda r: f"[rank {r}]")
+    buffer = io.StringIO()
+    with redirect_stdout(buffer):
+        out.stream(1, "stdout", "a\nb")
+        out.stream(0, "stdout", "x\n")
+        out.flush()
+        assert buffer.getvalue() == "[rank 1] a\n[rank 0] x\n"
+        out.stream(1, "stdout", "c\n\n")
+        out.finish()
+    assert buffer.getvalue() == "[rank 1] a\n[rank 0] x\n[rank 1] bc\n[rank 1] \n"
+
+
+def test_grouped_output_is_in_rank_order():
+    out = RankOutput(lambda r: f"[rank {r}]", group=True)
+    buffer = io.StringIO()
+    with redirect_stdout(buffer):
+        out.stream(2, "stdout", "late\n")
+        out.stream(0, "stdout", "early\n")
+        out.stream(2, "stdout", "more\n")
+        out.flush()
+        assert buffer.getvalue() == ""
+        out.finish()
+    assert buffer.getvalue() == "[rank 0] early\n[rank 2] late\n[rank 2] more\n"
+
+
+def test_mpiexec_is_the_one_beside_python_and_flags_fit_the_machine(monkeypatch):
+    assert launch.mpiexec_path().startswith(sys.prefix) or "bin" in launch.mpiexec_path()
+    monkeypatch.setattr(launch.os, "cpu_count", lambda: 2)
+    assert "--oversubscribe" in launch.mpiexec_args(4)
+    assert "--oversubscribe" not in launch.mpiexec_args(2)
+    monkeypatch.setattr(launch.os, "geteuid", lambda: 0)
+    env = launch.mpiexec_environment()
+    assert env["OMPI_ALLOW_RUN_AS_ROOT"] == env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] == "1"
+    monkeypatch.setattr(launch.os, "geteuid", lambda: 1000)
+    assert "OMPI_ALLOW_RUN_AS_ROOT" not in launch.mpiexec_environment()
+
+
+def test_importing_the_ranks_package_imports_no_ipyparallel():
+    import subprocess
+
+    code = (
+        "import sys, jupyter_distcomp.ranks as r\n"
+        "r.get_backend(); r.parse_ranks('0', 1)\n"
+        "print('ipyparallel' in sys.modules, 'zmq' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]

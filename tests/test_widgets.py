@@ -1,0 +1,565 @@
+"""The run-settings panel, driven from Python as a user drives it in the browser.
+
+Values are set on the controls (what typing does), buttons pressed with ``.click()`` (which
+runs their handlers), and the checks are on what a user relies on: the component's run
+settings, the preview, the status line and the real effects (ranks running, command output,
+a YAML file Azure ML reads). Components come from YAML text through ``load_component``.
+Pure widget tests take about a second together; the ``slow`` ones start real ranks.
+"""
+
+from __future__ import annotations
+
+import time
+
+import ipywidgets as w
+import psutil
+import pytest
+from IPython.utils.capture import capture_output
+
+from jupyter_distcomp.spec import load_component
+from jupyter_distcomp.widgets import RunSettingsPanel, get_panel, panel_for
+
+SPEC = """\
+name: train_demo
+display_name: Train demo
+type: DistributedComponent
+inputs:
+  data: {type: AnyDirectory, description: training data}
+  epochs: {type: Integer, default: 4, min: 1, max: 100}
+  lr: {type: Float, default: 0.1, min: 0.0}
+  optimizer: {type: Enum, enum: [adam, sgd], default: adam}
+  verbose: {type: Boolean, default: false}
+  tag: {type: String, optional: true}
+outputs:
+  model: {type: path}
+launcher:
+  type: LAUNCHER
+  additional_arguments: >-
+    python train.py --data {inputs.data} --epochs {inputs.epochs} --lr {inputs.lr}
+    --optimizer {inputs.optimizer} [--tag {inputs.tag}] --model {outputs.model}
+"""
+
+HELLO = """\
+name: hello
+type: DistributedComponent
+inputs:
+  greeting: {type: String, default: hello}
+  seconds: {type: Integer, default: 0}
+launcher:
+  type: mpi
+  additional_arguments: python hello.py {inputs.greeting} {inputs.seconds}
+"""
+
+HELLO_PY = """\
+import os, sys, time
+rank = os.environ["OMPI_COMM_WORLD_RANK"]
+size = os.environ["OMPI_COMM_WORLD_SIZE"]
+print(f"{sys.argv[1]} from {rank} of {size}", flush=True)
+time.sleep(int(sys.argv[2]))
+if sys.argv[1] == "fail" and rank == "1":
+    print("rank 1 gives up", file=sys.stderr)
+    sys.exit(3)
+"""
+
+
+def spec_text(launcher: str = "mpi") -> str:
+    return SPEC.replace("LAUNCHER", launcher)
+
+
+def component(launcher: str = "mpi", base_dir=None):
+    return load_component(spec_text(launcher), base_dir=base_dir)
+
+
+@pytest.fixture
+def panel():
+    made = []
+
+    def make(comp=None, name="demo", **options):
+        made.append(RunSettingsPanel(name, comp or component(), **options))
+        return made[-1]
+
+    yield make
+    for each in made:
+        each.close()
+
+
+def classes(widget: w.Widget) -> set[str]:
+    return set(widget._dom_classes)
+
+
+def all_widgets(widget: w.Widget) -> list[w.Widget]:
+    found = [widget]
+    for child in getattr(widget, "children", ()):
+        found += all_widgets(child)
+    return found
+
+
+def by_class(panel: RunSettingsPanel, css: str) -> w.Widget:
+    (found,) = [x for x in all_widgets(panel) if css in getattr(x, "_dom_classes", ())]
+    return found
+
+
+# -- layout: one source of truth ----------------------------------------------------------
+
+
+def test_layout_controls_and_configure_are_one_state(panel):
+    comp = component()
+    p = panel(comp)
+    nodes, per_node = by_class(p, "distcomp-instance-count"), by_class(p, "distcomp-process-count")
+    assert isinstance(nodes, w.BoundedIntText) and nodes.min == 1
+    nodes.value, per_node.value = 2, 3  # the user types in the panel
+    layout = comp.runsettings.resource_layout
+    assert (layout.instance_count, layout.process_count_per_node, layout.world_size) == (2, 3, 6)
+    assert "world size 6 = 2 node(s) x 3 process(es)" in p.preview.value
+
+    layout.configure(instance_count=4, process_count_per_node=1)  # ...and from Python
+    assert (nodes.value, per_node.value) == (4, 1)
+    assert "world size 4 = 4 node(s) x 1 process(es)" in p.preview.value
+    assert "launcher <b>mpi</b>" in by_class(p, "distcomp-launcher").value
+
+
+def test_env_flags_and_config_defaults_write_the_settings_the_panel_shows(ip):
+    from jupyter_distcomp.magics import DistComp
+
+    magics = ip.magics_manager.registry["DistComp"]
+    try:
+        ip.run_line_magic("config", "DistComp.default_instance_count = 3")
+        ip.run_cell_magic("distcomp", "wflags", spec_text())
+        with capture_output() as captured:
+            ip.run_line_magic("distcomp", "widget wflags")
+        p = get_panel("wflags")
+        assert p.component is ip.user_ns["wflags"]
+        assert p.layout_fields.instance_count.value == 3  # %config default for a new component
+        bundle = captured.outputs[-1].data
+        assert "application/vnd.jupyter.widget-view+json" in bundle
+        assert "world size 3 = 3 node(s) x 1 process(es)" in bundle["text/plain"]
+
+        with capture_output():
+            ip.run_line_magic(
+                "distcomp", "env wflags --instance-count 2 --process-count-per-node 2"
+            )
+        assert p.layout_fields.instance_count.value == 2
+        assert p.layout_fields.process_count.value == 2
+        p.layout_fields.process_count.value = 4
+        with capture_output() as captured:
+            ip.run_line_magic("distcomp", "env wflags")
+        assert "2 node(s) x 4 process(es)" in captured.outputs[-1].data["text/html"]
+    finally:
+        magics.default_instance_count = DistComp.default_instance_count.default_value
+
+
+def test_widget_of_an_unknown_component_is_a_clear_usage_error(ip):
+    from IPython.core.error import UsageError
+
+    ip.run_cell_magic("distcomp", "wknown", spec_text())
+    with pytest.raises(UsageError, match=r"No component named 'wknwn'.*wknown"):
+        ip.run_line_magic("distcomp", "widget wknwn")
+
+
+def test_tensorflow_shows_worker_and_parameter_server_counts(panel):
+    comp = component("tensorflow")
+    p = panel(comp)
+    workers, servers = by_class(p, "distcomp-worker-count"), by_class(p, "distcomp-ps-count")
+    p.layout_fields.instance_count.value = 2
+    p.layout_fields.process_count.value = 2
+    servers.value = 1
+    layout = comp.runsettings.resource_layout
+    assert (layout.worker_count, layout.parameter_server_count) == (None, 1)
+    assert "3 worker(s), 1 parameter server(s)" in p.preview.value
+    assert "<td>ps 0</td>" in p.preview.value and "<td>worker 2</td>" in p.preview.value
+    workers.value = 2  # 2 + 1 != 4 ranks: explained in the preview, not raised
+    assert layout.worker_count == 2
+    assert "must equal the number of ranks" in p.preview.value
+    layout.configure(worker_count=3)
+    assert workers.value == 3 and "must equal" not in p.preview.value
+    with pytest.raises(ValueError):
+        by_class(panel(component("mpi"), name="m"), "distcomp-worker-count")
+
+
+# -- inputs -------------------------------------------------------------------------------
+
+
+def test_one_control_per_input_from_its_spec_type(panel):
+    p = panel()
+    expected = {
+        "data": w.Text,
+        "epochs": w.BoundedIntText,
+        "lr": w.BoundedFloatText,
+        "optimizer": w.Dropdown,
+        "verbose": w.Checkbox,
+        "tag": w.Text,
+    }
+    for name, kind in expected.items():
+        assert type(by_class(p, f"distcomp-input-{name}")) is kind, name
+    epochs = by_class(p, "distcomp-input-epochs")
+    assert (epochs.min, epochs.max, epochs.value) == (1, 100, 4)  # spec range, default filled
+    assert by_class(p, "distcomp-input-lr").value == 0.1
+    assert by_class(p, "distcomp-input-optimizer").options == ("adam", "sgd")
+    assert by_class(p, "distcomp-input-verbose").value is False
+    assert "local path or azureml:// URI" in by_class(p, "distcomp-input-data").placeholder
+    assert p.component.runsettings.inputs == {}  # defaults shown, not copied into settings
+    assert "required: give a value" in p.input_fields["data"].message.value
+    assert "default 4" in p.input_fields["epochs"].message.value
+    assert by_class(p, "distcomp-output-model").placeholder == "outputs/train_demo/model"
+
+
+def test_input_values_flow_both_ways_and_optional_ones_can_be_unset(panel, tmp_path):
+    comp = component()
+    settings = comp.runsettings
+    p = panel(comp)
+    by_class(p, "distcomp-input-epochs").value = 7
+    by_class(p, "distcomp-input-optimizer").value = "sgd"
+    by_class(p, "distcomp-input-verbose").value = True
+    by_class(p, "distcomp-input-data").value = str(tmp_path)
+    assert settings.inputs == {
+        "epochs": 7,
+        "optimizer": "sgd",
+        "verbose": True,
+        "data": str(tmp_path),
+    }
+    assert f"--data {tmp_path} --epochs 7 --lr 0.1 --optimizer sgd --model" in p.preview.value
+
+    settings.set_input("lr", 0.5)  # from Python: the control follows
+    assert by_class(p, "distcomp-input-lr").value == 0.5
+
+    tag, tag_set = by_class(p, "distcomp-input-tag"), by_class(p, "distcomp-input-set-tag")
+    assert tag_set.layout.visibility == "visible" and tag_set.value is False
+    tag.value = "run 1"  # typing sets it
+    assert settings.inputs["tag"] == "run 1" and tag_set.value is True
+    assert "[--tag" not in p.preview.value and "--tag &#x27;run 1&#x27;" in p.preview.value
+    tag_set.value = False  # the explicit unset state
+    assert "tag" not in settings.inputs and "--tag" not in p.preview.value
+    settings.set_input("tag", "again")
+    assert tag_set.value is True and tag.value == "again"
+
+    by_class(p, "distcomp-input-data").value = ""  # a cleared path unbinds the data input
+    assert "data" not in settings.inputs
+    assert "has no value" in p.preview.value and "Traceback" not in p.preview.value
+
+
+def test_invalid_values_are_marked_at_the_control_with_the_reason(panel, tmp_path):
+    comp = component()
+    p = panel(comp)
+    epochs = by_class(p, "distcomp-input-epochs")
+    comp.runsettings.set_input("epochs", 0)  # out of the spec's range, set from Python
+    assert "distcomp-invalid" in classes(epochs)
+    assert "must be at least 1, got 0" in p.input_fields["epochs"].message.value
+    assert comp.runsettings.inputs["epochs"] == 0  # not clamped behind the user's back
+    assert "cannot be rendered yet" in p.preview.value
+    comp.runsettings.set_input("optimizer", "adamw")
+    assert "must be one of adam, sgd" in p.input_fields["optimizer"].message.value
+    assert "Did you mean" in p.input_fields["optimizer"].message.value
+    epochs.value = 5  # the user fixes it in the panel
+    assert "distcomp-invalid" not in classes(epochs) and comp.runsettings.inputs["epochs"] == 5
+    comp.runsettings.set_input("data", str(tmp_path / "missing"))
+    assert "no such file or folder" in p.input_fields["data"].message.value
+
+
+# -- preview and text fallback ------------------------------------------------------------
+
+
+def test_preview_shows_world_size_each_rank_and_rank0_command(panel, tmp_path):
+    comp = component("torch.distributed")
+    comp.runsettings.resource_layout.configure(instance_count=2, process_count_per_node=2)
+    comp.runsettings.set_input("data", str(tmp_path))
+    html = panel(comp).preview.value
+    assert "world size 4 = 2 node(s) x 2 process(es)" in html
+    assert "<th>rank</th><th>node</th><th>local rank</th>" in html
+    assert "<th>NODE_RANK</th><th>RANK</th><th>LOCAL_RANK</th>" in html
+    assert "<tr><td>3</td><td>1</td><td>1</td><td>1</td><td>3</td><td>1</td></tr>" in html
+    assert "WORLD_SIZE=4" in html  # equal on every rank: one line under the table
+    assert f"rank 0 runs: <code>python train.py --data {tmp_path} --epochs 4" in html
+
+
+def test_large_worlds_keep_the_table_compact(panel):
+    comp = component()
+    comp.runsettings.resource_layout.configure(instance_count=16, process_count_per_node=8)
+    html = panel(comp).preview.value
+    assert "world size 128" in html
+    assert html.count("<tr>") == 1 + 8  # header, 6 first ranks, "...", the last rank
+    assert "<td>127</td>" in html and "<td>...</td>" in html
+
+
+def test_text_fallback_is_a_summary_of_the_settings(panel):
+    comp = component()
+    comp.runsettings.set_input("epochs", 9)
+    comp.runsettings.compute = "cpu-cluster"
+    p = panel(comp, name="demo")
+    text = p._repr_mimebundle_()["text/plain"]
+    assert "VBox" not in text
+    assert "distcomp run settings of demo (mpi)" in text
+    assert "world size 1 = 1 node(s) x 1 process(es)" in text
+    assert "input   epochs = 9" in text and "input   lr = 0.1 (default)" in text
+    assert "input   data = unset (required)" in text and "input   tag = unset" in text
+    assert "output  model -> outputs/train_demo/model" in text
+    assert "compute: cpu-cluster" in text
+    assert "command: line 5, key 'inputs.data'" in text  # why no command yet
+
+
+def test_stable_css_classes_for_browser_tests(panel):
+    p = panel(component("tensorflow"))
+    found = set().union(*(classes(x) for x in all_widgets(p) if hasattr(x, "_dom_classes")))
+    for css in (
+        "distcomp-panel",
+        "distcomp-instance-count",
+        "distcomp-process-count",
+        "distcomp-worker-count",
+        "distcomp-ps-count",
+        "distcomp-input-epochs",
+        "distcomp-output-model",
+        "distcomp-btn-start",
+        "distcomp-btn-run-command",
+        "distcomp-btn-export",
+        "distcomp-btn-submit",
+        "distcomp-btn-stop",
+        "distcomp-export-path",
+        "distcomp-compute",
+        "distcomp-status",
+        "distcomp-preview",
+        "distcomp-progress",
+    ):
+        assert css in found, css
+    import jupyter_distcomp.widgets as module
+
+    undocumented = {c for c in found if f"``{c}``" not in module.__doc__}
+    assert not {
+        c for c in undocumented if not c.startswith(("distcomp-input-", "distcomp-output-"))
+    }
+
+
+def test_redefinition_keeps_values_and_the_new_panel_follows(ip, tmp_path):
+    ip.run_cell_magic("distcomp", "wredef", spec_text())
+    with capture_output():
+        ip.run_line_magic("distcomp", "widget wredef")
+    old = get_panel("wredef")
+    old.layout_fields.instance_count.value = 2
+    old.input_fields["epochs"].control.value = 50
+    old.input_fields["tag"].control.value = "keep me"
+    narrower = (
+        spec_text()
+        .replace("max: 100", "max: 10")
+        .replace("  tag: {type: String, optional: true}\n", "")
+        .replace(" [--tag {inputs.tag}]", "")
+    )
+    ip.run_cell_magic("distcomp", "wredef", narrower)
+    with capture_output():
+        ip.run_line_magic("distcomp", "widget wredef")
+    new = get_panel("wredef")
+    assert new is not old and old.closed
+    assert new.layout_fields.instance_count.value == 2
+    assert new.component.runsettings.inputs == {}  # 50 is out of the new range; tag is gone
+    new.input_fields["epochs"].control.value = 8
+    assert ip.user_ns["wredef"].runsettings.inputs == {"epochs": 8}
+    with capture_output():
+        ip.run_line_magic("distcomp", "widget wredef")
+    assert get_panel("wredef") is new  # the same panel, shown again
+
+
+# -- actions ------------------------------------------------------------------------------
+
+
+def press(p: RunSettingsPanel, key: str, timeout: float = 120) -> float:
+    """Click like the browser does; the seconds the click took (the handler must not block)."""
+    tic = time.perf_counter()
+    p.buttons[key].click()
+    took = time.perf_counter() - tic
+    assert p.wait(timeout), f"{key} still running after {timeout} s: {p.worker.text}"
+    return took
+
+
+def test_export_writes_yaml_that_azure_ml_loads(panel, tmp_path):
+    from azure.ai.ml import load_job
+
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    comp = component(base_dir=tmp_path)
+    p = panel(comp)
+    p.layout_fields.instance_count.value = 2
+    p.layout_fields.process_count.value = 3
+    by_class(p, "distcomp-input-data").value = "azureml://datastores/blob/paths/mnist/"
+    by_class(p, "distcomp-compute").value = "cpu-cluster"
+    assert comp.runsettings.compute == "cpu-cluster"
+    by_class(p, "distcomp-export-path").value = str(tmp_path / "out" / "job.yml")
+    assert press(p, "export") < 1.0
+    assert p.worker.state == "ok", p.worker.text
+    assert f"az ml job create -f {tmp_path / 'out' / 'job.yml'}" in p.worker.text
+    job = load_job(tmp_path / "out" / "job.yml")
+    assert job.resources.instance_count == 2
+    assert job.distribution.process_count_per_instance == 3
+    assert job.compute == "cpu-cluster"
+    assert job.inputs["data"].path == "azureml://datastores/blob/paths/mnist/"
+
+
+def test_action_errors_land_in_the_status_line(panel, tmp_path):
+    p = panel(component(base_dir=tmp_path))
+    p.export_path.value = str(tmp_path / "job.yml")
+    press(p, "export")  # the required data input has no value
+    assert p.worker.state == "error"
+    assert "needs values for its required inputs: data" in p.worker.text
+    assert "needs values" in by_class(p, "distcomp-status").value
+    assert not (tmp_path / "job.yml").exists()
+    press(p, "submit")
+    assert p.worker.state == "error" and "needs a compute target" in p.worker.text
+    press(p, "run-command")
+    assert p.worker.state == "error" and "input 'data' has no value" in p.worker.text
+    assert "Traceback" not in p.worker.text
+    assert all(not b.disabled for b in p.buttons.values())  # usable again
+
+
+@pytest.fixture
+def standin():
+    from .azure_standin import AzureStandIn
+
+    with AzureStandIn() as server:
+        yield server
+
+
+@pytest.mark.slow
+def test_submit_sends_the_panel_layout_to_azure_ml(panel, standin, tmp_path):
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    comp = component(base_dir=tmp_path)
+    p = panel(comp, ml_client=lambda: standin.ml_client(show_progress=False))
+    p.layout_fields.instance_count.value = 3
+    p.layout_fields.process_count.value = 2
+    p.input_fields["data"].control.value = "azureml://datastores/blob/paths/mnist/"
+    p.compute.value = "gpu-cluster"
+    press(p, "submit")
+    assert p.worker.state == "ok", p.worker.text
+    body = standin.job_puts()[0].body["properties"]
+    assert body["resources"]["instanceCount"] == 3
+    assert body["distribution"]["processCountPerInstance"] == 2
+    assert body["computeId"].endswith("gpu-cluster")
+    assert f"submitted job {p.last_job.name}" in p.worker.text
+
+
+@pytest.mark.slow
+def test_submit_without_credentials_says_how_to_sign_in(panel, standin, tmp_path, monkeypatch):
+    from jupyter_distcomp.azureml import make_ml_client
+
+    from .azure_standin import TOKEN
+
+    for name in list(__import__("os").environ):
+        if name.startswith(("AZURE_", "IDENTITY_", "MSI_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AZURE_CONFIG_DIR", str(tmp_path / "no-az-cli"))
+    monkeypatch.setenv("PATH", "/nonexistent")
+
+    def client():
+        return make_ml_client(
+            subscription_id=standin.subscription,
+            resource_group=standin.resource_group,
+            workspace_name=standin.workspace,
+            **standin.client_kwargs(show_progress=False),
+        )
+
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    p = panel(component(base_dir=tmp_path), ml_client=client, default_compute="cpu")
+    p.input_fields["data"].control.value = "azureml://datastores/blob/paths/mnist/"
+    press(p, "submit")
+    assert p.worker.state == "error"
+    assert "no Azure credentials were found" in p.worker.text and "az login" in p.worker.text
+    assert "Traceback" not in p.worker.text and TOKEN not in p.worker.text
+    assert standin.requests == []
+
+
+# -- real ranks ---------------------------------------------------------------------------
+
+
+def our_processes() -> list[psutil.Process]:
+    return psutil.Process().children(recursive=True)
+
+
+def gone(procs: list[psutil.Process], seconds: float = 15) -> list[psutil.Process]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        alive = [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        if not alive:
+            return []
+        time.sleep(0.1)
+    return alive
+
+
+def eventually(check, seconds: float = 5) -> bool:
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.mark.slow
+def test_start_ranks_then_stop_leaves_no_process(panel):
+    from jupyter_distcomp.ranks import get_backend
+
+    comp = load_component(HELLO)
+    p = panel(comp, name="wstart")
+    p.layout_fields.process_count.value = 2
+    try:
+        assert press(p, "start") < 0.5  # the handler returns at once; a thread does the work
+        assert p.worker.state == "ok", p.worker.text
+        assert "2 of 2 ranks ready" in by_class(p, "distcomp-status").value
+        assert (p.worker.progress.value, p.worker.progress.max) == (2, 2)
+        world = get_backend().world("wstart")
+        assert world is not None and [r.state for r in world.ranks] == ["idle", "idle"]
+        pids = [r.pid for r in world.ranks]
+        assert all(psutil.pid_exists(pid) for pid in pids)
+        assert eventually(lambda: "2 idle" in p.ranks_line.value)
+        started = our_processes()
+        press(p, "start")  # same layout: the running ranks are reused
+        assert get_backend().world("wstart") is world
+    finally:
+        p.stop().join(60)
+    assert "Stopped the ranks of wstart" in p.worker.text
+    assert not gone(started) and get_backend().world("wstart") is None
+    assert eventually(lambda: "stopped" in p.ranks_line.value)
+
+
+@pytest.mark.slow
+def test_run_command_streams_labelled_output_and_failures(panel, tmp_path):
+    (tmp_path / "hello.py").write_text(HELLO_PY)
+    comp = load_component(HELLO, base_dir=tmp_path)
+    p = panel(comp, name="wcmd")
+    p.layout_fields.process_count.value = 2
+    press(p, "run-command")
+    assert p.worker.state == "ok", p.worker.text
+    log = "".join(o["text"] for o in p.worker.log.outputs)
+    assert "[rank 0] hello from 0 of 2" in log and "[rank 1] hello from 1 of 2" in log
+    assert "every rank succeeded" in p.worker.text
+
+    p.input_fields["greeting"].control.value = "fail"
+    press(p, "run-command")
+    assert p.worker.state == "error"
+    assert "rank 1" in p.worker.text and "exit code 3" in p.worker.text
+    assert "rank 1 gives up" in p.worker.text
+    leftovers = [q for q in our_processes() if "hello.py" in " ".join(q.cmdline())]
+    assert not gone(leftovers)
+
+
+@pytest.mark.slow
+def test_stop_interrupts_a_running_command(panel, tmp_path):
+    (tmp_path / "hello.py").write_text(HELLO_PY)
+    comp = load_component(HELLO, base_dir=tmp_path)
+    comp.runsettings.set_input("seconds", 60)
+    p = panel(comp, name="wlong")
+    p.layout_fields.process_count.value = 2
+    p.buttons["run-command"].click()
+    deadline = time.monotonic() + 60
+    while "hello from 1" not in "".join(o["text"] for o in p.worker.log.outputs):
+        assert time.monotonic() < deadline, p.worker.text
+        time.sleep(0.1)
+    running = our_processes()
+    tic = time.monotonic()
+    p.buttons["stop"].click()
+    assert p.wait(30)
+    assert time.monotonic() - tic < 15
+    assert "Stopped the command on every rank" in p.worker.text
+    assert not gone(running)
+
+
+def test_panel_for_reuses_the_panel_of_the_same_component():
+    comp = component()
+    first = panel_for("wreuse", comp)
+    assert panel_for("wreuse", comp) is first
+    second = panel_for("wreuse", component())
+    assert second is not first and first.closed
+    second.close()
