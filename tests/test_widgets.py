@@ -293,6 +293,7 @@ def test_text_fallback_is_a_summary_of_the_settings(panel):
     assert "input   data = unset (required)" in text and "input   tag = unset" in text
     assert "output  model -> outputs/train_demo/model" in text
     assert "compute: cpu-cluster" in text
+    assert "rank 0 gets: OMPI_COMM_WORLD_RANK=0, OMPI_COMM_WORLD_SIZE=1" in text
     assert "command: line 5, key 'inputs.data'" in text  # why no command yet
 
 

@@ -78,7 +78,9 @@ class RunSettingsPanel(PanelActions, w.VBox):
         self.worker = Worker()
         self.buttons: dict[str, w.Button] = {}
         for key, text, icon, tip in BUTTONS:
-            button = w.Button(description=text, icon=icon, tooltip=tip)
+            button = w.Button(
+                description=text, icon=icon, tooltip=tip, layout=w.Layout(width="auto")
+            )
             button.add_class(f"distcomp-btn-{key}")
             self.buttons[key] = button
         self.buttons["stop"].button_style = "warning"

@@ -118,17 +118,16 @@ def preview_html(component: Any, master_addr: str = "127.0.0.1") -> str:
         )
     elif table and table[0]:
         header, rows, same = table
-        head = "".join(f"<th>{escape(h)}</th>" for h in header)
-        body = "".join(
-            "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in rows
-        )
-        parts.append(
-            "<table class='distcomp-rank-table' style='border-collapse:collapse;font-size:90%'>"
-            f"<tr>{head}</tr>{body}</table>"
-        )
+        if len(rows) > 1:  # one rank: its variables are all in the line below
+            head = "".join(f"<th>{escape(h)}</th>" for h in header)
+            body = "".join(
+                "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in rows
+            )
+            parts.append(f"<table class='distcomp-rank-table'><tr>{head}</tr>{body}</table>")
         if same:
+            where = "on every rank" if len(rows) > 1 else "rank 0 (node 0, local rank 0) gets"
             shared = ", ".join(f"{k}={v}" for k, v in same.items())
-            parts.append(f"<div><small>on every rank: <code>{escape(shared)}</code></small></div>")
+            parts.append(f"<div><small>{where}: <code>{escape(shared)}</code></small></div>")
     command, problem = _try(command_line, component)
     if problem:
         parts.append(
@@ -137,7 +136,10 @@ def preview_html(component: Any, master_addr: str = "127.0.0.1") -> str:
         )
     else:
         parts.append(f"<div>rank 0 runs: <code>{escape(command)}</code></div>")
-    style = "<style>.distcomp-rank-table td,.distcomp-rank-table th{padding:1px 8px}</style>"
+    style = (
+        "<style>.distcomp-rank-table{border-collapse:collapse;font-size:90%;width:auto}"
+        ".distcomp-rank-table td,.distcomp-rank-table th{padding:1px 8px}</style>"
+    )
     return style + "".join(parts)
 
 
@@ -164,11 +166,14 @@ def summary_text(component: Any, name: str, master_addr: str = "127.0.0.1") -> s
         lines.append(f"  layout problem: {problem}")
     elif table and table[0]:
         header, rows, same = table
-        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-        fmt = "    " + "  ".join(f"{{:<{n}}}" for n in widths)
-        lines += [fmt.format(*header).rstrip()] + [fmt.format(*r).rstrip() for r in rows]
+        rows = rows if len(rows) > 1 else []
+        if rows:
+            widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+            fmt = "    " + "  ".join(f"{{:<{n}}}" for n in widths)
+            lines += [fmt.format(*header).rstrip()] + [fmt.format(*r).rstrip() for r in rows]
         if same:
-            lines.append("    on every rank: " + ", ".join(f"{k}={v}" for k, v in same.items()))
+            where = "on every rank" if rows else "rank 0 gets"
+            lines.append(f"    {where}: " + ", ".join(f"{k}={v}" for k, v in same.items()))
     command, problem = _try(command_line, component)
     lines.append(f"  rank 0 runs: {command}" if command else f"  command: {problem}")
     return "\n".join(lines)
