@@ -495,6 +495,7 @@ def test_start_ranks_then_stop_leaves_no_process(panel):
     comp = load_component(HELLO)
     p = panel(comp, name="wstart")
     p.layout_fields.process_count.value = 2
+    before = {q.pid for q in our_processes()}  # count only what this test starts
     try:
         assert press(p, "start") < 0.5  # the handler returns at once; a thread does the work
         assert p.worker.state == "ok", p.worker.text
@@ -505,7 +506,8 @@ def test_start_ranks_then_stop_leaves_no_process(panel):
         pids = [r.pid for r in world.ranks]
         assert all(psutil.pid_exists(pid) for pid in pids)
         assert eventually(lambda: "2 idle" in p.ranks_line.value)
-        started = our_processes()
+        started = [q for q in our_processes() if q.pid not in before]
+        assert started
         press(p, "start")  # same layout: the running ranks are reused
         assert get_backend().world("wstart") is world
     finally:
@@ -543,12 +545,14 @@ def test_stop_interrupts_a_running_command(panel, tmp_path):
     comp.runsettings.set_input("seconds", 60)
     p = panel(comp, name="wlong")
     p.layout_fields.process_count.value = 2
+    before = {q.pid for q in our_processes()}  # count only what this test starts
     p.buttons["run-command"].click()
     deadline = time.monotonic() + 60
     while "hello from 1" not in "".join(o["text"] for o in p.worker.log.outputs):
         assert time.monotonic() < deadline, p.worker.text
         time.sleep(0.1)
-    running = our_processes()
+    running = [q for q in our_processes() if q.pid not in before]
+    assert running
     tic = time.monotonic()
     p.buttons["stop"].click()
     assert p.wait(30)
