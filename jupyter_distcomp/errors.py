@@ -16,6 +16,11 @@ from collections.abc import Iterable
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
+def strip_ansi(text: str) -> str:
+    """``text`` without terminal colour codes."""
+    return _ANSI.sub("", text)
+
+
 class DistcompError(Exception):
     """Base class of all user-facing errors of jupyter-distcomp."""
 
@@ -88,7 +93,7 @@ class RankError(DistcompError, RuntimeError):
         plain = [message]
         for heading, lines in self.sections:
             plain.append(f"--- {heading} ---")
-            plain.extend(_ANSI.sub("", line) for line in lines)
+            plain.extend(strip_ansi(line) for line in lines)
         if fix:
             plain.append(fix)
         super().__init__("\n".join(plain))

@@ -35,12 +35,12 @@ What each launcher gets (sources: seeds 001-003, azureml.md section 4):
 from __future__ import annotations
 
 import json
-import socket
-from contextlib import ExitStack
 from typing import Any
 
+from .contracts import LAUNCHERS, launcher_name
 from .errors import LayoutError, did_you_mean
-from .settings import LAUNCHERS, _positive
+from .mpi import free_ports, loopback_interface
+from .settings import positive
 
 RankEnv = dict[str, str]
 
@@ -80,37 +80,10 @@ LAUNCHER_VARIABLES["deepspeed"] = (
 )
 
 
-def free_ports(addr: str, count: int) -> list[int]:
-    """``count`` distinct TCP ports that are free on ``addr`` now (bound at once, then freed)."""
-    with ExitStack() as stack:
-        ports = []
-        for _ in range(count):
-            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            try:
-                sock.bind((addr, 0))
-            except OSError as exc:
-                raise LayoutError(
-                    f"cannot open a port on master_addr {addr!r} ({exc.strerror or exc}). "
-                    "Fix: use an address of this machine (127.0.0.1), or pass master_port."
-                ) from None
-            ports.append(sock.getsockname()[1])
-        return ports
-
-
-def loopback_interface() -> str:
-    """The name of the loopback network interface (``lo`` on Linux, ``lo0`` on macOS)."""
-    try:
-        names = [name for _, name in socket.if_nameindex()]
-    except OSError:
-        names = []
-    return next((n for n in ("lo", "lo0") if n in names), "lo")
-
-
 def _launcher(launcher: str) -> str:
-    name = str(launcher).strip().lower()
-    if name == "pytorch":
-        return "torch.distributed"
-    if name not in LAUNCHERS:
+    name = launcher_name(launcher)
+    if name is None:
+        name = str(launcher).strip().lower()
         starts = [choice for choice in LAUNCHERS if name and choice.startswith(name)]
         hint = f" Did you mean '{starts[0]}'?" if starts else did_you_mean(name, LAUNCHERS)
         raise LayoutError(
@@ -135,8 +108,8 @@ def rank_environments(
     ``parameter_server_count`` apply to TensorFlow only.
     """
     kind = _launcher(launcher)
-    nodes = _positive("instance_count", instance_count)
-    ppn = _positive("process_count_per_node", process_count_per_node)
+    nodes = positive("instance_count", instance_count)
+    ppn = positive("process_count_per_node", process_count_per_node)
     world = nodes * ppn
     if kind == "tensorflow":
         return _tensorflow(
@@ -193,8 +166,8 @@ def _tensorflow(
     parameter_server_count: int,
 ) -> list[RankEnv]:
     world = nodes * ppn
-    ps = _positive("parameter_server_count", parameter_server_count, minimum=0)
-    workers = world - ps if worker_count is None else _positive("worker_count", worker_count)
+    ps = positive("parameter_server_count", parameter_server_count, minimum=0)
+    workers = world - ps if worker_count is None else positive("worker_count", worker_count)
     if workers < 1 or workers + ps != world:
         fix = f"worker_count={world - ps}" if world - ps >= 1 else f"parameter_server_count<{world}"
         raise LayoutError(
@@ -224,7 +197,7 @@ def rank_table(
     launcher: str, envs: list[RankEnv], process_count_per_node: int
 ) -> list[dict[str, str]]:
     """Rows for display: rank, node, local rank, then the launcher's variables in order."""
-    ppn = _positive("process_count_per_node", process_count_per_node)
+    ppn = positive("process_count_per_node", process_count_per_node)
     order = LAUNCHER_VARIABLES.get(_launcher(launcher), ())
     rows = []
     for rank, env in enumerate(envs):
@@ -239,8 +212,6 @@ __all__ = [
     "LAUNCHER_VARIABLES",
     "LOCAL_EXPERIMENT_ID",
     "RankEnv",
-    "free_ports",
-    "loopback_interface",
     "rank_environments",
     "rank_table",
 ]

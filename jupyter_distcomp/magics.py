@@ -248,7 +248,7 @@ class DistComp(Magics):
         component = load_component(cell, base_dir=Path.cwd(), source_name=f"%%distcomp {name}")
         previous = self.components.get(name)
         if previous is not None:
-            carry_over_settings(previous, component)
+            component = carry_over_settings(previous, component)
         else:
             component.runsettings.resource_layout.configure(
                 instance_count=self.default_instance_count,
@@ -321,8 +321,8 @@ class DistComp(Magics):
 
     def _handle_command(self, args, cell):
         """Run the spec's command on local ranks (see ranks/command.py); output streams."""
+        from .command import run_command
         from .errors import RankError
-        from .ranks.command import run_command
 
         component = self.component(args.name)
         try:
@@ -358,7 +358,7 @@ class DistComp(Magics):
         print(f"Restarted {args.name}: {world.describe_layout()}.")
 
     def _handle_interrupt(self, args, cell):
-        from .ranks import format_ranks
+        from .ranges import format_ranks
 
         self.component(args.name)
         sent = self._rank_backend().interrupt(args.name)

@@ -13,10 +13,9 @@ from typing import TYPE_CHECKING, Any
 from .settings import RunSettings
 
 if TYPE_CHECKING:
-    from .layout import RankEnv
+    from types import ModuleType
 
-#: normalised parameter types
-PARAMETER_TYPES = ("string", "integer", "number", "boolean", "enum")
+    from .layout import RankEnv
 
 
 @dataclass(frozen=True)
@@ -25,7 +24,7 @@ class Input:
 
     name: str
     type: str | tuple[str, ...]  # as written in the spec; a list of port types becomes a tuple
-    param_type: str | None = None  # one of PARAMETER_TYPES, None for a data port
+    param_type: str | None = None  # one of values.PARAMETER_TYPES, None for a data port
     optional: bool = False
     default: Any = None
     description: str | None = None
@@ -173,20 +172,17 @@ class Component:
         )
 
     # -- Azure ML (lazy: azure-ai-ml takes seconds to import) ---------------------------
-    def to_azureml_job(self, *args: Any, **kwargs: Any):
-        from .azureml import to_azureml_job
+    def to_azureml_job(self, *args: Any, **kwargs: Any) -> Any:
+        """The v2 job for these run settings (see :func:`jupyter_distcomp.azureml.to_azureml_job`)."""
+        return _azureml().to_azureml_job(self, *args, **kwargs)
 
-        return to_azureml_job(self, *args, **kwargs)
+    def to_azureml_component(self, *args: Any, **kwargs: Any) -> Any:
+        """The v2 component (see :func:`jupyter_distcomp.azureml.to_azureml_component`)."""
+        return _azureml().to_azureml_component(self, *args, **kwargs)
 
-    def to_azureml_component(self, *args: Any, **kwargs: Any):
-        from .azureml import to_azureml_component
-
-        return to_azureml_component(self, *args, **kwargs)
-
-    def submit(self, ml_client: Any, **kwargs: Any):
-        from .azureml import submit
-
-        return submit(self, ml_client, **kwargs)
+    def submit(self, ml_client: Any, **kwargs: Any) -> Any:
+        """Submit the job (see :func:`jupyter_distcomp.azureml.submit`)."""
+        return _azureml().submit(self, ml_client, **kwargs)
 
     # -- display ------------------------------------------------------------------------
     def _repr_html_(self) -> str:
@@ -207,3 +203,10 @@ class Component:
             f"{self.runsettings.resource_layout.instance_count}x"
             f"{self.runsettings.resource_layout.process_count_per_node}>"
         )
+
+
+def _azureml() -> ModuleType:
+    """The Azure ML package, imported on first use: the one place the model reaches it."""
+    from . import azureml
+
+    return azureml

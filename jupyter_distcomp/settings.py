@@ -13,10 +13,8 @@ from traitlets import Dict, HasTraits, Int, TraitError, Unicode, validate
 
 from .errors import LayoutError
 
-LAUNCHERS = ("mpi", "torch.distributed", "tensorflow", "deepspeed")
 
-
-def _positive(name: str, value: Any, minimum: int = 1) -> int:
+def positive(name: str, value: Any, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         try:
             as_int = int(str(value).strip())
@@ -43,17 +41,17 @@ class ResourceLayout(HasTraits):
     parameter_server_count = Int(0, help="TensorFlow parameter servers.")
 
     @validate("instance_count", "process_count_per_node")
-    def _check_positive(self, proposal):
-        return _positive(proposal["trait"].name, proposal["value"])
+    def _checkpositive(self, proposal):
+        return positive(proposal["trait"].name, proposal["value"])
 
     @validate("worker_count")
     def _check_workers(self, proposal):
         value = proposal["value"]
-        return None if value is None else _positive("worker_count", value)
+        return None if value is None else positive("worker_count", value)
 
     @validate("parameter_server_count")
     def _check_ps(self, proposal):
-        return _positive("parameter_server_count", proposal["value"], minimum=0)
+        return positive("parameter_server_count", proposal["value"], minimum=0)
 
     @property
     def node_count(self) -> int:
@@ -86,15 +84,15 @@ class ResourceLayout(HasTraits):
             instance_count = node_count
         changes: dict[str, Any] = {}
         if instance_count is not None:
-            changes["instance_count"] = _positive("instance_count", instance_count)
+            changes["instance_count"] = positive("instance_count", instance_count)
         if process_count_per_node is not None:
-            changes["process_count_per_node"] = _positive(
+            changes["process_count_per_node"] = positive(
                 "process_count_per_node", process_count_per_node
             )
         if worker_count is not None:
-            changes["worker_count"] = _positive("worker_count", worker_count)
+            changes["worker_count"] = positive("worker_count", worker_count)
         if parameter_server_count is not None:
-            changes["parameter_server_count"] = _positive(
+            changes["parameter_server_count"] = positive(
                 "parameter_server_count", parameter_server_count, minimum=0
             )
         with self.hold_trait_notifications():
@@ -158,4 +156,4 @@ class RunSettings(HasTraits):
         )
 
 
-__all__ = ["LAUNCHERS", "ResourceLayout", "RunSettings", "TraitError"]
+__all__ = ["ResourceLayout", "RunSettings", "TraitError"]

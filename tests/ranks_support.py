@@ -70,7 +70,7 @@ class Cell:
         return self.result.success
 
     def traceback_text(self) -> str:
-        from jupyter_distcomp.ranks.failures import strip_ansi
+        from jupyter_distcomp.errors import strip_ansi
 
         return strip_ansi("\n".join(self.error._render_traceback_()))
 

@@ -14,14 +14,15 @@ import os
 import signal
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
 import pytest
 
+from jupyter_distcomp.command import run_command
 from jupyter_distcomp.errors import RankError, SpecError
 from jupyter_distcomp.layout import rank_environments
-from jupyter_distcomp.ranks.command import run_command
 from jupyter_distcomp.spec import load_component
 
 PROGRAM = r"""
@@ -164,7 +165,7 @@ def test_each_rank_sees_its_azure_variables(tmp_path, launcher, nodes, per_node)
     component = make_component(tmp_path, launcher, nodes, per_node)
     under_mpiexec = launcher in ("mpi", "deepspeed")
     if under_mpiexec:
-        object.__setattr__(component, "environment_variables", {"WANT_MPI": "1"})
+        component = replace(component, environment_variables={"WANT_MPI": "1"})
     lines = Lines()
     out = tmp_path / "out"
     result = run_command(component, outputs={"out": str(out)}, stream=lines, cwd=tmp_path)
@@ -378,7 +379,7 @@ def test_ctrl_c_stops_every_rank(tmp_path, launcher):
 
 KERNEL = """
 import sys
-from jupyter_distcomp.ranks.command import run_command
+from jupyter_distcomp.command import run_command
 from jupyter_distcomp.spec import load_component
 component = load_component(sys.argv[1], base_dir=sys.argv[2])
 component.runsettings.resource_layout.configure(1, 2)
@@ -509,7 +510,7 @@ def test_a_missing_program_or_code_folder_is_a_clear_error(tmp_path):
 def test_the_rank_supervisor_explains_a_malformed_call():
     import subprocess
 
-    from jupyter_distcomp.ranks.command_launch import SUPERVISOR
+    from jupyter_distcomp.command.launch import SUPERVISOR
 
     done = subprocess.run([*SUPERVISOR, "only-a-file"], capture_output=True, text=True)
     assert done.returncode == 2

@@ -14,11 +14,10 @@ from jupyter_distcomp.errors import LayoutError
 from jupyter_distcomp.layout import (
     LAUNCHER_VARIABLES,
     LOCAL_EXPERIMENT_ID,
-    free_ports,
-    loopback_interface,
     rank_environments,
     rank_table,
 )
+from jupyter_distcomp.mpi import free_ports, loopback_interface
 
 LAYOUTS = [(1, 1), (1, 4), (2, 2), (3, 1)]
 LAUNCHERS = ["torch.distributed", "mpi", "deepspeed", "tensorflow"]

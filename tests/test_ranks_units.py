@@ -9,8 +9,9 @@ from contextlib import redirect_stdout
 
 import pytest
 
+from jupyter_distcomp import mpi
 from jupyter_distcomp.errors import RankError
-from jupyter_distcomp.ranks import launch
+from jupyter_distcomp.ranges import format_ranks, parse_ranks
 from jupyter_distcomp.ranks.failures import (
     death_reason,
     error_sections,
@@ -18,7 +19,6 @@ from jupyter_distcomp.ranks.failures import (
     render_stack,
 )
 from jupyter_distcomp.ranks.output import RankOutput
-from jupyter_distcomp.ranks.ranges import format_ranks, parse_ranks
 
 
 @pytest.mark.parametrize(
@@ -146,23 +146,31 @@ def test_grouped_output_is_in_rank_order():
 
 
 def test_mpiexec_is_the_one_beside_python_and_flags_fit_the_machine(monkeypatch):
-    assert launch.mpiexec_path().startswith(sys.prefix) or "bin" in launch.mpiexec_path()
-    monkeypatch.setattr(launch.os, "cpu_count", lambda: 2)
-    assert "--oversubscribe" in launch.mpiexec_args(4)
-    assert "--oversubscribe" not in launch.mpiexec_args(2)
-    monkeypatch.setattr(launch.os, "geteuid", lambda: 0)
-    env = launch.mpiexec_environment()
+    assert mpi.mpiexec_path().startswith(sys.prefix) or "bin" in mpi.mpiexec_path()
+    monkeypatch.setattr(mpi, "cores", lambda: 2)
+    assert "--oversubscribe" in mpi.mpiexec_args(4)
+    assert "--oversubscribe" not in mpi.mpiexec_args(2)
+    monkeypatch.setattr(mpi.os, "geteuid", lambda: 0)
+    env = mpi.mpiexec_environment()
     assert env["OMPI_ALLOW_RUN_AS_ROOT"] == env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] == "1"
-    monkeypatch.setattr(launch.os, "geteuid", lambda: 1000)
-    assert "OMPI_ALLOW_RUN_AS_ROOT" not in launch.mpiexec_environment()
+    monkeypatch.setattr(mpi.os, "geteuid", lambda: 1000)
+    assert "OMPI_ALLOW_RUN_AS_ROOT" not in mpi.mpiexec_environment()
+
+
+def test_oversubscription_counts_physical_cores_as_open_mpi_does(monkeypatch):
+    import psutil
+
+    monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: 4 if logical else 2)
+    assert mpi.cores() == 2
+    assert "--oversubscribe" in mpi.mpiexec_args(3)
 
 
 def test_importing_the_ranks_package_imports_no_ipyparallel():
     import subprocess
 
     code = (
-        "import sys, jupyter_distcomp.ranks as r\n"
-        "r.get_backend(); r.parse_ranks('0', 1)\n"
+        "import sys, jupyter_distcomp.ranks as r, jupyter_distcomp.ranges as g\n"
+        "r.get_backend(); g.parse_ranks('0', 1)\n"
         "print('ipyparallel' in sys.modules, 'zmq' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from jupyter_distcomp import SpecError, SpecWarning, load_component
-from jupyter_distcomp.spec import coerce_value
+from jupyter_distcomp.values import coerce_value
 
 from .conftest import PUBLIC_SPECS, public_spec_ids
 

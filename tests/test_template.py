@@ -6,16 +6,17 @@ import json
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jupyter_distcomp import template
 from jupyter_distcomp.errors import SpecError
 from jupyter_distcomp.spec import load_component
 from jupyter_distcomp.template import expand_azureml, placeholders, to_azureml
+from jupyter_distcomp.template import render as template
 
 from .conftest import PUBLIC_SPECS, public_spec_ids
 
@@ -250,13 +251,13 @@ def test_a_nul_character_in_a_value_is_refused():
 
 def test_undeclared_placeholders_name_the_closest_declared_one():
     component = make("run {inputs.data}")
-    object.__setattr__(component, "command_template", "run {inputs.dta} {outputs.model}")
+    component = replace(component, command_template="run {inputs.dta} {outputs.model}")
     with pytest.raises(
         SpecError,
         match=r"placeholder \{inputs.dta\} names no declared input. Did you mean \{inputs.data\}\?",
     ):
         component.render_command({"data": "/d"}, {"model": "/m"})
-    object.__setattr__(component, "command_template", "run {inputs.model}")
+    component = replace(component, command_template="run {inputs.model}")
     with pytest.raises(
         SpecError, match=r"'model' is declared under outputs: write \{outputs.model\}"
     ):

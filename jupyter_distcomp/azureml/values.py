@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from ..errors import AzureMLError, did_you_mean
-from ..spec import coerce_value
+from ..values import coerce_value
 from .environment import existing_path
 
 URI = re.compile(r"^(azureml:|https?://|abfss?://|wasbs?://|adl://)", re.IGNORECASE)

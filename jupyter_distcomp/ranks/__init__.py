@@ -17,15 +17,13 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Connection", "RankBackend", "World", "format_ranks", "get_backend", "parse_ranks"]
+__all__ = ["Connection", "RankBackend", "World", "get_backend"]
 
 _LAZY = {
     "RankBackend": "backend",
     "get_backend": "backend",
     "World": "world",
     "Connection": "connection",
-    "parse_ranks": "ranges",
-    "format_ranks": "ranges",
 }
 
 

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import RankError
-from . import launch
+from ..mpi import free_port
+from ..ranges import format_ranks, parse_ranks
 from .connection import Connection
-from .progress import StartProgress
-from .ranges import format_ranks, parse_ranks
+from .status import StartProgress
 from .world import World
 
 Listener = Callable[[dict], None]
@@ -157,7 +157,7 @@ class RankBackend:
     def _new_world(self, name: str, component: Any, signature: tuple) -> World:
         layout = component.runsettings.resource_layout
         envs = component.rank_environments(
-            master_addr=self.master_addr, master_port=launch.free_port(self.master_addr)
+            master_addr=self.master_addr, master_port=free_port(self.master_addr)
         )
         world = World(
             name,

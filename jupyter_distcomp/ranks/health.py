@@ -12,8 +12,8 @@ import signal
 import time
 from typing import TYPE_CHECKING
 
-from . import launch
-from .diagnostics import collect_stacks, mpiexec_messages
+from ..mpi import is_local_host
+from .failures import collect_stacks, mpiexec_messages
 
 if TYPE_CHECKING:
     from .world import RankInfo
@@ -34,7 +34,7 @@ class WorldHealth:
     def _pid_alive(self, info: RankInfo) -> bool:
         import psutil
 
-        if info.pid is None or not launch.is_local_host(info.host):
+        if info.pid is None or not is_local_host(info.host):
             return self.client is not None and info.engine_id in self.client.ids
         try:
             if info.process is None:
@@ -101,7 +101,7 @@ class WorldHealth:
         remote = []
         for rank in ranks:
             info = self.ranks[rank]
-            if info.pid and launch.is_local_host(info.host):
+            if info.pid and is_local_host(info.host):
                 try:
                     os.kill(info.pid, sig)
                 except ProcessLookupError:
@@ -113,7 +113,7 @@ class WorldHealth:
 
     def stacks(self, ranks: list[int], wait: float = 1.0) -> dict[int, str]:
         """Each rank's current main-thread Python stack (via faulthandler on SIGUSR1)."""
-        local = [r for r in ranks if launch.is_local_host(self.ranks[r].host)]
+        local = [r for r in ranks if is_local_host(self.ranks[r].host)]
         paths = {r: os.path.join(self._tmp, f"rank-{r}.stack") for r in local}
         threads = {r: self.ranks[r].main_thread for r in local}
         result = collect_stacks(paths, threads, lambda: self.signal(local, signal.SIGUSR1), wait)

@@ -16,9 +16,9 @@ import time
 from typing import Any
 
 from ..errors import RankError
+from ..ranges import format_ranks
 from .failures import death_reason, error_sections, render_stack
 from .output import RankOutput
-from .ranges import format_ranks
 
 INTERRUPT_GRACE = 1.5  # seconds the ranks get to answer SIGINT before the cell returns
 DEATH_GRACE = 2.0  # seconds to let mpiexec report a death and stop the other ranks

@@ -16,12 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import RankError
-from . import launch
+from ..ranges import format_ranks
+from ..standalone.rank_setup import OPEN_MPI_WORLD_KEYS, setup_rank
 from .connection import Connection, connect_client
 from .health import WorldHealth
-from .processes import kill, process_tree, quiet_log
-from .ranges import format_ranks
-from .rank_setup import OPEN_MPI_WORLD_KEYS, setup_rank
+from .ipp import kill, process_tree, quiet_log
 
 START_TIMEOUT = 120.0
 
@@ -147,7 +146,7 @@ class World(WorldHealth):
             engines="mpi",
             n=self.world_size,
             profile_dir=profile_dir,
-            config=launch.cluster_config(self.world_size),
+            config=ipp.cluster_config(self.world_size),
             load_profile=False,
             delay=0,  # engines wait for the controller's connection info anyway
             engine_timeout=int(START_TIMEOUT),

@@ -64,7 +64,7 @@ class PanelActions:
         )
 
     def _run_command(self) -> None:
-        from ..ranks.command import run_command
+        from ..command import run_command
 
         total = self.component.runsettings.resource_layout.world_size
         self.worker.show_progress(0, total, "ranks done")

@@ -17,7 +17,7 @@ from typing import Any
 import ipywidgets as w
 
 from ..errors import SpecError
-from ..spec import coerce_value
+from ..values import coerce_value
 
 LABEL_WIDTH = "150px"
 #: an unbounded side of a BoundedIntText / BoundedFloatText (the largest exact JS integer)

@@ -82,7 +82,7 @@ def _same(table: list[dict], key: str) -> bool:
 def preview_values(component: Any) -> tuple[dict, dict]:
     """The inputs and outputs a run would bind: the settings (each value checked against its
     spec type: raises SpecError), unset outputs at their default folder."""
-    from ..spec import coerce_value
+    from ..values import coerce_value
 
     settings = component.runsettings
     inputs = {

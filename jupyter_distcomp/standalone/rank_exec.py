@@ -1,7 +1,7 @@
 """The small supervisor each rank of ``%distcomp command`` runs under.
 
-    python -I .../ranks/rank_exec.py ENVFILE -- ARGV...    (each rank under mpiexec)
-    python -I .../ranks/rank_exec.py --direct -- ARGV...   (one process per rank)
+    python -I .../standalone/rank_exec.py ENVFILE -- ARGV...    (each rank under mpiexec)
+    python -I .../standalone/rank_exec.py --direct -- ARGV...   (one process per rank)
 
 Standard library only, so it runs as a file without importing (or needing) this package.
 

@@ -8,47 +8,23 @@ problem is reported with the 1-based line and column of the key or value concern
 
 from __future__ import annotations
 
-import functools
 import io
-import json
 import os
-import re
-import warnings
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
 import yaml
 
-from .errors import SpecError, SpecWarning, closest, did_you_mean
-from .model import Component, Environment, Input, Launcher, Output
-from .positions import DuplicateKey as _DuplicateKey
-from .positions import Positions, compose_positions
-from .settings import LAUNCHERS
+from ..contracts import LAUNCHERS, V2_DISTRIBUTIONS, launcher_name
+from ..errors import SpecError, closest, did_you_mean
+from ..model import Component, Environment, Input, Launcher, Output
+from ..template import check_template, from_azureml
+from ..values import PARAM_TYPE_NAMES, PARAM_TYPES, coerce_value
+from .positions import Context, DuplicateKey, Positions, compose_positions
+from .schema import kind_of, validate
 
-SCHEMA_PATH = Path(__file__).parent / "schema" / "component.schema.json"
-
-LAUNCHER_ALIASES = {
-    "mpi": "mpi",
-    "torch.distributed": "torch.distributed",
-    "pytorch": "torch.distributed",
-    "tensorflow": "tensorflow",
-    "deepspeed": "deepspeed",
-}
-V2_DISTRIBUTIONS = {"mpi": "mpi", "pytorch": "torch.distributed", "tensorflow": "tensorflow"}
-PARAM_TYPES = {
-    "string": "string",
-    "str": "string",
-    "integer": "integer",
-    "int": "integer",
-    "float": "number",
-    "number": "number",
-    "double": "number",
-    "boolean": "boolean",
-    "bool": "boolean",
-    "enum": "enum",
-}
-PARAM_TYPE_NAMES = ("String", "Integer", "Float", "Boolean", "Enum", "Number")
+#: v2 data types that are not parameters (besides names ending in directory, file, folder, path)
 V2_PORT_TYPES = {
     "uri_folder",
     "uri_file",
@@ -57,60 +33,8 @@ V2_PORT_TYPES = {
     "custom_model",
     "triton_model",
 }
-_PLACEHOLDER = re.compile(r"(?<!\{)\{(inputs|outputs)\.([^{}\s]*)\}(?!\})")
-_V2_PLACEHOLDER = re.compile(r"\$\{\{\s*(inputs|outputs)\.([A-Za-z0-9_]+)\s*\}\}")
 
 
-@functools.lru_cache(maxsize=1)
-def schema() -> dict:
-    """The JSON Schema of a spec, as shipped in the package."""
-    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
-
-
-@functools.lru_cache(maxsize=1)
-def _fast_check():
-    """A compiled validator (fastjsonschema) for the common case: a spec that is valid."""
-    import fastjsonschema
-
-    return fastjsonschema.compile(schema())
-
-
-@functools.lru_cache(maxsize=1)
-def _validator():
-    """jsonschema's validator, used only to explain a failure: it lists every error."""
-    import jsonschema
-
-    cls = jsonschema.validators.validator_for(schema())
-    return cls(schema())
-
-
-@dataclass
-class _Ctx:
-    """What the builder needs to point at a place in the text."""
-
-    pos: Positions
-    source_name: str | None
-    warnings: list[str]
-
-    def error(self, message: str, path: tuple, *, at: str = "key") -> SpecError:
-        line, column = self.pos.locate(path, at=at)
-        return SpecError(
-            message,
-            line=line,
-            column=column,
-            path=".".join(str(p) for p in path) or None,
-            source_name=self.source_name,
-        )
-
-    def warn(self, message: str, path: tuple) -> None:
-        line, _ = self.pos.locate(path)
-        where = f"line {line}, " if line else ""
-        text = f"{where}key '{'.'.join(map(str, path))}': {message}"
-        self.warnings.append(text)
-        warnings.warn(SpecWarning(text), stacklevel=4)
-
-
-# -- entry point ----------------------------------------------------------------------------
 def load_component(
     source: str | os.PathLike | IO[str],
     base_dir: str | os.PathLike | None = None,
@@ -127,8 +51,8 @@ def load_component(
     if source_name is None and origin is not None:
         source_name = str(origin)
     data, pos = _parse(text, source_name)
-    ctx = _Ctx(pos, source_name, [])
-    _validate_schema(data, ctx)
+    ctx = Context(pos, source_name, [])
+    validate(data, ctx)
     component = _build(data, ctx, text, Path(base_dir))
     return component
 
@@ -183,7 +107,7 @@ def _parse(text: str, source_name: str | None) -> tuple[dict, Positions]:
         ) from None
     except yaml.YAMLError as exc:
         raise SpecError(f"YAML syntax error: {exc}", line=1, source_name=source_name) from None
-    except _DuplicateKey as exc:
+    except DuplicateKey as exc:
         raise SpecError(
             f"key '{exc.key}' appears twice in the same mapping (first on line {exc.first_line})."
             " Fix: keep one of them.",
@@ -202,7 +126,7 @@ def _parse(text: str, source_name: str | None) -> tuple[dict, Positions]:
         )
     if not isinstance(data, dict):
         raise SpecError(
-            f"a spec must be a YAML mapping of keys (name:, type:, ...), not a {_kind(data)}.",
+            f"a spec must be a YAML mapping of keys (name:, type:, ...), not a {kind_of(data)}.",
             line=1,
             column=1,
             source_name=source_name,
@@ -218,126 +142,14 @@ def _yaml_hint(problem: str) -> str:
     return ""
 
 
-def _kind(value: Any) -> str:
-    return {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}.get(
-        type(value), type(value).__name__
-    )
-
-
-# -- schema ---------------------------------------------------------------------------------
-def _validate_schema(data: dict, ctx: _Ctx) -> None:
-    known = schema()["properties"]
-    for key in data:
-        if key not in known:
-            ctx.warn(f"unknown top-level key, ignored.{did_you_mean(str(key), known)}", (str(key),))
-    import fastjsonschema
-
-    try:
-        _fast_check()(data)
-        return
-    except fastjsonschema.JsonSchemaException:
-        pass
-    errors = list(_validator().iter_errors(data))
-    if not errors:
-        return
-    located = [(_describe(e, ctx), e) for e in errors]
-    located.sort(key=lambda item: (item[0].line or 0, item[0].column or 0))
-    first = located[0][0]
-    if len(located) > 1:
-        others = "; ".join(f"line {e.line}: {e.message}" for e, _ in located[1:4])
-        more = f" (+{len(located) - 4} more)" if len(located) > 4 else ""
-        first = SpecError(
-            f"{first.message}\nAlso: {others}{more}",
-            line=first.line,
-            column=first.column,
-            path=first.path,
-            source_name=ctx.source_name,
-        )
-    raise first
-
-
-def _describe(error: Any, ctx: _Ctx) -> SpecError:
-    """Turn a jsonschema error into a message that says what, where and the fix."""
-    path = tuple(error.absolute_path)
-    validator = error.validator
-    where = ".".join(map(str, path)) or "the spec"
-    if validator == "additionalProperties":
-        allowed = list(error.schema.get("properties", {}))
-        extra = [k for k in error.instance if k not in allowed]
-        key = extra[0]
-        return ctx.error(
-            f"unknown key '{key}' in {where}.{did_you_mean(key, allowed)}"
-            f" Allowed keys: {', '.join(allowed)}.",
-            (*path, key),
-        )
-    if validator == "required":
-        missing = [k for k in error.validator_value if k not in error.instance]
-        key = missing[0]
-        example = {"name": "my_component", "type": "DistributedComponent"}.get(key, "...")
-        return ctx.error(
-            f"missing required key '{key}' in {where}. Fix: add `{key}: {example}`.", path
-        )
-    if validator == "enum":
-        options = list(dict.fromkeys(str(o).lower() for o in error.validator_value))
-        if path[-1:] == ("type",) and "torch.distributed" in options:
-            options = [o for o in options if o != "pytorch"]  # suggest the canonical name
-        return ctx.error(
-            f"{error.instance!r} is not allowed for {where}."
-            f"{did_you_mean(str(error.instance), options)} Allowed: {', '.join(options)}.",
-            path,
-            at="value",
-        )
-    if validator in ("type", "oneOf", "anyOf"):
-        expected = error.schema.get("type")
-        if validator != "type":
-            expected = "a string or a list of strings"
-        elif isinstance(expected, list):
-            expected = " or ".join(t for t in expected if t != "null")
-        return ctx.error(
-            f"{where} must be {_article(expected)}, got {_kind(error.instance)} "
-            f"{_short(error.instance)}.",
-            path,
-            at="value",
-        )
-    if validator == "pattern" and path and path[-1] == "type":
-        return ctx.error(
-            f"unknown component type {error.instance!r}."
-            f"{did_you_mean(str(error.instance).split('@')[0], ['DistributedComponent', 'CommandComponent', 'command'])}"
-            " Use DistributedComponent (with a launcher), CommandComponent (with a command),"
-            " or v2 'command' (with an optional distribution).",
-            path,
-            at="value",
-        )
-    if validator == "pattern" and path == ("name",):
-        return ctx.error(
-            f"name {error.instance!r} may only contain letters, digits and '-', '_', '.'. "
-            f"Fix: name: {re.sub(r'[^A-Za-z0-9_.-]+', '_', str(error.instance)) or 'component'}",
-            path,
-            at="value",
-        )
-    if validator in ("minimum", "minLength", "minItems"):
-        return ctx.error(f"{where}: {error.message}.", path, at="value")
-    return ctx.error(f"{where}: {error.message}", path, at="value")
-
-
-def _article(noun: Any) -> str:
-    noun = str(noun)
-    return ("an " if noun[:1] in "aeiou" else "a ") + noun
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 # -- model ----------------------------------------------------------------------------------
-def _build(data: dict, ctx: _Ctx, text: str, base_dir: Path) -> Component:
+def _build(data: dict, ctx: Context, text: str, base_dir: Path) -> Component:
     raw_type = str(data["type"]).split("@")[0]
     distribution = data.get("distribution")
     is_v2 = raw_type.lower() == "command"
     launcher = None
     if is_v2:
-        template = _v2_template(data.get("command"), ctx)
+        template = from_azureml(data.get("command"))
         if distribution:
             kind = V2_DISTRIBUTIONS[str(distribution["type"]).lower()]
             launcher = Launcher(kind, template, str(distribution["type"]))
@@ -370,7 +182,7 @@ def _build(data: dict, ctx: _Ctx, text: str, base_dir: Path) -> Component:
             )
         section = data["launcher"]
         raw_launcher = str(section["type"])
-        kind = LAUNCHER_ALIASES.get(raw_launcher.lower())
+        kind = launcher_name(raw_launcher)
         if kind is None:
             raise ctx.error(
                 f"unknown launcher type {raw_launcher!r}.{did_you_mean(raw_launcher, LAUNCHERS)}"
@@ -395,7 +207,7 @@ def _build(data: dict, ctx: _Ctx, text: str, base_dir: Path) -> Component:
         for name, spec in (data.get("outputs") or {}).items()
     }
     template_key = ("launcher", "additional_arguments") if "launcher" in data else ("command",)
-    _check_placeholders(template, inputs, outputs, ctx, template_key, text)
+    _check_template(template, inputs, outputs, ctx, template_key, text)
 
     component = Component(
         name=str(data["name"]),
@@ -433,7 +245,7 @@ def _build(data: dict, ctx: _Ctx, text: str, base_dir: Path) -> Component:
     return component
 
 
-def _param_type(name: str, type_value: Any, ctx: _Ctx, is_v2: bool) -> str | None:
+def _param_type(name: str, type_value: Any, ctx: Context, is_v2: bool) -> str | None:
     if isinstance(type_value, list):
         return None
     lowered = str(type_value).lower()
@@ -455,7 +267,7 @@ def _param_type(name: str, type_value: Any, ctx: _Ctx, is_v2: bool) -> str | Non
     return None
 
 
-def _input(name: str, spec: dict, ctx: _Ctx, is_v2: bool) -> Input:
+def _input(name: str, spec: dict, ctx: Context, is_v2: bool) -> Input:
     path = ("inputs", name)
     if spec is None or not isinstance(spec, dict):
         raise ctx.error(
@@ -520,7 +332,7 @@ def _input(name: str, spec: dict, ctx: _Ctx, is_v2: bool) -> Input:
     )
 
 
-def _output(name: str, spec: dict, ctx: _Ctx) -> Output:
+def _output(name: str, spec: dict, ctx: Context) -> Output:
     path = ("outputs", name)
     if spec is None or not isinstance(spec, dict):
         raise ctx.error(
@@ -540,105 +352,20 @@ def _output(name: str, spec: dict, ctx: _Ctx) -> Output:
     )
 
 
-def coerce_value(inp: Input, value: Any) -> Any:
-    """Check (and, for strings from a command line or a text box, convert) one input value.
-
-    Raises SpecError saying what is wrong and what would be accepted.
-    """
-    if value is None or inp.is_data:
-        return value
-    kind = inp.param_type
-    if kind == "boolean":
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text in ("true", "1", "yes"):
-            return True
-        if text in ("false", "0", "no"):
-            return False
-        raise SpecError(f"input '{inp.name}' is Boolean: use True or False, not {value!r}.")
-    if kind in ("integer", "number"):
-        if isinstance(value, bool):
-            raise SpecError(f"input '{inp.name}' is {kind}: got a boolean {value!r}.")
-        try:
-            if kind == "integer":
-                number = value if isinstance(value, int) else _to_int(value)
-            else:
-                number = value if isinstance(value, (int, float)) else float(str(value).strip())
-        except ValueError:
-            example = "3" if kind == "integer" else "0.01"
-            raise SpecError(
-                f"input '{inp.name}' is {'Integer' if kind == 'integer' else 'Float'}: "
-                f"{value!r} is not a number. Fix: give a value such as {example}."
-            ) from None
-        if inp.min is not None and number < inp.min:
-            raise SpecError(f"input '{inp.name}' must be at least {inp.min}, got {number}.")
-        if inp.max is not None and number > inp.max:
-            raise SpecError(f"input '{inp.name}' must be at most {inp.max}, got {number}.")
-        return number
-    if kind == "enum":
-        text = str(value)
-        if inp.enum and text not in inp.enum:
-            raise SpecError(
-                f"input '{inp.name}' must be one of {', '.join(inp.enum)}; got {text!r}."
-                f"{did_you_mean(text, inp.enum)}"
-            )
-        return text
-    return value if isinstance(value, str) else str(value)
-
-
-def _to_int(value: Any) -> int:
-    if isinstance(value, float):
-        if not value.is_integer():
-            raise ValueError(value)
-        return int(value)
-    return int(str(value).strip())
-
-
-def _check_placeholders(
-    template: str, inputs: dict, outputs: dict, ctx: _Ctx, key: tuple, text: str
+def _check_template(
+    template: str, inputs: dict, outputs: dict, ctx: Context, key: tuple, text: str
 ) -> None:
-    for match in _PLACEHOLDER.finditer(template):
-        kind, name = match.group(1), match.group(2)
-        declared = inputs if kind == "inputs" else outputs
-        if name in declared:
-            continue
-        line, column = ctx.pos.find_in_value(key, match.group(0), text)
-        other = outputs if kind == "inputs" else inputs
-        if name in other:
-            fix = f" '{name}' is declared under {'outputs' if kind == 'inputs' else 'inputs'}:"
-            fix += f" write {{{'outputs' if kind == 'inputs' else 'inputs'}.{name}}}."
-        else:
-            suggestion = closest(name, declared)
-            fix = (
-                f" Did you mean {{{kind}.{suggestion}}}?"
-                if suggestion
-                else f" Fix: declare '{name}' under {kind}:, or correct the name."
-            )
+    """The template parses and names only declared inputs and outputs; errors get a line."""
+    try:
+        check_template(template, inputs, outputs)
+    except SpecError as exc:
+        if exc.offset is None:
+            raise
+        needle = template[exc.offset :].split(None, 1)
+        line, column = ctx.pos.find_in_value(key, needle[0] if needle else "", text)
         raise SpecError(
-            f"placeholder {match.group(0)} names no declared {kind[:-1]}.{fix}",
-            line=line,
-            column=column,
-            path=".".join(key),
-            source_name=ctx.source_name,
-        )
-
-
-def _v2_template(command: Any, ctx: _Ctx) -> str:
-    """v2 ``${{inputs.x}}`` / ``$[[...]]`` syntax -> the v1.5 template syntax of the model."""
-    if command is None:
-        return ""
-    text = str(command)
-    text = text.replace("[", "[[").replace("]", "]]")
-    text = text.replace("$[[[[", "[").replace("]]]]", "]")
-    out = []
-    last = 0
-    for match in _V2_PLACEHOLDER.finditer(text):
-        out.append(text[last : match.start()].replace("{", "{{").replace("}", "}}"))
-        out.append(f"{{{match.group(1)}.{match.group(2)}}}")
-        last = match.end()
-    out.append(text[last:].replace("{", "{{").replace("}", "}}"))
-    return "".join(out)
+            exc.message, line=line, column=column, path=".".join(key), source_name=ctx.source_name
+        ) from None
 
 
 def _environment(section: Any) -> Environment | None:
@@ -688,11 +415,11 @@ def _environment(section: Any) -> Environment | None:
     )
 
 
-def carry_over_settings(old: Component, new: Component) -> None:
-    """Keep the user's run settings when a definition cell runs again.
+def carry_over_settings(old: Component, new: Component) -> Component:
+    """``new`` with the user's run settings of ``old``, when a definition cell runs again.
 
-    The new component takes over the old settings object (so a panel or ranks bound to it
-    stay bound); input and output bindings the new spec no longer allows are dropped.
+    The result keeps the old settings object (so a panel or ranks bound to it stay bound);
+    input and output bindings the new spec no longer allows are dropped.
     """
     settings = old.runsettings
     kept = {}
@@ -709,7 +436,4 @@ def carry_over_settings(old: Component, new: Component) -> None:
     if new.spec_format == "v2":
         fresh = new.runsettings.resource_layout
         settings.resource_layout.configure(**{k: v for k, v in fresh.as_dict().items() if v})
-    object.__setattr__(new, "runsettings", settings)
-
-
-__all__ = ["SpecError", "carry_over_settings", "coerce_value", "load_component", "schema"]
+    return replace(new, runsettings=settings)

@@ -6,10 +6,13 @@ those per key path and construct the plain data from the same node tree.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+
+from ..errors import SpecError, SpecWarning
 
 
 def _key_text(key_node: yaml.Node) -> str:
@@ -124,3 +127,29 @@ def _walk(node: yaml.Node, path: tuple, positions: Positions, seen: set[int]) ->
             positions.keys[child] = item.start_mark
             positions.values[child] = (item.start_mark, item.end_mark)
             _walk(item, child, positions, seen)
+
+
+@dataclass
+class Context:
+    """What the loader needs to point at a place in the text: errors and warnings with lines."""
+
+    pos: Positions
+    source_name: str | None
+    warnings: list[str]
+
+    def error(self, message: str, path: tuple, *, at: str = "key") -> SpecError:
+        line, column = self.pos.locate(path, at=at)
+        return SpecError(
+            message,
+            line=line,
+            column=column,
+            path=".".join(str(p) for p in path) or None,
+            source_name=self.source_name,
+        )
+
+    def warn(self, message: str, path: tuple) -> None:
+        line, _ = self.pos.locate(path)
+        where = f"line {line}, " if line else ""
+        text = f"{where}key '{'.'.join(map(str, path))}': {message}"
+        self.warnings.append(text)
+        warnings.warn(SpecWarning(text), stacklevel=4)

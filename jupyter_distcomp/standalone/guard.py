@@ -1,4 +1,4 @@
-"""``python -m jupyter_distcomp.ranks.guard [--signal NAME] CMD ...``: CMD dies with the kernel.
+"""``python -m jupyter_distcomp.standalone.guard [--signal NAME] CMD ...``: CMD dies with the kernel.
 
 The controller and ``mpiexec`` are started through this: on Linux it asks the kernel
 (``prctl(PR_SET_PDEATHSIG, sig)``, kept across ``exec``) to signal CMD when the Jupyter
@@ -21,7 +21,7 @@ def main(argv: list[str]) -> None:
     if argv[:1] == ["--signal"] and len(argv) > 2:
         sig, argv = signal.Signals[f"SIG{argv[1]}"], argv[2:]
     if not argv:
-        sys.exit("usage: python -m jupyter_distcomp.ranks.guard [--signal NAME] CMD [ARGS...]")
+        sys.exit("usage: python -m jupyter_distcomp.standalone.guard [--signal NAME] CMD [ARGS...]")
     if sys.platform.startswith("linux"):
         parent = os.getppid()
         try:

@@ -58,7 +58,7 @@ def _local_path(name: str, value: Any, kind: str, flag: str, cwd: Path) -> Path:
 
 def bind_inputs(component, overrides: dict[str, Any] | None, cwd: Path) -> dict[str, Any]:
     """Input name -> value for the template: parameters typed, data inputs absolute paths."""
-    from ..spec import coerce_value
+    from ..values import coerce_value
 
     overrides = dict(overrides or {})
     _check_names(overrides, component.inputs, "input", "--input")

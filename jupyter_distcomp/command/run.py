@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RankError, SpecError
-from . import command_launch as launch_mod
-from .command_bindings import bind_inputs, bind_outputs
-from .command_report import TAIL_LINES, CommandResult, RankResult, failure_message
-from .launch import free_port
+from ..mpi import free_port, rank_label
+from . import launch as launch_mod
+from .bindings import bind_inputs, bind_outputs
+from .report import TAIL_LINES, CommandResult, RankResult, failure_message
 
 MPI_LAUNCHERS = ("mpi", "deepspeed")
 #: after the ranks have exited, how long to wait for output still in flight
@@ -107,8 +107,7 @@ def run_command(
         timeout=timeout,
         zero_or_greater=(component.successful_return_code or "").lower() == "zeroorgreater",
     )
-    # the same labels as `%%distcomp run` output (ranks/world.py)
-    labels = [f"[node {r.node} rank {r.rank}]" if nodes > 1 else f"[rank {r.rank}]" for r in ranks]
+    labels = [rank_label(r.rank, r.node, nodes) for r in ranks]
     run = _Run(result, labels, stream, timeout, grace)
     started = time.monotonic()
     try:

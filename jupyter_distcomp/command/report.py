@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..ranges import format_ranks
+
 TAIL_LINES = 20
 
 _SIGNAL_HINTS = {
@@ -110,19 +112,6 @@ def rank_status(outcome: Any) -> str:
     return f"exit code {code}" + (" (after being stopped)" if outcome.stopped else "")
 
 
-def rank_list(ranks: list[int]) -> str:
-    """[0, 1, 2, 5] -> 'ranks 0-2, 5'; [3] -> 'rank 3'."""
-    ranks = sorted(ranks)
-    parts, start = [], None
-    for i, rank in enumerate(ranks):
-        if start is None:
-            start = rank
-        if i + 1 == len(ranks) or ranks[i + 1] != rank + 1:
-            parts.append(str(start) if start == rank else f"{start}-{rank}")
-            start = None
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(parts)
-
-
 def _tail(outcome: Any) -> list[str]:
     lines = list(outcome.stderr_tail) or list(outcome.stdout_tail)
     which = "stderr" if outcome.stderr_tail else "stdout"
@@ -144,21 +133,21 @@ def failure_message(result: Any) -> str:
     lines: list[str] = []
     if result.timed_out:
         lines.append(
-            f"`{name}` timed out after {result.timeout:g} s: {rank_list(result.timed_out)} "
+            f"`{name}` timed out after {result.timeout:g} s: {format_ranks(result.timed_out)} "
             f"still running, stopped (SIGINT, then SIGKILL). Their last lines are below."
         )
         for ranks, outcome in _grouped([result.ranks[r] for r in result.timed_out]):
-            lines.append(f"{rank_list(ranks)}: {outcome.status}")
+            lines.append(f"{format_ranks(ranks)}: {outcome.status}")
             lines.extend(_tail(outcome))
     failed = result.failed if not result.timed_out else []
     if failed:
-        lines.append(f"`{name}` failed on {rank_list([r.rank for r in failed])}:")
+        lines.append(f"`{name}` failed on {format_ranks([r.rank for r in failed])}:")
         for ranks, outcome in _grouped(failed):
-            lines.append(f"{rank_list(ranks)}: {outcome.status}")
+            lines.append(f"{format_ranks(ranks)}: {outcome.status}")
             lines.extend(_tail(outcome))
     stopped = [r.rank for r in result.ranks if r.stopped and r.rank not in result.timed_out]
     if stopped and not result.timed_out:
-        lines.append(f"{rank_list(stopped)} stopped because of the failure.")
+        lines.append(f"{format_ranks(stopped)} stopped because of the failure.")
     if all(r.pid is None and r.returncode is None for r in result.ranks) and result.launcher_tail:
         lines.append("mpiexec said:")
         lines.extend(f"    {line}" for line in result.launcher_tail)

@@ -13,7 +13,7 @@ import re
 import shlex
 from typing import Any
 
-from .errors import SpecError
+from ..errors import SpecError
 
 _WS = " \t\r\n"
 _SHELL_CHARS = set(";&|<>()*?[`")

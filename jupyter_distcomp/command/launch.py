@@ -30,14 +30,18 @@ import tempfile
 import threading
 from pathlib import Path
 
-from .launch import mpiexec_path
+from .. import mpi
 
 #: a line with no newline yet is shown after this many seconds (progress output)
 PARTIAL_LINE_SECONDS = 0.5
 _STRIPPED_PREFIXES = ("PMIX_", "OMPI_COMM_WORLD_", "PRTE_")
 #: rank_exec.py uses the standard library only: run as a file, isolated (-I), it starts fast,
 #: needs no import of this package (nor its install) and ignores the user's PYTHON* settings
-SUPERVISOR = [sys.executable, "-I", str(Path(__file__).with_name("rank_exec.py"))]
+SUPERVISOR = [
+    sys.executable,
+    "-I",
+    str(Path(__file__).parent.parent / "standalone" / "rank_exec.py"),
+]
 
 
 def base_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -59,26 +63,18 @@ def base_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def mpiexec_argv(mpiexec: str, ranks: int, envfile: str, argv: list[str]) -> list[str]:
-    """``--oversubscribe`` when there are more ranks than cores (else Open MPI refuses; it
-    counts physical cores, not hardware threads); ``--bind-to none`` so two local runs never
-    pin their ranks to the same cores."""
-    import psutil
-
-    cores = psutil.cpu_count(logical=False) or os.cpu_count() or 1
-    args = [mpiexec, "-n", str(ranks), "--bind-to", "none"]
-    if ranks > cores:
-        args.append("--oversubscribe")
-    return [*args, *SUPERVISOR, envfile, "--", *argv]
-
-
-def mpiexec_environment(env: dict[str, str]) -> dict[str, str]:
-    """Open MPI refuses to run as root unless told twice; the user never has to know."""
-    env = dict(env)
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
-        env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
-    return env
+def mpiexec_argv(ranks: int, envfile: str, argv: list[str]) -> list[str]:
+    """mpiexec starting the rank supervisor on ``ranks`` ranks, with the shared MPI flags."""
+    return [
+        mpi.mpiexec_path(),
+        "-n",
+        str(ranks),
+        *mpi.mpiexec_args(ranks),
+        *SUPERVISOR,
+        envfile,
+        "--",
+        *argv,
+    ]
 
 
 def pump(fd: int, rank: int | None, stream: str, events: queue.Queue) -> None:
@@ -193,9 +189,9 @@ class MpiLaunch:
         self.acceptor = _thread(self._accept)
         try:
             self.proc = subprocess.Popen(
-                mpiexec_argv(mpiexec_path(), len(envs), envfile, argv),
+                mpiexec_argv(len(envs), envfile, argv),
                 cwd=cwd,
-                env=mpiexec_environment(base_env),
+                env=mpi.mpiexec_environment(base_env),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

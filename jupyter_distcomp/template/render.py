@@ -33,12 +33,12 @@ from __future__ import annotations
 import functools
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .command_words import CommandWords, lex_text, quoted, template_error
-from .errors import SpecError, closest
+from ..errors import SpecError, closest
+from .words import CommandWords, lex_text, quoted, template_error
 
 KINDS = ("inputs", "outputs")
 _SPECIAL = re.compile(r"[\[\]{}]")
@@ -250,7 +250,7 @@ def render_command(component: Any, inputs: dict[str, Any], outputs: dict[str, An
         declared = component.inputs if ph.kind == "inputs" else component.outputs
         spec = declared.get(ph.name)
         if spec is None:
-            raise _undeclared(ph, component)
+            raise _undeclared(ph, component.inputs, component.outputs)
         given = (inputs if ph.kind == "inputs" else outputs).get(ph.name)
         if given is None:
             given = getattr(spec, "default", None)
@@ -269,10 +269,20 @@ def render_command(component: Any, inputs: dict[str, Any], outputs: dict[str, An
     return _assemble(_lex(template, frozenset(unbound)), values)
 
 
-def _undeclared(ph: Placeholder, component: Any) -> SpecError:
-    declared = component.inputs if ph.kind == "inputs" else component.outputs
+def check_template(template: str, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> None:
+    """Raise SpecError (with ``.offset``) if the template is malformed or names an input or
+    output that is not declared."""
+    for ph in placeholders(template):
+        if ph.name not in (inputs if ph.kind == "inputs" else outputs):
+            raise _undeclared(ph, inputs, outputs)
+
+
+def _undeclared(
+    ph: Placeholder, inputs: Mapping[str, Any], outputs: Mapping[str, Any]
+) -> SpecError:
+    declared = inputs if ph.kind == "inputs" else outputs
     other_kind = "outputs" if ph.kind == "inputs" else "inputs"
-    other = component.outputs if ph.kind == "inputs" else component.inputs
+    other = outputs if ph.kind == "inputs" else inputs
     if ph.name in other:
         fix = f" '{ph.name}' is declared under {other_kind}: write {{{other_kind}.{ph.name}}}."
     else:
@@ -347,6 +357,22 @@ def to_azureml(template: str, bound: Iterable[str] | None = None) -> str:
     return command if trimmed == command else "".join(lex_text(trimmed).script)
 
 
+def from_azureml(command: Any) -> str:
+    """A v2 command (``${{inputs.x}}``, ``$[[...]]``) in the template syntax of the model."""
+    if command is None:
+        return ""
+    text = str(command).replace("[", "[[").replace("]", "]]")
+    text = text.replace("$[[[[", "[").replace("]]]]", "]")
+    out = []
+    last = 0
+    for match in _V2_PLACEHOLDER.finditer(text):
+        out.append(text[last : match.start()].replace("{", "{{").replace("}", "}}"))
+        out.append(f"{{{match.group(1)}.{match.group(2)}}}")
+        last = match.end()
+    out.append(text[last:].replace("{", "{{").replace("}", "}}"))
+    return "".join(out)
+
+
 def expand_azureml(command: str, inputs: dict[str, Any], outputs: dict[str, Any]) -> list[str]:
     """Expand a v2 command as Azure ML does, then split it as the shell on the compute would.
 
@@ -379,4 +405,12 @@ def expand_azureml(command: str, inputs: dict[str, Any], outputs: dict[str, Any]
     return [word if isinstance(word, str) else "".join(word) for word in lexer.words]
 
 
-__all__ = ["Placeholder", "expand_azureml", "placeholders", "render_command", "to_azureml"]
+__all__ = [
+    "Placeholder",
+    "check_template",
+    "expand_azureml",
+    "from_azureml",
+    "placeholders",
+    "render_command",
+    "to_azureml",
+]

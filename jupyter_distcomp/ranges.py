@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..errors import RankError
+from .errors import RankError
 
 
 def parse_ranks(text: str | Iterable[int] | None, world_size: int) -> list[int]:

@@ -1,0 +1,26 @@
+"""The command template: one parse, two renderings (a local argv, and Azure ML v2 syntax).
+
+``render`` holds the template rules; ``words`` splits literal text as a POSIX shell would.
+"""
+
+from __future__ import annotations
+
+from .render import (
+    Placeholder,
+    check_template,
+    expand_azureml,
+    from_azureml,
+    placeholders,
+    render_command,
+    to_azureml,
+)
+
+__all__ = [
+    "Placeholder",
+    "check_template",
+    "expand_azureml",
+    "from_azureml",
+    "placeholders",
+    "render_command",
+    "to_azureml",
+]
