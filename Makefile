@@ -33,14 +33,15 @@ $(CHROMIUM):
 		echo "Fix: sudo apt-get install -y chromium (or run make test as root)." >&2; exit 1; \
 	fi
 
-test: $(STAMP) $(CHROMIUM)
-	$(PY) -m ruff check .
-	$(PY) -m ruff format --check .
+test: lint $(CHROMIUM)
 	$(PY) -m pytest
 
+# style, types and the import contracts of pyproject.toml ([tool.importlinter])
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
 
 format: $(STAMP)
 	$(PY) -m ruff check --fix .
