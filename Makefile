@@ -42,6 +42,7 @@ lint: $(STAMP)
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
+	cd labextension && ../$(VENV)/bin/jlpm run lint:check
 
 format: $(STAMP)
 	$(PY) -m ruff check --fix .

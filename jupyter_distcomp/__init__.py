@@ -6,9 +6,10 @@ azure-ai-ml, ipywidgets) are imported only when a feature needs them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
 
 _LAZY = {
     "load_component": ("spec", "load_component"),
@@ -24,10 +25,12 @@ _LAZY = {
 
 __all__ = [*_LAZY, "__version__", "load_ipython_extension", "unload_ipython_extension"]
 
-_magics: Any = None
-
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # read on demand: importlib.metadata is slow to import
+        from importlib.metadata import version
+
+        return version("jupyter-distcomp")
     if name in _LAZY:
         import importlib
 
@@ -38,33 +41,38 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def load_ipython_extension(ipython: Any) -> None:
-    global _magics
-    from .magics import DistComp
-
-    _magics = DistComp(shell=ipython)
-    ipython.register_magics(_magics)
-    if _magics not in ipython.configurables:
-        ipython.configurables.append(_magics)
+def load_ipython_extension(ipython: InteractiveShell) -> None:
+    """``%load_ext jupyter_distcomp``: a session for this shell, its magics and settings."""
     import atexit
 
-    atexit.register(_shutdown)
-    from .comm import install
+    from .magics import DistCompMagics
+    from .session import Session
 
-    install(ipython)  # the JupyterLab ranks panel's channel (a no-op outside a kernel)
+    session = Session(ipython)
+    magics = DistCompMagics(ipython, session)
+    ipython.register_magics(magics)
+    configurables: list[Any] = ipython.configurables  # `%config` lists and sets these
+    for configurable in session.configurables:
+        if configurable not in configurables:
+            configurables.append(configurable)
+    atexit.register(session.shutdown)
+    session.open_channel()  # the JupyterLab ranks panel's channel (a no-op outside a kernel)
 
 
-def unload_ipython_extension(ipython: Any) -> None:
-    _shutdown()
-    from .comm import uninstall
+def unload_ipython_extension(ipython: InteractiveShell) -> None:
+    """``%unload_ext jupyter_distcomp``: stop the ranks, close the channel, drop the settings."""
+    import atexit
 
-    uninstall()
-
-
-def _shutdown() -> None:
-    global _magics
-    if _magics is not None:
-        _magics.shutdown()
+    magics = ipython.magics_manager.registry.pop("DistCompMagics", None)
+    if magics is None:
+        return
+    session = magics.session
+    atexit.unregister(session.shutdown)
+    session.close()
+    configurables: list[Any] = ipython.configurables
+    for configurable in (*session.configurables, magics):
+        if configurable in configurables:
+            configurables.remove(configurable)
 
 
 def _jupyter_labextension_paths() -> list[dict[str, str]]:

@@ -23,26 +23,37 @@ after an action. ``event`` is :meth:`RankBackend.event`'s dict.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-TARGET = "jupyter_distcomp"
-ACTIONS = ("interrupt", "restart", "stop", "refresh")
+from .contracts import COMM_ACTIONS, COMM_TARGET
+
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from .ranks.backend import RankBackend
 
 
 class RanksChannel:
     """Every open ``jupyter_distcomp`` comm of this kernel, fed by the rank backend."""
 
-    def __init__(self, backend: Any) -> None:
+    def __init__(self, backend: RankBackend) -> None:
         self.backend = backend
         self.comms: dict[str, Any] = {}
         self._lock = threading.Lock()
 
     # -- comms --------------------------------------------------------------------------
+    def register(self) -> None:
+        """Listen to the backend and accept comms that frontends open to our target."""
+        from comm import get_comm_manager
+
+        self.backend.add_listener(self.on_rank_event)
+        get_comm_manager().register_target(COMM_TARGET, self.on_frontend_open)
+
     def announce(self) -> None:
         """Open a comm from the kernel: tells the frontend this kernel uses distcomp."""
         from comm import create_comm
 
-        self._adopt(create_comm(target_name=TARGET, data=self.snapshot()))
+        self._adopt(create_comm(target_name=COMM_TARGET, data=self.snapshot()))
 
     def on_frontend_open(self, comm: Any, msg: dict) -> None:
         """A frontend (e.g. after a page reload) opened a comm to our target."""
@@ -84,7 +95,7 @@ class RanksChannel:
         if action == "refresh":
             self.broadcast(self.snapshot())
             return
-        if action not in ACTIONS or not isinstance(name, str):
+        if action not in COMM_ACTIONS or not isinstance(name, str):
             self._result(action, name, False, f"unknown request {data!r}")
             return
         try:
@@ -111,47 +122,31 @@ class RanksChannel:
             {"type": "result", "action": action, "name": name, "ok": ok, "message": message}
         )
 
-
-_channel: RanksChannel | None = None
-
-
-def install(shell: Any) -> RanksChannel | None:
-    """Set up the channel in a kernel (``%load_ext``); a no-op in a terminal IPython.
-
-    Costs a comm-target registration, one comm open and importing the rank backend's
-    module (stdlib only, about 10 ms); ipyparallel is imported only when ranks start.
-    """
-    global _channel
-    kernel = getattr(shell, "kernel", None)
-    if kernel is None:
-        return None
-    if _channel is None:
-        from comm import get_comm_manager
-
-        from .ranks import get_backend
-
-        _channel = RanksChannel(get_backend())
-        _channel.backend.add_listener(_channel.on_rank_event)
-        get_comm_manager().register_target(TARGET, _channel.on_frontend_open)
-    _channel.announce()
-    return _channel
-
-
-def uninstall() -> None:
-    """Close our comms and stop listening (``%unload_ext``)."""
-    global _channel
-    if _channel is None:
-        return
-    _channel.backend.remove_listener(_channel.on_rank_event)
-    for comm in list(_channel.comms.values()):
+    def close(self) -> None:
+        """Close our comms and stop listening (``%unload_ext``)."""
+        self.backend.remove_listener(self.on_rank_event)
+        for comm in list(self.comms.values()):
+            try:
+                comm.close()
+            except Exception:
+                pass
         try:
-            comm.close()
+            from comm import get_comm_manager
+
+            get_comm_manager().unregister_target(COMM_TARGET, self.on_frontend_open)
         except Exception:
             pass
-    try:
-        from comm import get_comm_manager
 
-        get_comm_manager().unregister_target(TARGET, _channel.on_frontend_open)
-    except Exception:
-        pass
-    _channel = None
+
+def install(shell: InteractiveShell | None, backend: RankBackend) -> RanksChannel | None:
+    """Set up the channel in a kernel (``%load_ext``); ``None`` in a terminal IPython.
+
+    Costs a comm-target registration and one comm open; the backend's module is stdlib
+    only (about 10 ms) and ipyparallel is imported only when ranks start.
+    """
+    if getattr(shell, "kernel", None) is None:
+        return None
+    channel = RanksChannel(backend)
+    channel.register()
+    channel.announce()
+    return channel

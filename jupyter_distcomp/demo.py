@@ -14,11 +14,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "mpi_quickstart.ipynb"
 
 
-def _text(cell) -> str:
+def _text(cell: Any) -> str:
     parts = []
     for output in cell.get("outputs", []):
         if output.output_type == "stream":

@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterable
+from typing import Any
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -86,7 +87,16 @@ class RankError(DistcompError, RuntimeError):
     shows them in colour through ``_render_traceback_``; ``str()`` has them as plain text.
     """
 
-    def __init__(self, message: str = "", *, sections=None, fix: str | None = None):
+    #: the outcome of a ``%distcomp command`` run that failed (a ``CommandResult``)
+    result: Any = None
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        sections: Iterable[tuple[str, Iterable[str]]] | None = None,
+        fix: str | None = None,
+    ):
         self.summary = message
         self.sections = [(heading, list(lines)) for heading, lines in sections or []]
         self.fix = fix
@@ -111,7 +121,14 @@ class RankError(DistcompError, RuntimeError):
 
 
 class AzureMLError(DistcompError, RuntimeError):
-    """Export or submission to Azure ML failed."""
+    """Export or submission to Azure ML failed.
+
+    ``status_code`` is the HTTP status the service answered, if any; ``job`` the job that was
+    built but not submitted, so nothing the user prepared is lost.
+    """
+
+    status_code: int | None = None
+    job: Any = None
 
 
 class AzureMLWarning(UserWarning):

@@ -4,19 +4,18 @@ Why: a local run is only a rehearsal of the Azure ML job if every rank sees exac
 would see there, so all variables are derived here, in one place, from the layout (and shown
 to the user as a per-rank table). Ranks are laid out node by node: rank = node * ppn + local.
 
-What each launcher gets (sources: seeds 001-003, azureml.md section 4):
+What each launcher gets (from Azure ML's documentation of distributed training):
 
 - ``torch.distributed``: MASTER_ADDR, MASTER_PORT, WORLD_SIZE, NODE_RANK (per node), RANK,
-  LOCAL_RANK, the six the Azure ML docs list (how-to-train-distributed-gpu; seed 001). No
-  LOCAL_WORLD_SIZE: only torchrun sets that, and neither the docs nor the seeds say Azure
-  does, so a script relying on it must fail here as it would there.
+  LOCAL_RANK, the six the Azure ML docs list ("Distributed GPU training guide"). No
+  LOCAL_WORLD_SIZE: only torchrun sets that, and Azure ML's docs do not say it does, so a script relying on it must fail here as it would there.
 - ``mpi``: OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK / _LOCAL_SIZE; AZ_BATCH_MASTER_NODE =
   ``addr:port`` on more than one node, AZ_BATCHAI_MPI_MASTER_NODE = ``addr`` on one node
-  (seed 002's helper reads exactly one of them). OMPI_COMM_WORLD_NODE_RANK is included with
+  (the docs' ``set_environment_variables_for_nccl_backend`` helper reads exactly one). OMPI_COMM_WORLD_NODE_RANK is included with
   the value Open MPI gives on Azure's nodes, one job per node: the rank *within the node*
-  (= the local rank), NOT the node index (the seed-002 trap, kept visible). Setting it also
+  (= the local rank), NOT the node index (a trap for that helper, kept visible). Setting it also
   overrides the single-host value mpiexec would leak into an emulated multi-node layout.
-  NCCL_SOCKET_IFNAME is set on Azure's images and the seed-002 helper reads it
+  NCCL_SOCKET_IFNAME is set on Azure's images and that helper reads it
   unconditionally; locally it names the loopback interface (``lo``, ``lo0`` on macOS).
 - ``deepspeed``: Azure runs DeepSpeed under the MPI distribution, so the mpi variables plus
   AZUREML_EXPERIMENT_ID, through which ``deepspeed.comm.init_distributed`` detects Azure ML

@@ -12,46 +12,34 @@ Forms::
     %distcomp submit NAME --compute TARGET [...]
     %distcomp widget NAME
 
-Settings are traitlets on this class: ``%config DistComp.default_timeout = 120``.
+The work is done by the shell's :class:`~jupyter_distcomp.session.Session`; this module
+parses the arguments and displays the results. Settings: ``%config DistComp.default_timeout =
+120`` (local ranks) and ``%config AzureML.compute = "cpu"`` (Azure ML), see config.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import shlex
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
-from traitlets import Any as AnyTrait
-from traitlets import Bool, Dict, Float, Int, Unicode
 
+from .contracts import SUBCOMMANDS
 from .errors import DistcompError, RankError
 
-SUBCOMMANDS = (
-    "run",
-    "env",
-    "command",
-    "status",
-    "stop",
-    "restart",
-    "interrupt",
-    "connect",
-    "list",
-    "export",
-    "submit",
-    "widget",
-)
+if TYPE_CHECKING:
+    from .session import Session
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse that raises a UsageError (shown without a traceback) instead of exiting."""
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message}\n{self.format_usage().strip()}")
 
-    def exit(self, status: int = 0, message: str | None = None):
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
         if message:
             raise UsageError(message)
         raise UsageError(self.format_help())
@@ -136,62 +124,16 @@ def _build_parser() -> _Parser:
 
 
 @magics_class
-class DistComp(Magics):
-    """The ``%distcomp`` magics. Configure with ``%config DistComp.<setting> = value``."""
+class DistCompMagics(Magics):
+    """The ``%distcomp`` magics of one shell, acting through its session."""
 
-    default_timeout = Float(
-        None,
-        allow_none=True,
-        config=True,
-        help="Seconds a `%%distcomp run` cell may take before it ends and names the busy ranks "
-        "(None: no limit).",
-    )
-    default_instance_count = Int(1, config=True, help="Nodes for a newly defined component.")
-    default_process_count_per_node = Int(
-        1, config=True, help="Processes per node for a newly defined component."
-    )
-    master_addr = Unicode("127.0.0.1", config=True, help="MASTER_ADDR given to local ranks.")
-    show_widget = Bool(True, config=True, help="Show the run-settings panel below definitions.")
-    prestart = Bool(
-        True, config=True, help="Start ranks in the background as soon as a component is defined."
-    )
-    cluster_profile = Unicode(
-        None,
-        allow_none=True,
-        config=True,
-        help="Run ranks on the engines of your own ipyparallel cluster with this profile "
-        "(e.g. SSH or Slurm engines) instead of local mpiexec. Per component: %distcomp connect.",
-    )
-    cluster_id = Unicode(
-        None, allow_none=True, config=True, help="Cluster id of your own cluster (with a profile)."
-    )
-    # -- Azure ML defaults for `%distcomp submit` / `export` (flags win over these) ------------
-    subscription_id = Unicode(None, allow_none=True, config=True, help="Azure subscription id.")
-    resource_group = Unicode(None, allow_none=True, config=True, help="Azure resource group.")
-    workspace_name = Unicode(None, allow_none=True, config=True, help="Azure ML workspace name.")
-    workspace_config = Unicode(
-        None, allow_none=True, config=True, help="Path of a workspace config.json (or its folder)."
-    )
-    compute = Unicode(None, allow_none=True, config=True, help="Default Azure ML compute target.")
-    experiment_name = Unicode(
-        None, allow_none=True, config=True, help="Experiment of submitted jobs (default: spec)."
-    )
-    credential = AnyTrait(
-        None, config=True, help="A TokenCredential for Azure (default: DefaultAzureCredential)."
-    )
-    client_kwargs = Dict(
-        config=True, help="Extra MLClient keyword arguments (retry_total, transport, ...)."
-    )
-    poll_interval = Float(10.0, config=True, help="Seconds between status checks of --wait.")
-
-    def __init__(self, shell=None, **kwargs: Any):
+    def __init__(self, shell: Any, session: Session, **kwargs: Any):
         super().__init__(shell=shell, **kwargs)
-        self.components: dict[str, Any] = {}
+        self.session = session
         self._parser = _build_parser()
 
-    # -- entry point --------------------------------------------------------------------
     @line_cell_magic
-    def distcomp(self, line: str, cell: str | None = None):
+    def distcomp(self, line: str, cell: str | None = None) -> None:
         """Define a component from a YAML cell, or run a subcommand (see module docs)."""
         try:
             words = shlex.split(line)
@@ -205,35 +147,23 @@ class DistComp(Magics):
         try:
             if words[0] in SUBCOMMANDS or words[0] in ("-h", "--help"):
                 args = self._parser.parse_args(words)
-                return getattr(self, f"_handle_{args.subcommand}")(args, cell)
+                getattr(self, f"_handle_{args.subcommand}")(args, cell)
+                return
             if len(words) > 1:
                 raise UsageError(
                     f"%%distcomp {line}: a definition takes one NAME, got {words!r}. "
                     f"Subcommands are: {', '.join(SUBCOMMANDS)}."
                 )
-            return self._handle_define(words[0], cell)
+            self._handle_define(words[0], cell)
         except RankError:
             raise  # its _render_traceback_ shows each failing rank's traceback
         except DistcompError as exc:
             # Shown as the message alone (IPython hides tracebacks only for UsageError).
             raise UsageError(str(exc)) from None
 
-    # -- helpers ------------------------------------------------------------------------
-    def component(self, name: str):
-        try:
-            return self.components[name]
-        except KeyError:
-            from .errors import did_you_mean
-
-            known = ", ".join(sorted(self.components)) or "none yet"
-            raise UsageError(
-                f"No component named {name!r} in this notebook.{did_you_mean(name, self.components)}"
-                f" Defined: {known}. Fix: run its `%%distcomp {name}` cell first."
-            ) from None
-
     # -- definition ---------------------------------------------------------------------
-    def _handle_define(self, name: str, cell: str | None):
-        from .spec import carry_over_settings, load_component
+    def _handle_define(self, name: str, cell: str | None) -> None:
+        from IPython.display import display
 
         if not name.isidentifier():
             raise UsageError(
@@ -245,201 +175,131 @@ class DistComp(Magics):
                 f"%%distcomp {name}: the cell body must hold the component's YAML spec. "
                 f"Fix: put the spec below the `%%distcomp {name}` line."
             )
-        component = load_component(cell, base_dir=Path.cwd(), source_name=f"%%distcomp {name}")
-        previous = self.components.get(name)
-        if previous is not None:
-            component = carry_over_settings(previous, component)
-        else:
-            component.runsettings.resource_layout.configure(
-                instance_count=self.default_instance_count,
-                process_count_per_node=self.default_process_count_per_node,
-            )
-        self.components[name] = component
-        self.shell.user_ns[name] = component
-        self._after_define(name, component, previous)
-        return None
-
-    def _after_define(self, name: str, component: Any, previous: Any) -> None:
-        """Display the component and, in a kernel, its run-settings panel; pre-start ranks."""
-        from IPython.display import display
-
-        display(component)
-        if self.show_widget and getattr(self.shell, "kernel", None) is not None:
+        session = self.session
+        display(session.define(name, cell))
+        if session.in_kernel:
             # a terminal has the summary above; nbconvert gets the panel's text fallback
-            display(self._panel(name, component))
-        if self.prestart and getattr(self.shell, "kernel", None) is not None:
-            # in a notebook the first `%%distcomp run` then rarely waits for ranks
-            self._rank_backend().prestart(name, component)
+            if session.local.show_widget:
+                display(session.panel(name))
+            if session.local.prestart:
+                # in a notebook the first `%%distcomp run` then rarely waits for ranks
+                session.prestart(name)
 
-    # -- issue 2 ------------------------------------------------------------------------
-    def _handle_env(self, args, cell):
+    def _handle_env(self, args: argparse.Namespace, cell: str | None) -> None:
         from IPython.display import display
 
-        from .display import EnvTable
-
-        component = self.component(args.name)
-        component.runsettings.resource_layout.configure(
-            instance_count=args.instance_count,
-            process_count_per_node=args.process_count_per_node,
-            worker_count=args.worker_count,
-            parameter_server_count=args.parameter_server_count,
+        display(
+            self.session.env_table(
+                args.name,
+                instance_count=args.instance_count,
+                process_count_per_node=args.process_count_per_node,
+                worker_count=args.worker_count,
+                parameter_server_count=args.parameter_server_count,
+            )
         )
-        display(EnvTable(component, master_addr=self.master_addr))
 
-    def _handle_list(self, args, cell):
-        for name, component in self.components.items():
+    def _handle_list(self, args: argparse.Namespace, cell: str | None) -> None:
+        for name, component in self.session.components.items():
             print(f"{name}: {component!r}")
 
-    # -- local ranks (issue 3) ----------------------------------------------------------
-    def _rank_backend(self):
-        """The kernel's rank backend, told the current %config settings."""
-        from .ranks import Connection, get_backend
+    def _handle_widget(self, args: argparse.Namespace, cell: str | None) -> None:
+        from IPython.display import display
 
-        backend = get_backend()
-        backend.master_addr = self.master_addr
-        backend.default_connection = Connection(
-            profile=self.cluster_profile or None, cluster_id=self.cluster_id or None
-        )
-        return backend
+        display(self.session.panel(args.name))
 
-    def _handle_run(self, args, cell):
+    # -- local ranks --------------------------------------------------------------------
+    def _handle_run(self, args: argparse.Namespace, cell: str | None) -> None:
         if cell is None or not cell.strip():
             raise UsageError(
                 f"%%distcomp run {args.name}: put the Python code to run on the ranks below "
                 "this line (it is a cell magic)."
             )
-        component = self.component(args.name)
-        timeout = args.timeout if args.timeout is not None else self.default_timeout
-        self._rank_backend().run_cell(
-            args.name,
-            component,
-            cell,
-            ranks=args.ranks,
-            timeout=timeout,
-            group_output=args.group_output,
+        self.session.run_cell(
+            args.name, cell, ranks=args.ranks, timeout=args.timeout, group_output=args.group_output
         )
 
-    def _handle_command(self, args, cell):
-        """Run the spec's command on local ranks (see ranks/command.py); output streams."""
-        from .command import run_command
-        from .errors import RankError
-
-        component = self.component(args.name)
+    def _handle_command(self, args: argparse.Namespace, cell: str | None) -> None:
+        """Run the spec's command on local ranks; its output streams."""
+        component = self.session.component(args.name)
         try:
-            return run_command(
+            self.session.run_command(
                 component,
                 inputs=_key_values(args.inputs, "--input"),
                 outputs=_key_values(args.outputs, "--output"),
                 timeout=args.timeout,
-                master_addr=self.master_addr,
             )
         except KeyboardInterrupt:
             raise RankError(
                 f"`%distcomp command {args.name}` interrupted: every rank was stopped."
             ) from None
 
-    def _handle_status(self, args, cell):
+    def _handle_status(self, args: argparse.Namespace, cell: str | None) -> None:
         from IPython.display import display
 
         from .ranks.status import StatusTable
 
-        if args.name is not None:
-            self.component(args.name)
-        display(StatusTable(self._rank_backend().status(args.name)))
+        display(StatusTable(self.session.status(args.name)))
 
-    def _handle_stop(self, args, cell):
-        if args.name is not None:
-            self.component(args.name)
-        stopped = self._rank_backend().stop(args.name)
+    def _handle_stop(self, args: argparse.Namespace, cell: str | None) -> None:
+        stopped = self.session.stop(args.name)
         print(f"Stopped the ranks of {', '.join(stopped)}." if stopped else "No ranks running.")
 
-    def _handle_restart(self, args, cell):
-        world = self._rank_backend().restart(args.name, self.component(args.name))
+    def _handle_restart(self, args: argparse.Namespace, cell: str | None) -> None:
+        world = self.session.restart(args.name)
         print(f"Restarted {args.name}: {world.describe_layout()}.")
 
-    def _handle_interrupt(self, args, cell):
+    def _handle_interrupt(self, args: argparse.Namespace, cell: str | None) -> None:
         from .ranges import format_ranks
 
-        self.component(args.name)
-        sent = self._rank_backend().interrupt(args.name)
+        sent = self.session.interrupt(args.name)
         print(f"Sent SIGINT to {format_ranks(sent)} of {args.name}." if sent else "No busy rank.")
 
-    def _handle_connect(self, args, cell):
+    def _handle_connect(self, args: argparse.Namespace, cell: str | None) -> None:
         from .ranks import Connection
 
-        self.component(args.name)
         connection = Connection(args.profile, args.profile_dir, args.cluster_id)
         if args.local or connection.embedded:
-            self._rank_backend().connect(args.name, None)
+            self.session.connect(args.name, None)
             print(f"{args.name} runs on local mpiexec ranks.")
             return
-        self._rank_backend().connect(args.name, connection)
+        self.session.connect(args.name, connection)
         print(f"{args.name} runs on {connection.describe()} from its next run.")
 
-    # -- Azure ML (issue 4) -------------------------------------------------------------
-    def _handle_export(self, args, cell):
+    # -- Azure ML -----------------------------------------------------------------------
+    def _handle_export(self, args: argparse.Namespace, cell: str | None) -> None:
         """Write the v2 job (or component) YAML; azure-ai-ml is imported only now."""
-        from .azureml import export
-
-        component = self.component(args.name)
-        job_args = {}
-        if not args.component:
-            job_args = {"compute": args.compute or component.runsettings.compute or self.compute}
-            job_args["experiment_name"] = self.experiment_name
-        elif args.compute:
-            job_args["compute"] = args.compute
-        path = export(
-            component,
+        path = self.session.export(
+            self.session.component(args.name),
             args.path,
             component_form=args.component,
             inputs=_key_values(args.inputs, "--input"),
             outputs=_key_values(args.outputs, "--output"),
-            **job_args,
+            compute=args.compute,
         )
         kind = "component" if args.component else "job"
         print(f"Wrote the Azure ML {kind} of '{args.name}' to {path}")
         print(f"Create it with: az ml {kind} create -f {path}")
 
-    def _ml_client(self, args):
-        from .azureml import make_ml_client
-
-        flags = (args.subscription, args.resource_group, args.workspace)
-        if args.workspace_config:
-            names, config = flags, args.workspace_config
-        else:
-            defaults = (self.subscription_id, self.resource_group, self.workspace_name)
-            names = tuple(f or d for f, d in zip(flags, defaults, strict=True))
-            config = None if all(names) else self.workspace_config
-        return make_ml_client(
-            workspace_config=config,
-            subscription_id=names[0],
-            resource_group=names[1],
-            workspace_name=names[2],
-            credential=self.credential,
-            **self.client_kwargs,
-        )
-
-    def _handle_submit(self, args, cell):
-        """Submit with MLClient, show name / status / studio link; --wait streams the status."""
+    def _handle_submit(self, args: argparse.Namespace, cell: str | None) -> None:
+        """Submit, show name / status / studio link; --wait follows the status."""
         import time
 
         from IPython.display import display
 
-        from .azureml import submit, wait_for_job
         from .azureml.summary import JobSummary
-        from .errors import AzureMLError
+        from .session import Workspace
 
-        component = self.component(args.name)
-        ml_client = self._ml_client(args)
-        job = submit(
-            component,
-            ml_client,
+        submission = self.session.submit(
+            self.session.component(args.name),
             inputs=_key_values(args.inputs, "--input"),
             outputs=_key_values(args.outputs, "--output"),
-            compute=args.compute or component.runsettings.compute or self.compute,
-            experiment_name=args.experiment or self.experiment_name,
+            compute=args.compute,
+            experiment_name=args.experiment,
+            workspace=Workspace(
+                args.subscription, args.resource_group, args.workspace, args.workspace_config
+            ),
         )
-        self.last_job = job
+        job = submission.job
         display(JobSummary(job, spec_name=args.name))
         if not args.wait:
             return
@@ -449,51 +309,11 @@ class DistComp(Magics):
             print(f"{stamp}  {job.name}: {old or 'submitted'} -> {new}", flush=True)
 
         try:
-            final = wait_for_job(
-                ml_client, job.name, on_status=show, poll_interval=self.poll_interval, first=job
-            )
+            final = self.session.wait(submission, on_status=show)
         except KeyboardInterrupt:
             print(f"Stopped waiting; job {job.name} keeps running on Azure ML: {job.studio_url}")
             return
-        self.last_job = final
-        status = JobSummary(final).status
-        if status != "Completed":
-            raise AzureMLError(
-                f"job {job.name} ended {status}. Its logs are in Azure ML studio: "
-                f"{final.studio_url or job.studio_url}"
-            )
         print(f"Job {job.name} completed: {final.studio_url or job.studio_url}")
 
-    # -- widget (issue 5) ---------------------------------------------------------------
-    def _handle_widget(self, args, cell):
-        from IPython.display import display
 
-        display(self._panel(args.name, self.component(args.name)))
-
-    def _panel(self, name: str, component: Any):
-        """The component's panel (widgets/), its actions going where the magics' go."""
-        from .widgets import panel_for
-
-        no_flags = argparse.Namespace(
-            workspace_config=None, subscription=None, resource_group=None, workspace=None
-        )
-        return panel_for(
-            name,
-            component,
-            master_addr=lambda: self.master_addr,
-            backend=self._rank_backend,
-            ml_client=lambda: self._ml_client(no_flags),
-            default_compute=lambda: self.compute,
-            experiment_name=lambda: self.experiment_name,
-        )
-
-    def shutdown(self) -> None:
-        """Called on %unload_ext and at kernel exit: stop everything we started."""
-        import sys
-
-        ranks = sys.modules.get("jupyter_distcomp.ranks.backend")
-        if ranks is not None and ranks._backend is not None:
-            ranks._backend.shutdown()
-
-
-__all__ = ["SUBCOMMANDS", "DistComp", "_key_values"]
+__all__ = ["SUBCOMMANDS", "DistCompMagics", "_key_values"]

@@ -51,6 +51,7 @@ def coerce_value(inp: Input, value: Any) -> Any:
     if kind in ("integer", "number"):
         if isinstance(value, bool):
             raise SpecError(f"input '{inp.name}' is {kind}: got a boolean {value!r}.")
+        number: int | float
         try:
             if kind == "integer":
                 number = value if isinstance(value, int) else _to_int(value)

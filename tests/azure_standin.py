@@ -1,10 +1,10 @@
 """A local stand-in of the Azure ML REST API, for the real azure-ai-ml client to talk to.
 
 It serves what ``MLClient.jobs.create_or_update`` / ``jobs.get`` call for a command job with a
-local code folder (see shared/reference/azureml.md, section 3): the code-asset lookup, the
-pending upload that hands out a blob SAS URI, the blob calls themselves (the SAS URI points back
-here, Azurite-style ``http://127.0.0.1:PORT/ACCOUNT/CONTAINER``), the code and anonymous
-environment versions, and the job PUT / GET. Every request is recorded with its parsed body, so
+local code folder: the code-asset lookup, the pending upload that hands out a blob SAS URI,
+the blob calls themselves (the SAS URI points back here, Azurite-style
+``http://127.0.0.1:PORT/ACCOUNT/CONTAINER``), the code and anonymous environment versions, and
+the job PUT / GET. Every request is recorded with its parsed body, so
 tests assert on what really went over the wire. Failures (401, 404, 400, 429, 5xx) are
 scripted per route with :meth:`AzureStandIn.fail`.
 

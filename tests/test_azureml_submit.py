@@ -119,21 +119,22 @@ def test_inline_environment_is_registered_first(standin, tmp_path):
     assert body["environmentId"] == env_put.path
 
 
-def _magics(ip):
-    return ip.magics_manager.registry["DistComp"]
+def _azureml(ip):
+    """The AzureML settings of the shell's session (what %config AzureML sets)."""
+    return ip.magics_manager.registry["DistCompMagics"].session.azureml
 
 
 def _configure(ip, standin, **traits):
-    magics = _magics(ip)
-    magics.credential = FakeCredential()
-    magics.client_kwargs = standin.client_kwargs(show_progress=False)
-    magics.subscription_id = standin.subscription
-    magics.resource_group = standin.resource_group
-    magics.workspace_name = standin.workspace
-    magics.poll_interval = 0.01
+    settings = _azureml(ip)
+    settings.credential = FakeCredential()
+    settings.client_kwargs = standin.client_kwargs(show_progress=False)
+    settings.subscription_id = standin.subscription
+    settings.resource_group = standin.resource_group
+    settings.workspace_name = standin.workspace
+    settings.poll_interval = 0.01
     for key, value in traits.items():
-        setattr(magics, key, value)
-    return magics
+        setattr(settings, key, value)
+    return settings
 
 
 def _all_text(captured) -> str:
@@ -154,18 +155,18 @@ def test_submit_magic_shows_link_and_streams_status(ip, standin, tmp_path, monke
         instance_count=2, process_count_per_node=2
     )
     _configure(ip, standin)
-    ip.run_line_magic("config", "DistComp.compute = 'cpu-default'")
+    ip.run_line_magic("config", "AzureML.compute = 'cpu-default'")
     try:
         with capture_output() as captured:
             result = ip.run_cell(
                 f"%distcomp submit train --input data={DATA} --input epochs=7 --wait"
             )
     finally:
-        ip.run_line_magic("config", "DistComp.compute = None")
+        ip.run_line_magic("config", "AzureML.compute = None")
     assert result.success, result.error_in_exec
     body = standin.job_puts()[0].body["properties"]
     assert body["inputs"]["epochs"]["value"] == "7"
-    assert body["computeId"].endswith("/computes/cpu-default")  # from %config DistComp.compute
+    assert body["computeId"].endswith("/computes/cpu-default")  # from %config AzureML.compute
     assert body["resources"]["instanceCount"] == 2
     name = standin.job_puts()[0].path.rsplit("/", 1)[-1]
     summary = captured.outputs[0].data

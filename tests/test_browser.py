@@ -231,15 +231,6 @@ def _is_rank_process(process: psutil.Process) -> bool:
     return "mpiexec" in cmdline or "ipengine" in cmdline or "ipyparallel.engine" in cmdline
 
 
-def _widget_module_missing() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("jupyter_distcomp.widgets") is None
-
-
-@pytest.mark.skipif(
-    _widget_module_missing(), reason="the run-settings widget (issue 5) has not landed"
-)
 def test_widget_sets_layout_starts_ranks_and_a_run_cell_prints_from_4_ranks(lab, page):
     url = lab.write_notebook(
         "widget.ipynb",

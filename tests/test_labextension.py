@@ -1,6 +1,6 @@
 """The JupyterLab extension's own checks, run by pytest so that `make test` runs them too:
-its jest unit tests (first-line detection, schema -> diagnostics), and its palette templates
-loaded by the kernel's load_component."""
+its jest unit tests (first-line detection, schema -> diagnostics), its palette templates
+loaded by the kernel's load_component, and the one version the wheel and extension share."""
 
 from __future__ import annotations
 
@@ -15,8 +15,35 @@ import pytest
 
 from jupyter_distcomp.spec import load_component
 
-LABEXTENSION = Path(__file__).resolve().parent.parent / "labextension"
+ROOT = Path(__file__).resolve().parent.parent
+LABEXTENSION = ROOT / "labextension"
 TEMPLATES = json.loads((LABEXTENSION / "templates" / "components.json").read_text())
+
+
+def test_one_version_for_the_package_and_the_extension():
+    """pyproject.toml takes the version from labextension/package.json (hatch-nodejs-version)."""
+    import jupyter_distcomp
+
+    source = json.loads((LABEXTENSION / "package.json").read_text())["version"]
+    built = json.loads((ROOT / "jupyter_distcomp" / "labextension" / "package.json").read_text())
+    assert jupyter_distcomp.__version__ == source == built["version"], (
+        "reinstall (pip install -e .) after changing labextension/package.json's version"
+    )
+
+
+def test_the_version_is_read_only_when_asked_for():
+    """%load_ext imports the package: importlib.metadata (tens of ms) waits for __version__."""
+    code = (
+        "import sys, jupyter_distcomp\n"
+        "assert 'importlib.metadata' not in sys.modules\n"
+        "print(jupyter_distcomp.__version__)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert (
+        result.stdout.strip() == json.loads((LABEXTENSION / "package.json").read_text())["version"]
+    )
 
 
 @pytest.mark.parametrize("template", TEMPLATES, ids=[t["launcher"] for t in TEMPLATES])

@@ -21,7 +21,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILT = ROOT / "jupyter_distcomp" / "labextension"
-SHARE = "jupyter_distcomp-0.1.0.data/data/share/jupyter/labextensions/jupyter-distcomp"
+#: the wheel's version is the extension's (hatch-nodejs-version, pyproject.toml)
+VERSION = json.loads((ROOT / "labextension" / "package.json").read_text())["version"]
+SHARE = f"jupyter_distcomp-{VERSION}.data/data/share/jupyter/labextensions/jupyter-distcomp"
+DIST_INFO = f"jupyter_distcomp-{VERSION}.dist-info"
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +41,22 @@ def wheel(tmp_path_factory) -> Path:
         timeout=600,
     )
     (found,) = out.glob("jupyter_distcomp-*.whl")
+    assert found.name.startswith(f"jupyter_distcomp-{VERSION}-"), found.name
     return found
+
+
+def test_wheel_carries_the_license_and_the_version_of_package_json(wheel):
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        assert f"{DIST_INFO}/licenses/LICENSE" in names
+        license_text = archive.read(f"{DIST_INFO}/licenses/LICENSE").decode()
+        assert license_text == (ROOT / "LICENSE").read_text()
+        metadata = archive.read(f"{DIST_INFO}/METADATA").decode()
+        assert f"\nVersion: {VERSION}\n" in metadata
+        assert "\nLicense-Expression: MIT\n" in metadata
+        assert "\nLicense-File: LICENSE\n" in metadata
+        package = json.loads(archive.read(f"{SHARE}/package.json"))
+        assert package["version"] == VERSION
 
 
 def test_wheel_contains_the_built_extension(wheel):
@@ -55,6 +73,11 @@ def test_wheel_contains_the_built_extension(wheel):
         schema = json.loads(archive.read("jupyter_distcomp/spec/component.schema.json"))
         chunks = [archive.read(n).decode() for n in names if n.startswith(f"{SHARE}/static/")]
         assert any(schema["title"] in chunk and schema["$id"] in chunk for chunk in chunks)
+        # and so are the names the kernel and the extension share
+        contracts = json.loads(archive.read("jupyter_distcomp/contracts.json"))
+        assert any(
+            "v2_distributions" in chunk and contracts["comm"]["target"] in chunk for chunk in chunks
+        )
 
 
 def test_clean_venv_without_node_lists_the_extension_enabled(wheel, tmp_path):
@@ -89,5 +112,5 @@ def test_clean_venv_without_node_lists_the_extension_enabled(wheel, tmp_path):
     )
     text = re.sub(r"\x1b\[[0-9;]*m", "", listed.stdout + listed.stderr)
     assert listed.returncode == 0, text
-    assert re.search(r"jupyter-distcomp v0\.1\.0 enabled\s+OK", text), text
+    assert re.search(rf"jupyter-distcomp v{re.escape(VERSION)} enabled\s+OK", text), text
     assert str(env_dir) in text  # found in the clean venv's share/, not elsewhere

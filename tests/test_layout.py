@@ -26,8 +26,8 @@ LO = loopback_interface()
 
 
 # -- test data: user code, copied unchanged (kept as text so no formatter touches it) ---------
-# seed 002 (Azure ML docs, "Environment Variables from OpenMPI"): a user script's helper
-SEED_002_HELPER = r"""
+# Azure ML docs, "Environment Variables from OpenMPI": a user script's helper
+NCCL_HELPER = r"""
 import os
 def set_environment_variables_for_nccl_backend(master_port=6105, verbose=True):
     os.environ["RANK"] = os.environ["OMPI_COMM_WORLD_RANK"]
@@ -92,7 +92,7 @@ def user_function(source: str, name: str):
 
 
 set_environment_variables_for_nccl_backend = user_function(
-    SEED_002_HELPER, "set_environment_variables_for_nccl_backend"
+    NCCL_HELPER, "set_environment_variables_for_nccl_backend"
 )
 deepspeed_init_distributed_env = user_function(DEEPSPEED_AML_PATH, "deepspeed_init_distributed_env")
 
@@ -170,7 +170,7 @@ def test_mpi_representative_ranks():
         "OMPI_COMM_WORLD_SIZE": "4",
         "OMPI_COMM_WORLD_LOCAL_RANK": "0",
         "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
-        "OMPI_COMM_WORLD_NODE_RANK": "0",  # rank 2 is on node 1: the seed-002 trap, kept
+        "OMPI_COMM_WORLD_NODE_RANK": "0",  # rank 2 is on node 1: the helper's trap, kept
         "AZ_BATCH_MASTER_NODE": f"10.0.0.4:{PORT}",
         "NCCL_SOCKET_IFNAME": LO,
     }
@@ -208,7 +208,7 @@ def test_deepspeed_representative_ranks():
 
 # -- user code that Azure ML users run, unchanged ---------------------------------------------
 @pytest.mark.parametrize(("nodes", "ppn"), LAYOUTS, ids=[f"{n}x{p}" for n, p in LAYOUTS])
-def test_seed_002_helper_runs_unchanged_on_every_mpi_rank(nodes, ppn, capsys):
+def test_azure_docs_nccl_helper_runs_unchanged_on_every_mpi_rank(nodes, ppn, capsys):
     envs = rank_environments("mpi", nodes, ppn, master_addr="127.0.0.1", master_port=PORT)
     results = [run_in_env(env, set_environment_variables_for_nccl_backend) for env in envs]
     assert [r["RANK"] for r in results] == [str(i) for i in range(nodes * ppn)]

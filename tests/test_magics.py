@@ -131,3 +131,67 @@ def test_config_defaults_apply_to_new_definitions(ip):
         assert ip.user_ns["configured"].runsettings.resource_layout.process_count_per_node == 3
     finally:
         ip.run_line_magic("config", "DistComp.default_process_count_per_node = 1")
+
+
+def _session(ip):
+    return ip.magics_manager.registry["DistCompMagics"].session
+
+
+def test_local_and_azure_settings_are_two_configurables(ip):
+    from IPython.utils.capture import capture_output
+
+    session = _session(ip)
+    with capture_output() as azure:
+        ip.run_line_magic("config", "AzureML")
+    with capture_output() as local:
+        ip.run_line_magic("config", "DistComp")
+    assert "AzureML.compute" in azure.stdout and "AzureML.workspace_config" in azure.stdout
+    assert "default_timeout" not in azure.stdout
+    assert "DistComp.default_timeout" in local.stdout and "compute" not in local.stdout
+
+    try:
+        ip.run_line_magic("config", "AzureML.compute = 'cpu-a'")
+        ip.run_line_magic("config", "DistComp.default_timeout = 5")
+        assert (session.azureml.compute, session.local.default_timeout) == ("cpu-a", 5)
+        assert not session.local.has_trait("compute")
+        assert not session.azureml.has_trait("default_timeout")
+        # the values live in the shell's config: a new session (%reload_ext) keeps them
+        ip.run_line_magic("reload_ext", "jupyter_distcomp")
+        fresh = _session(ip)
+        assert fresh is not session
+        assert (fresh.azureml.compute, fresh.local.default_timeout) == ("cpu-a", 5)
+        assert ip.configurables.count(fresh.azureml) == 1
+        assert session.azureml not in ip.configurables
+    finally:
+        ip.run_line_magic("config", "AzureML.compute = None")
+        ip.run_line_magic("config", "DistComp.default_timeout = None")
+
+
+def test_config_azureml_compute_reaches_the_export(ip, tmp_path, monkeypatch):
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "demo.py").write_text("print('hi')\n")
+    run_cell(ip, "exp", SPEC + "environment: {name: AzureML-Minimal}\n")
+    session = _session(ip)
+    assert session.resolve_compute(ip.user_ns["exp"]) is None
+    try:
+        ip.run_line_magic("config", "AzureML.compute = 'cpu-from-config'")
+        ip.run_line_magic("config", "AzureML.experiment_name = 'from-config'")
+        assert session.resolve_compute(ip.user_ns["exp"]) == "cpu-from-config"
+        result, _ = run_cell(ip, "export exp job.yml")
+        assert result.success, result.error_in_exec
+        job = yaml.safe_load((tmp_path / "job.yml").read_text())
+        assert (job["compute"], job["experiment_name"]) == (
+            "azureml:cpu-from-config",
+            "from-config",
+        )
+        # the component's own setting, then a flag, win over %config
+        ip.user_ns["exp"].runsettings.compute = "cpu-own"
+        assert session.resolve_compute(ip.user_ns["exp"]) == "cpu-own"
+        result, _ = run_cell(ip, "export exp job.yml --compute cpu-flag")
+        assert result.success, result.error_in_exec
+        assert yaml.safe_load((tmp_path / "job.yml").read_text())["compute"] == "azureml:cpu-flag"
+    finally:
+        ip.run_line_magic("config", "AzureML.compute = None")
+        ip.run_line_magic("config", "AzureML.experiment_name = None")

@@ -175,3 +175,68 @@ def test_importing_the_ranks_package_imports_no_ipyparallel():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def _observers(layout) -> int:
+    return sum(
+        len(handlers)
+        for by_type in layout._trait_notifiers.values()
+        for handlers in by_type.values()
+    )
+
+
+@pytest.fixture
+def idle_backend(monkeypatch):
+    """A backend whose worlds never start a process."""
+    from jupyter_distcomp.ranks.backend import RankBackend
+    from jupyter_distcomp.ranks.world import World
+
+    monkeypatch.setattr(World, "start_async", lambda self, delay=0.0: None)
+    backend = RankBackend()
+    yield backend
+    backend.shutdown()
+
+
+def test_a_redefined_or_stopped_component_leaves_no_layout_observer(idle_backend):
+    from jupyter_distcomp import load_component
+    from jupyter_distcomp.spec.loader import carry_over_settings
+
+    from .ranks_support import MPI_SPEC
+
+    first = load_component(MPI_SPEC)
+    layout = first.runsettings.resource_layout
+    baseline = _observers(layout)
+    idle_backend.start("c", first, wait=False)
+    idle_backend.start("c", first, wait=False)
+    assert _observers(layout) == baseline + 1
+
+    # a definition cell run again: a new Component, the same settings object
+    second = carry_over_settings(first, load_component(MPI_SPEC))
+    assert second is not first and second.runsettings.resource_layout is layout
+    idle_backend.start("c", second, wait=False)
+    assert _observers(layout) == baseline + 1
+
+    # a new Component with its own settings: the old layout is let go
+    third = load_component(MPI_SPEC)
+    idle_backend.start("c", third, wait=False)
+    assert _observers(layout) == baseline
+    assert _observers(third.runsettings.resource_layout) == baseline + 1
+
+    idle_backend.stop("c")
+    assert _observers(third.runsettings.resource_layout) == baseline
+
+
+def test_a_layout_change_restarts_only_the_current_component(idle_backend):
+    from jupyter_distcomp import load_component
+
+    from .ranks_support import MPI_SPEC
+
+    old, new = load_component(MPI_SPEC), load_component(MPI_SPEC)
+    idle_backend.start("c", old, wait=False)
+    idle_backend.start("c", new, wait=False)
+    world = idle_backend.world("c")
+    old.runsettings.resource_layout.configure(instance_count=2, process_count_per_node=2)
+    assert idle_backend.world("c") is world, "the replaced component still drives the ranks"
+    new.runsettings.resource_layout.configure(instance_count=2, process_count_per_node=2)
+    assert idle_backend.world("c") is not world
+    assert idle_backend.world("c").world_size == 4

@@ -15,7 +15,7 @@ def test_configure_like_the_component_sdk():
     assert (layout.instance_count, layout.process_count_per_node) == (1, 1)
     layout.configure(instance_count=2, process_count_per_node=3)
     assert layout.world_size == 6
-    layout.configure(node_count=4)  # the seeds' spelling
+    layout.configure(node_count=4)  # the Component SDK's spelling
     assert (layout.instance_count, layout.node_count, layout.process_count_per_node) == (4, 4, 3)
     layout.configure(worker_count=2, parameter_server_count=1)
     assert (layout.worker_count, layout.parameter_server_count) == (2, 1)

@@ -119,9 +119,6 @@ def test_layout_controls_and_configure_are_one_state(panel):
 
 
 def test_env_flags_and_config_defaults_write_the_settings_the_panel_shows(ip):
-    from jupyter_distcomp.magics import DistComp
-
-    magics = ip.magics_manager.registry["DistComp"]
     try:
         ip.run_line_magic("config", "DistComp.default_instance_count = 3")
         ip.run_cell_magic("distcomp", "wflags", spec_text())
@@ -144,8 +141,9 @@ def test_env_flags_and_config_defaults_write_the_settings_the_panel_shows(ip):
         with capture_output() as captured:
             ip.run_line_magic("distcomp", "env wflags")
         assert "2 node(s) x 4 process(es)" in captured.outputs[-1].data["text/html"]
+        assert p.session is ip.magics_manager.registry["DistCompMagics"].session
     finally:
-        magics.default_instance_count = DistComp.default_instance_count.default_value
+        ip.run_line_magic("config", "DistComp.default_instance_count = 1")
 
 
 def test_widget_of_an_unknown_component_is_a_clear_usage_error(ip):
@@ -414,11 +412,28 @@ def standin():
         yield server
 
 
+def azure_session(standin, **settings):
+    """A session whose AzureML settings name the stand-in's workspace."""
+    from jupyter_distcomp.session import Session
+
+    session = Session()
+    azureml = session.azureml
+    azureml.subscription_id = standin.subscription
+    azureml.resource_group = standin.resource_group
+    azureml.workspace_name = standin.workspace
+    azureml.client_kwargs = standin.client_kwargs(show_progress=False)
+    for key, value in settings.items():
+        setattr(azureml, key, value)
+    return session
+
+
 @pytest.mark.slow
 def test_submit_sends_the_panel_layout_to_azure_ml(panel, standin, tmp_path):
     (tmp_path / "train.py").write_text("print('hi')\n")
     comp = component(base_dir=tmp_path)
-    p = panel(comp, ml_client=lambda: standin.ml_client(show_progress=False))
+    from .azure_standin import FakeCredential
+
+    p = panel(comp, session=azure_session(standin, credential=FakeCredential(standin.token)))
     p.layout_fields.instance_count.value = 3
     p.layout_fields.process_count.value = 2
     p.input_fields["data"].control.value = "azureml://datastores/blob/paths/mnist/"
@@ -434,8 +449,6 @@ def test_submit_sends_the_panel_layout_to_azure_ml(panel, standin, tmp_path):
 
 @pytest.mark.slow
 def test_submit_without_credentials_says_how_to_sign_in(panel, standin, tmp_path, monkeypatch):
-    from jupyter_distcomp.azureml import make_ml_client
-
     from .azure_standin import TOKEN
 
     for name in list(__import__("os").environ):
@@ -444,16 +457,8 @@ def test_submit_without_credentials_says_how_to_sign_in(panel, standin, tmp_path
     monkeypatch.setenv("AZURE_CONFIG_DIR", str(tmp_path / "no-az-cli"))
     monkeypatch.setenv("PATH", "/nonexistent")
 
-    def client():
-        return make_ml_client(
-            subscription_id=standin.subscription,
-            resource_group=standin.resource_group,
-            workspace_name=standin.workspace,
-            **standin.client_kwargs(show_progress=False),
-        )
-
     (tmp_path / "train.py").write_text("print('hi')\n")
-    p = panel(component(base_dir=tmp_path), ml_client=client, default_compute="cpu")
+    p = panel(component(base_dir=tmp_path), session=azure_session(standin, compute="cpu"))
     p.input_fields["data"].control.value = "azureml://datastores/blob/paths/mnist/"
     press(p, "submit")
     assert p.worker.state == "error"

@@ -12,22 +12,25 @@ touches this package.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..model import Component
 
 
-def to_azureml_job(component: Any, *args: Any, **kwargs: Any):
+def to_azureml_job(component: Component, *args: Any, **kwargs: Any):
     from .convert import to_azureml_job as build
 
     return build(component, *args, **kwargs)
 
 
-def to_azureml_component(component: Any, *args: Any, **kwargs: Any):
+def to_azureml_component(component: Component, *args: Any, **kwargs: Any):
     from .convert import to_azureml_component as build
 
     return build(component, *args, **kwargs)
 
 
-def export(component: Any, path: Any, **kwargs: Any):
+def export(component: Component, path: Any, **kwargs: Any):
     from .exporter import export as write
 
     return write(component, path, **kwargs)
@@ -39,7 +42,7 @@ def make_ml_client(*args: Any, **kwargs: Any):
     return make(*args, **kwargs)
 
 
-def submit(component: Any, ml_client: Any, **kwargs: Any):
+def submit(component: Component, ml_client: Any, **kwargs: Any):
     from .submission import submit as send
 
     return send(component, ml_client, **kwargs)

@@ -1,6 +1,6 @@
 """Component + run settings -> an azure-ai-ml v2 job or component, validated client-side.
 
-The mapping follows shared/reference/azureml.md section 3. The run settings object
+The v1.5 spec maps onto a v2 ``command()`` job. The run settings object
 (``component.runsettings``) is read at call time, so what the widget or ``configure()`` set is
 what gets built; ``resources.instance_count`` is always set explicitly (azure-sdk#25215 dropped
 ``node_count`` silently). Parameter defaults are passed as values, because azure-ai-ml's
@@ -23,11 +23,16 @@ import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from ..errors import AzureMLError, AzureMLWarning, DistcompError
 from .environment import build_environment
 from .values import job_inputs, job_outputs
+
+if TYPE_CHECKING:
+    from ..model import Component
+    from ..model import Input as SpecInput
 
 #: tag that keeps the v1.5 name when the v2 name had to be sanitised
 ORIGINAL_NAME_TAG = "distcomp_original_name"
@@ -57,7 +62,7 @@ def sanitize_name(name: str) -> str:
     return cleaned[:255]
 
 
-def launcher_distribution(component: Any):
+def launcher_distribution(component: Component):
     """The v2 distribution object for the component's launcher and current layout, or None."""
     from azure.ai.ml import MpiDistribution, PyTorchDistribution, TensorFlowDistribution
 
@@ -75,7 +80,7 @@ def launcher_distribution(component: Any):
     return None
 
 
-def _tags(component: Any, sanitized: str, extra: dict | None) -> dict[str, str]:
+def _tags(component: Component, sanitized: str, extra: dict | None) -> dict[str, str]:
     tags = {str(k): str(v) for k, v in (component.tags or {}).items()}
     if sanitized != component.name:
         tags[ORIGINAL_NAME_TAG] = component.name
@@ -83,7 +88,7 @@ def _tags(component: Any, sanitized: str, extra: dict | None) -> dict[str, str]:
     return tags
 
 
-def _code(component: Any, code: Any) -> str:
+def _code(component: Component, code: Any) -> str:
     path = Path(code).expanduser() if code is not None else component.code_path
     if not path.is_dir():
         raise AzureMLError(
@@ -94,7 +99,7 @@ def _code(component: Any, code: Any) -> str:
 
 
 def to_azureml_job(
-    component: Any,
+    component: Component,
     inputs: dict | None = None,
     outputs: dict | None = None,
     compute: str | None = None,
@@ -143,11 +148,11 @@ def to_azureml_job(
         )
         if validate:
             validate_job(job, component.name)
-    warn_if_commands_differ(component, job.command, values)
+    warn_if_commands_differ(component, job.command or "", values)
     return job
 
 
-def warn_if_commands_differ(component: Any, command: str, values: dict[str, Any]) -> None:
+def warn_if_commands_differ(component: Component, command: str, values: dict[str, Any]) -> None:
     """Warn (AzureMLWarning) when Azure ML would run another argv than the local run.
 
     Azure ML pastes values into the command unquoted, so the shell on the compute splits a
@@ -168,7 +173,9 @@ def warn_if_commands_differ(component: Any, command: str, values: dict[str, Any]
             return
     except DistcompError:  # a template the checks above accepted but cannot expand: skip
         return
-    risky = [n for n, v in values.items() if n not in data and shlex.quote(str(v)) != str(v)]
+    risky: list[str | None] = [
+        n for n, v in values.items() if n not in data and shlex.quote(str(v)) != str(v)
+    ]
     for name in risky or [None]:
         shown = f"input '{name}' = {values[name]!r}" if name else "the command"
         fix = f'quote it in the template ("{{inputs.{name}}}")' if name else "check the values"
@@ -188,7 +195,8 @@ def _outside_package() -> int:
     """The stacklevel of the first caller outside jupyter_distcomp (the user's cell)."""
     import sys
 
-    frame, level = sys._getframe(2), 2
+    frame: FrameType | None = sys._getframe(2)
+    level = 2
     package = __name__.split(".")[0]
     while frame is not None and frame.f_globals.get("__name__", "").startswith(package):
         frame, level = frame.f_back, level + 1
@@ -196,7 +204,7 @@ def _outside_package() -> int:
 
 
 def to_azureml_component(
-    component: Any,
+    component: Component,
     *,
     name: str | None = None,
     version: str | None = None,
@@ -235,19 +243,22 @@ def to_azureml_component(
     return entity
 
 
-def _component_input(inp: Any):
+def _component_input(inp: SpecInput) -> Any:
     from azure.ai.ml import Input
 
-    common = {"optional": inp.optional or None, "description": inp.description}
+    optional, description = inp.optional or None, inp.description
     if inp.is_data:
-        return Input(type=inp.data_type, **common)
-    kind = "string" if inp.param_type == "enum" else inp.param_type
+        data_type = inp.data_type or "uri_folder"
+        return Input(type=data_type, optional=optional, description=description)
+    kind = "string" if inp.param_type in ("enum", None) else inp.param_type
     extra: dict[str, Any] = {}
     if inp.enum:
         extra["enum"] = list(inp.enum)
     if kind in ("integer", "number"):
         extra.update(min=inp.min, max=inp.max)
-    return Input(type=kind, default=inp.default, **common, **extra)
+    return Input(
+        type=kind, default=inp.default, optional=optional, description=description, **extra
+    )
 
 
 def _component_output(out: Any):

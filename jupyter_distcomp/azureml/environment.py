@@ -9,19 +9,22 @@ spec names are checked here, so a missing Dockerfile is our clear error, not the
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import AzureMLError
+
+if TYPE_CHECKING:
+    from ..model import Component
 
 #: base image for specs that give conda dependencies but no image (Azure ML's own CPU image)
 DEFAULT_IMAGE = "mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu22.04:latest"
 
 
-def _base(component: Any) -> Path:
+def _base(component: Component) -> Path:
     return component.base_dir or Path.cwd()
 
 
-def existing_path(component: Any, relpath: str, what: str) -> Path:
+def existing_path(component: Component, relpath: str, what: str) -> Path:
     path = Path(relpath).expanduser()
     path = path if path.is_absolute() else (_base(component) / path).resolve()
     if not path.exists():
@@ -32,7 +35,7 @@ def existing_path(component: Any, relpath: str, what: str) -> Path:
     return path
 
 
-def build_environment(component: Any, override: Any = None):
+def build_environment(component: Component, override: Any = None):
     """The spec's environment as v2 sees it: ``azureml:NAME@latest`` or an Environment."""
     from azure.ai.ml.entities import BuildContext, Environment
 

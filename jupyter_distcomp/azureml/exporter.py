@@ -11,13 +11,16 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from ..errors import AzureMLError
 from .convert import quiet_sdk, to_azureml_component, to_azureml_job
 from .values import input_values
+
+if TYPE_CHECKING:
+    from ..model import Component
 
 
 def _relative(path: Any, folder: Path) -> Any:
@@ -66,7 +69,7 @@ def _restore_booleans(data: dict, values: dict) -> None:
 
 
 def export(
-    component: Any,
+    component: Component,
     path: Any,
     *,
     component_form: bool = False,

@@ -15,7 +15,7 @@ SIGN_IN = (
     "Sign in with `az login` (Azure CLI; add --tenant TENANT_ID if you have several), or set "
     "AZURE_TENANT_ID, AZURE_CLIENT_ID and AZURE_CLIENT_SECRET for a service principal (both are "
     "read by DefaultAzureCredential), or pass a credential: credential=... / "
-    "%config DistComp.credential = ..."
+    "%config AzureML.credential = ..."
 )
 _SECRETS = [
     (re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+"), r"\1***"),

@@ -13,11 +13,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import AzureMLError
 from .convert import to_azureml_job
 from .failures import explain, scrub
+
+if TYPE_CHECKING:
+    from ..model import Component
 
 TERMINAL_STATUSES = ("Completed", "Failed", "Canceled", "NotResponding", "Paused")
 
@@ -84,7 +87,7 @@ def make_ml_client(
         missing = ", ".join(k for k, v in names.items() if not v)
         raise AzureMLError(
             f"to find the workspace, {missing} is needed as well. Fix: pass all of "
-            "--subscription, --resource-group and --workspace (or %config DistComp."
+            "--subscription, --resource-group and --workspace (or %config AzureML."
             "subscription_id / resource_group / workspace_name), or --workspace-config config.json."
         )
     from azure.ai.ml.exceptions import MlException
@@ -103,13 +106,13 @@ def make_ml_client(
         raise AzureMLError(
             f"no Azure ML workspace configuration found in {where}: {scrub(str(exc))}. Fix: "
             "download config.json from the workspace's page in Azure ML studio and pass "
-            "--workspace-config PATH (or %config DistComp.workspace_config = 'PATH'), or give "
+            "--workspace-config PATH (or %config AzureML.workspace_config = 'PATH'), or give "
             "--subscription, --resource-group and --workspace."
         ) from None
 
 
 def submit(
-    component: Any,
+    component: Component,
     ml_client: Any,
     *,
     wait: bool = False,
@@ -128,7 +131,7 @@ def submit(
         raise AzureMLError(
             f"submitting '{component.name}' needs a compute target. Fix: pass compute='NAME' "
             "(`--compute NAME`), set the component's run settings compute, or "
-            "%config DistComp.compute = 'NAME'."
+            "%config AzureML.compute = 'NAME'."
         )
     try:
         created = ml_client.jobs.create_or_update(job)

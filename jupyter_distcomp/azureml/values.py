@@ -8,16 +8,19 @@ inputs become ``Input(type=uri_folder|uri_file, path=...)`` from a URI (``azurem
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import AzureMLError, did_you_mean
 from ..values import coerce_value
 from .environment import existing_path
 
+if TYPE_CHECKING:
+    from ..model import Component
+
 URI = re.compile(r"^(azureml:|https?://|abfss?://|wasbs?://|adl://)", re.IGNORECASE)
 
 
-def input_values(component: Any, inputs: dict | None = None) -> dict[str, Any]:
+def input_values(component: Component, inputs: dict | None = None) -> dict[str, Any]:
     """Spec defaults < ``runsettings.inputs`` < ``inputs``; each value checked against its type.
 
     A value of None in ``inputs`` unbinds that input. Raises AzureMLError naming every
@@ -61,7 +64,7 @@ def _is_azure_input(value: Any) -> bool:
     return type(value).__module__.startswith("azure.ai.ml")
 
 
-def _data_input(component: Any, name: str, value: Any):
+def _data_input(component: Component, name: str, value: Any):
     from azure.ai.ml import Input
 
     if _is_azure_input(value):
@@ -69,12 +72,12 @@ def _data_input(component: Any, name: str, value: Any):
     inp = component.inputs[name]
     text = str(value)
     if URI.match(text):
-        return Input(type=inp.data_type, path=text)
+        return Input(type=inp.data_type or "uri_folder", path=text)
     path = existing_path(component, text, f"input '{name}'")
     return Input(type="uri_file" if path.is_file() else "uri_folder", path=str(path))
 
 
-def job_inputs(component: Any, inputs: dict | None = None) -> dict[str, Any]:
+def job_inputs(component: Component, inputs: dict | None = None) -> dict[str, Any]:
     """The ``inputs=`` of the v2 job: literal parameter values, ``Input`` objects for data."""
     values = input_values(component, inputs)
     return {
@@ -83,7 +86,7 @@ def job_inputs(component: Any, inputs: dict | None = None) -> dict[str, Any]:
     }
 
 
-def job_outputs(component: Any, outputs: dict | None = None) -> dict[str, Any]:
+def job_outputs(component: Component, outputs: dict | None = None) -> dict[str, Any]:
     """Outputs typed per the spec; URIs bound in run settings or ``outputs`` become paths.
 
     Local output folders in ``runsettings.outputs`` are for local runs and are left out here

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecError, did_you_mean
+
+if TYPE_CHECKING:
+    from ..model import Component
 
 _REMOTE_PREFIXES = ("azureml:", "http://", "https://", "wasbs://", "abfss://", "adl://", "s3://")
 
@@ -56,7 +59,9 @@ def _local_path(name: str, value: Any, kind: str, flag: str, cwd: Path) -> Path:
     return path if path.is_absolute() else (cwd / path).resolve()
 
 
-def bind_inputs(component, overrides: dict[str, Any] | None, cwd: Path) -> dict[str, Any]:
+def bind_inputs(
+    component: Component, overrides: dict[str, Any] | None, cwd: Path
+) -> dict[str, Any]:
     """Input name -> value for the template: parameters typed, data inputs absolute paths."""
     from ..values import coerce_value
 
@@ -105,7 +110,9 @@ def bind_inputs(component, overrides: dict[str, Any] | None, cwd: Path) -> dict[
     return bound
 
 
-def bind_outputs(component, overrides: dict[str, Any] | None, cwd: Path) -> dict[str, str]:
+def bind_outputs(
+    component: Component, overrides: dict[str, Any] | None, cwd: Path
+) -> dict[str, str]:
     """Output name -> absolute local path, created (folder outputs) or its folder created."""
     overrides = dict(overrides or {})
     _check_names(overrides, component.outputs, "output", "--output")

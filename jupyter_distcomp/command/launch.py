@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import IO
 
 from .. import mpi
 
@@ -107,6 +108,12 @@ def _text(raw: bytes) -> str:
     return raw.decode("utf-8", errors="replace").rstrip("\r")
 
 
+def _pipes(proc: subprocess.Popen[bytes]) -> list[tuple[str, IO[bytes]]]:
+    """stdout and stderr of a process started with both piped."""
+    assert proc.stdout is not None and proc.stderr is not None
+    return [("stdout", proc.stdout), ("stderr", proc.stderr)]
+
+
 def _thread(target, *args) -> threading.Thread:
     thread = threading.Thread(target=target, args=args, daemon=True, name="distcomp-command")
     thread.start()
@@ -134,7 +141,7 @@ class DirectLaunch:
                     start_new_session=True,
                 )
                 self.procs.append(proc)
-                for name, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr)):
+                for name, pipe in _pipes(proc):
                     self.threads.append(_thread(pump, pipe.fileno(), rank, name, events))
         except BaseException:  # Ctrl-C or a failed start halfway: leave nothing running
             kill_sessions(self.sessions)
@@ -164,7 +171,7 @@ class DirectLaunch:
         for proc in self.procs:
             with contextlib.suppress(Exception):
                 proc.wait(timeout=1)
-            for pipe in (proc.stdout, proc.stderr):
+            for _, pipe in _pipes(proc):
                 with contextlib.suppress(Exception):
                     pipe.close()
 
@@ -201,7 +208,7 @@ class MpiLaunch:
             self.server.close()
             shutil.rmtree(self.tmp, ignore_errors=True)
             raise
-        for name, pipe in (("stdout", self.proc.stdout), ("stderr", self.proc.stderr)):
+        for name, pipe in _pipes(self.proc):
             self.threads.append(_thread(pump, pipe.fileno(), None, name, events))
 
     @property
@@ -258,7 +265,9 @@ class MpiLaunch:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.proc.wait(timeout=1)
-        for item in (self.server, *self.conns, self.proc.stdout, self.proc.stderr):
+        closing: list[socket.socket | IO[bytes]] = [self.server, *self.conns]
+        closing += [pipe for _, pipe in _pipes(self.proc)]
+        for item in closing:
             with contextlib.suppress(Exception):
                 item.close()
         shutil.rmtree(self.tmp, ignore_errors=True)

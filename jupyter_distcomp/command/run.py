@@ -139,8 +139,8 @@ class _Run:
         self.timeout = timeout
         self.grace = grace
         self.events: queue.Queue = queue.Queue()
-        self.launch = None
-        self.eofs = {r.rank: 0 for r in result.ranks}
+        self.launch: launch_mod.DirectLaunch | launch_mod.MpiLaunch | None = None
+        self.eofs: dict[int | None, int] = {r.rank: 0 for r in result.ranks}
         self.eofs[None] = 0
         self.exited: set[int] = set()
         self.stop_deadline: float | None = None
@@ -161,7 +161,7 @@ class _Run:
         costs a notebook a few messages per second, not one per line, and nothing waits long.
         """
         batch: list[str] = []
-        batch_stream = None
+        batch_stream = ""
         item = self._next(wait)
         until = time.monotonic() + BATCH_SECONDS
         while item is not None:
@@ -226,9 +226,15 @@ class _Run:
         if self.launch is not None:
             launch_mod.kill_sessions(self.launch.sessions)
 
+    @property
+    def started(self) -> launch_mod.DirectLaunch | launch_mod.MpiLaunch:
+        """The launch of the ranks, once :func:`run_command` has made it."""
+        assert self.launch is not None, "the ranks have not been launched"
+        return self.launch
+
     def _drained(self) -> bool:
         exited = self.exited
-        ranks_done = all(self.eofs[r] >= 2 and r in exited for r in self.launch.pids())
+        ranks_done = all(self.eofs[r] >= 2 and r in exited for r in self.started.pids())
         return ranks_done and (
             self.eofs[None] >= 2 or isinstance(self.launch, launch_mod.DirectLaunch)
         )
@@ -240,10 +246,10 @@ class _Run:
         try:
             while True:
                 self.drain(0.05)
-                for rank, pid in self.launch.pids().items():
+                for rank, pid in self.started.pids().items():
                     self.result.ranks[rank].pid = pid
                 now = time.monotonic()
-                if self.launch.poll():
+                if self.started.poll():
                     finished_at = finished_at or now
                     self.drain(0)
                     if self._drained() or now - finished_at > DRAIN_SECONDS:
@@ -261,8 +267,9 @@ class _Run:
     def _interrupt(self) -> None:
         self.stop_deadline = None
         self._stop(signal.SIGINT)
+        deadline = self.stop_deadline or time.monotonic()
         try:
-            while not self.launch.poll() and time.monotonic() < self.stop_deadline:
+            while not self.started.poll() and time.monotonic() < deadline:
                 self.drain(0.05)
         except KeyboardInterrupt:  # a second Ctrl-C: do not wait for the grace period
             pass

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from ..errors import RankError
 from ..mpi import free_port
@@ -18,6 +18,10 @@ from ..ranges import format_ranks, parse_ranks
 from .connection import Connection
 from .status import StartProgress
 from .world import World
+
+if TYPE_CHECKING:
+    from ..model import Component
+    from ..settings import ResourceLayout
 
 Listener = Callable[[dict], None]
 PRESTART_DELAY = 1.0  # seconds a pre-start waits for a layout change before launching
@@ -30,11 +34,12 @@ class RankBackend:
         self.default_connection = Connection()
         self.connections: dict[str, Connection] = {}
         self._signatures: dict[str, tuple] = {}
-        self._components: dict[str, Any] = {}
+        self._components: dict[str, Component] = {}
         self._listeners: list[Listener] = []
         self._lock = threading.RLock()
         self._stopping: list[threading.Thread] = []
-        self._watched: set[int] = set()
+        # name -> (component, its layout, our observer): one observer per name at a time
+        self._watched: dict[str, tuple[Component, ResourceLayout, Callable[[Any], None]]] = {}
 
     # -- listeners (the JupyterLab panel) -----------------------------------------------
     def add_listener(self, callback: Listener) -> None:
@@ -84,7 +89,7 @@ class RankBackend:
         else:
             self.connections[name] = connection
 
-    def _signature(self, name: str, component: Any) -> tuple:
+    def _signature(self, name: str, component: Component) -> tuple:
         layout = component.runsettings.resource_layout
         return (
             component.launcher_type or "mpi",
@@ -96,7 +101,7 @@ class RankBackend:
             self.connections.get(name, self.default_connection),
         )
 
-    def prestart(self, name: str, component: Any, delay: float = PRESTART_DELAY) -> World:
+    def prestart(self, name: str, component: Component, delay: float = PRESTART_DELAY) -> World:
         """Start the ranks of a just-defined component in the background.
 
         The short delay lets a layout set right after the definition (the next cell) replace
@@ -104,7 +109,9 @@ class RankBackend:
         """
         return self.start(name, component, wait=False, delay=delay)
 
-    def start(self, name: str, component: Any, wait: bool = True, delay: float = 0.0) -> World:
+    def start(
+        self, name: str, component: Component, wait: bool = True, delay: float = 0.0
+    ) -> World:
         """Start (or reuse, or restart when the layout changed) the ranks of ``name``."""
         with self._lock:
             signature = self._signature(name, component)
@@ -114,6 +121,7 @@ class RankBackend:
             if world is not None:
                 healthy = world.error is None and not world.dead_ranks
                 if self._signatures.get(name) == signature and healthy:
+                    self._follow_layout(name, component)
                     if wait:
                         self._wait(world)
                     return world
@@ -138,12 +146,14 @@ class RankBackend:
         thread.start()
         self._stopping = [t for t in self._stopping if t.is_alive()] + [thread]
 
-    def _follow_layout(self, name: str, component: Any) -> None:
+    def _follow_layout(self, name: str, component: Component) -> None:
         """Ranks that ran nothing yet follow layout changes at once (in the background), so
         a layout set right after the definition does not make the first run wait."""
-        if id(component) in self._watched:
+        layout = component.runsettings.resource_layout
+        watched = self._watched.get(name)
+        if watched is not None and watched[0] is component and watched[1] is layout:
             return
-        self._watched.add(id(component))
+        self._unfollow_layout(name)
 
         def changed(change: Any) -> None:
             world = self.worlds.get(name)
@@ -152,9 +162,16 @@ class RankBackend:
             if self._signatures.get(name) != self._signature(name, component):
                 self.start(name, component, wait=False)
 
-        component.runsettings.resource_layout.observe(changed)
+        layout.observe(changed)
+        self._watched[name] = (component, layout, changed)
 
-    def _new_world(self, name: str, component: Any, signature: tuple) -> World:
+    def _unfollow_layout(self, name: str) -> None:
+        watched = self._watched.pop(name, None)
+        if watched is not None:
+            _, layout, changed = watched
+            layout.unobserve(changed)
+
+    def _new_world(self, name: str, component: Component, signature: tuple) -> World:
         layout = component.runsettings.resource_layout
         envs = component.rank_environments(
             master_addr=self.master_addr, master_port=free_port(self.master_addr)
@@ -186,12 +203,12 @@ class RankBackend:
     def run_cell(
         self,
         name: str,
-        component: Any,
+        component: Component,
         code: str,
-        ranks: Any = None,
+        ranks: str | Iterable[int] | None = None,
         timeout: float | None = None,
         group_output: bool = False,
-    ):
+    ) -> Any:
         """Run ``code`` on the ranks of ``name`` (all, or ``ranks`` such as ``"0,2-3"``)."""
         from .run import CellRun
 
@@ -264,6 +281,7 @@ class RankBackend:
             for world_name in names:
                 world = self.worlds.pop(world_name, None)
                 self._signatures.pop(world_name, None)
+                self._unfollow_layout(world_name)
                 if world is None:
                     continue
                 world.stop()
@@ -276,7 +294,7 @@ class RankBackend:
                         pass
         return stopped
 
-    def restart(self, name: str, component: Any = None) -> World:
+    def restart(self, name: str, component: Component | None = None) -> World:
         component = component or self._components.get(name)
         if component is None:
             raise RankError(f"No ranks to restart for {name!r}: run a `%%distcomp run` cell first.")
@@ -306,7 +324,7 @@ def _describe(signature: tuple) -> str:
     return f"{launcher}, {nodes} node(s) x {ppn} process(es)"
 
 
-def _shell():
+def _shell() -> Any:
     try:
         from IPython import get_ipython
     except ImportError:

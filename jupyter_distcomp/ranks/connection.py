@@ -6,8 +6,13 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..errors import RankError
+from . import ipp
+
+if TYPE_CHECKING:
+    from .ipp import Client
 
 
 @dataclass(frozen=True)
@@ -50,10 +55,8 @@ def connect_client(
     layout: str,
     progress: Callable[[int], None],
     timeout: float = 10,
-):
+) -> tuple[Client, list[int]]:
     """A client of the user's cluster and the engine ids to use as ranks 0..N-1."""
-    import ipyparallel as ipp
-
     fix = (
         "Fix: start it first (ipcluster start --profile P --cluster-id C), or check the "
         "profile and cluster id."
@@ -66,16 +69,16 @@ def connect_client(
         )
     kwargs = {k: v for k, v in vars(connection).items() if v}
     try:
-        client = ipp.Client(**kwargs, timeout=timeout)
+        client = ipp.connect(timeout, **kwargs)
     except Exception as exc:
         raise RankError(f"Cannot connect to {connection.describe()} for {name!r}: {exc}. {fix}")
     deadline = time.monotonic() + timeout
-    while len(client.ids) < world_size and time.monotonic() < deadline:
-        progress(len(client.ids))
+    while len(ipp.engine_ids(client)) < world_size and time.monotonic() < deadline:
+        progress(len(ipp.engine_ids(client)))
         time.sleep(0.1)
-    ids = sorted(client.ids)
+    ids = sorted(ipp.engine_ids(client))
     if len(ids) < world_size:
-        client.close()
+        ipp.close(client)
         raise RankError(
             f"{connection.describe()} has {len(ids)} engine(s); {name!r} needs {world_size} "
             f"({layout}). Fix: start more engines, or make the layout smaller with "

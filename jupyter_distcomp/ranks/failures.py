@@ -11,7 +11,8 @@ import linecache
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from ..errors import strip_ansi
 from ..ranges import format_ranks
@@ -26,22 +27,32 @@ _CELL_COUNT = re.compile(r"(Cell |Input )?In ?\[\d*\]")
 _STACK_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>.*)$')
 
 
-def _error_key(err) -> tuple[str, str, str]:
+class RemoteErrorLike(Protocol):
+    """What is read of an error a rank sent (ipyparallel's RemoteError)."""
+
+    ename: str | None
+    evalue: object
+    traceback: str | None
+
+
+def _error_key(err: RemoteErrorLike) -> tuple[str, str, str]:
     text = strip_ansi(err.traceback or "")
     text = _CELL_COUNT.sub("In[]", _CELL_FILE.sub("<cell>", text))
     return (err.ename or "", str(err.evalue or ""), text)
 
 
-def group_errors(errors: dict[int, object]) -> list[tuple[list[int], object]]:
+def group_errors(
+    errors: Mapping[int, RemoteErrorLike],
+) -> list[tuple[list[int], RemoteErrorLike]]:
     """``{rank: RemoteError}`` -> ``[(ranks, first error)]``, identical tracebacks merged."""
-    groups: dict[tuple, tuple[list[int], object]] = {}
+    groups: dict[tuple[str, str, str], tuple[list[int], RemoteErrorLike]] = {}
     for rank in sorted(errors):
         key = _error_key(errors[rank])
         groups.setdefault(key, ([], errors[rank]))[0].append(rank)
     return list(groups.values())
 
 
-def error_sections(errors: dict[int, object]) -> list[tuple[str, list[str]]]:
+def error_sections(errors: Mapping[int, RemoteErrorLike]) -> list[tuple[str, list[str]]]:
     sections = []
     for ranks, err in group_errors(errors):
         body = (err.traceback or f"{err.ename}: {err.evalue}").splitlines()

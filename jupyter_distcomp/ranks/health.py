@@ -1,41 +1,97 @@
 """Is each rank alive, what did mpiexec say, where is a rank stuck: the World's senses.
 
-A mixin of :class:`~.world.World`, kept apart so the lifecycle code stays readable. It
-expects ``ranks``, ``cluster``, ``client``, ``world_size``, ``_tmp``, ``_lock``,
-``_stopped``, ``_last_engine_set``, ``started``, ``error`` and ``_changed()``.
+:class:`WorldHealth` is the base of :class:`~.world.World`, kept apart so the lifecycle code
+stays readable. It declares the attributes of World it reads; World sets them.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from ..mpi import is_local_host
+from . import ipp
 from .failures import collect_stacks, mpiexec_messages
 
 if TYPE_CHECKING:
-    from .world import RankInfo
+    import psutil
+
+    from .ipp import Client, LocalCluster
+
+
+@dataclass
+class RankInfo:
+    rank: int
+    node: int
+    local_rank: int
+    state: str = "starting"  # starting | idle | busy | dead
+    pid: int | None = None
+    host: str | None = None
+    main_thread: int | None = None
+    engine_id: int | None = None
+    death: str | None = None  # why it died, once known
+    process: psutil.Process | None = None  # looked up on the first liveness check
 
 
 class WorldHealth:
-    # -- liveness -----------------------------------------------------------------------
-    def _mpiexec_alive(self) -> bool:
-        engine_set = self.cluster.engine_set if self.cluster else None
-        process = getattr(engine_set, "process", None)
-        if process is None:
-            return self.cluster is None or engine_set is None
+    world_size: int
+    instance_count: int
+    ranks: list[RankInfo]
+    cluster: LocalCluster | None  # ours; None before the start and for the user's own cluster
+    client: Client | None
+    error: BaseException | None
+    _on_change: Callable[[Any], None]
+    _done: threading.Event
+    _lock: threading.RLock
+    _stopped: bool
+    _tmp: str
+
+    # -- state --------------------------------------------------------------------------
+    def _changed(self) -> None:
         try:
-            return process.is_running() and process.status() != "zombie"
+            self._on_change(self)
         except Exception:
-            return False
+            pass
+
+    def set_state(self, ranks: list[int], state: str) -> None:
+        changed = False
+        with self._lock:
+            for rank in ranks:
+                info = self.ranks[rank]
+                if info.state != state and info.state != "dead":
+                    info.state = state
+                    changed = True
+        if changed:
+            self._changed()
+
+    def states(self) -> dict[int, str]:
+        return {info.rank: info.state for info in self.ranks}
+
+    @property
+    def dead_ranks(self) -> list[int]:
+        return [info.rank for info in self.ranks if info.state == "dead"]
+
+    def label(self, rank: int) -> str:
+        info = self.ranks[rank]
+        if self.instance_count > 1:
+            return f"[node {info.node} rank {rank}]"
+        return f"[rank {rank}]"
+
+    # -- liveness -----------------------------------------------------------------------
+    def mpiexec_alive(self) -> bool:
+        """Our mpiexec still runs (always True for the user's own cluster)."""
+        return self.cluster is None or self.cluster.mpiexec_alive()
 
     def _pid_alive(self, info: RankInfo) -> bool:
         import psutil
 
         if info.pid is None or not is_local_host(info.host):
-            return self.client is not None and info.engine_id in self.client.ids
+            return self.client is not None and info.engine_id in ipp.engine_ids(self.client)
         try:
             if info.process is None:
                 info.process = psutil.Process(info.pid)
@@ -45,10 +101,10 @@ class WorldHealth:
 
     def check_alive(self) -> list[int]:
         """Mark ranks whose process is gone as dead; return the newly dead ranks."""
-        if not self.started or self.error is not None or self._stopped:
+        if not self._done.is_set() or self.error is not None or self._stopped:
             return []
         newly = []
-        mpiexec_alive = self._mpiexec_alive()
+        mpiexec_alive = self.mpiexec_alive()
         with self._lock:
             for info in self.ranks:
                 if info.state != "dead" and (not mpiexec_alive or not self._pid_alive(info)):
@@ -65,40 +121,22 @@ class WorldHealth:
 
     # -- mpiexec's own words ------------------------------------------------------------
     def output_size(self) -> int:
-        path = self._output_file()
+        path = self.cluster.output_file() if self.cluster else None
         try:
             return os.path.getsize(path) if path else 0
         except OSError:
             return 0
 
-    @property
-    def _engine_set(self):
-        """mpiexec's launcher; kept after stop, as it holds mpiexec's output from then on."""
-        if self._last_engine_set is None and self.cluster is not None:
-            self._last_engine_set = self.cluster.engine_set
-        return self._last_engine_set
-
-    def _output_file(self) -> str | None:
-        return getattr(self._engine_set, "output_file", None)
-
     def mpiexec_output(self, since: int = 0, limit: int = 40) -> str:
         """What mpiexec (and ranks' fatal errors) printed, without the engines' log lines."""
-        path = self._output_file()
-        if path and os.path.exists(path):
-            with open(path, errors="replace") as f:
-                f.seek(since)
-                text = f.read()
-        elif self._engine_set is not None:
-            # ipyparallel read the file into memory and removed it when mpiexec ended
-            text = self._engine_set.get_output()[since:]
-        else:
+        if self.cluster is None:
             return ""
-        return mpiexec_messages(text, limit)
+        return mpiexec_messages(self.cluster.mpiexec_text(since), limit)
 
     # -- signals and stacks ---------------------------------------------------------------
     def signal(self, ranks: list[int], sig: int) -> None:
         """Send ``sig`` to ranks: directly to local pids, through the nanny otherwise."""
-        remote = []
+        remote: list[int] = []
         for rank in ranks:
             info = self.ranks[rank]
             if info.pid and is_local_host(info.host):
@@ -106,10 +144,10 @@ class WorldHealth:
                     os.kill(info.pid, sig)
                 except ProcessLookupError:
                     pass
-            else:
+            elif info.engine_id is not None:
                 remote.append(info.engine_id)
         if remote and self.client is not None:
-            self.client.send_signal(sig, targets=remote, block=False)
+            ipp.send_signal(self.client, sig, remote)
 
     def stacks(self, ranks: list[int], wait: float = 1.0) -> dict[int, str]:
         """Each rank's current main-thread Python stack (via faulthandler on SIGUSR1)."""

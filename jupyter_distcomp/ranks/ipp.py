@@ -1,17 +1,76 @@
-"""ipyparallel, behind one adapter: the cluster's configuration, its processes, its start and stop.
+"""ipyparallel, behind one adapter: the cluster, the client, each rank's reply, the processes.
 
-Everything this package needs from ipyparallel goes through here, so an ipyparallel release
-that changes what we rely on breaks one module (and its test), not the backend.
+No other module of this package imports ipyparallel or calls into its objects: they get
+clusters, clients and replies from here. :data:`RELIES_ON` names everything used, and a test
+checks it against the installed ipyparallel. ipyparallel is imported on first use only.
+
+ipyparallel's cluster methods are coroutines; they all run on one event loop, in one daemon
+thread (``distcomp-ipyparallel``) started on first use and shared by every world of the kernel.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
+import threading
 import time
-from typing import Any
+from collections.abc import Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import mpi
+
+if TYPE_CHECKING:
+    import logging
+
+    import psutil
+    from ipyparallel import AsyncResult, Client
+    from traitlets.config import Config
+
+T = TypeVar("T")
+
+#: What this module uses of ipyparallel, as dotted names (a test checks each exists).
+RELIES_ON = (
+    "ipyparallel.Client",
+    "ipyparallel.Client.__getitem__",
+    "ipyparallel.Client.ids",
+    "ipyparallel.Client.send_signal",
+    "ipyparallel.Client.close",
+    "ipyparallel.Cluster",
+    "ipyparallel.Cluster.start_cluster",
+    "ipyparallel.Cluster.connect_client",
+    "ipyparallel.Cluster.stop_cluster",
+    "ipyparallel.Cluster.engine_set",
+    "ipyparallel.Cluster.engines",
+    "ipyparallel.Cluster.controller",
+    "ipyparallel.DirectView.execute",
+    "ipyparallel.DirectView.apply_async",
+    "ipyparallel.client.asyncresult.AsyncResult.split",
+    "ipyparallel.client.asyncresult.AsyncResult.metadata",
+    "ipyparallel.client.asyncresult.AsyncResult.ready",
+    "ipyparallel.client.asyncresult.AsyncResult.get",
+    "ipyparallel.client.asyncresult.AsyncResult.wait_for_output",
+    "ipyparallel.client.asyncresult.AsyncResult.add_done_callback",
+    "ipyparallel.cluster.launcher.ipcontroller_cmd_argv",
+    "ipyparallel.cluster.launcher.LocalProcessLauncher.process",
+    "ipyparallel.cluster.launcher.LocalProcessLauncher.output_file",
+    "ipyparallel.cluster.launcher.LocalProcessLauncher.get_output",
+    "ipyparallel.cluster.launcher.LocalControllerLauncher.controller_cmd",
+    "ipyparallel.cluster.launcher.LocalControllerLauncher.controller_args",
+    "ipyparallel.cluster.launcher.MPILauncher.mpi_cmd",
+    "ipyparallel.cluster.launcher.MPILauncher.mpi_args",
+    "ipyparallel.cluster.launcher.MPIEngineSetLauncher.environment",
+    "ipyparallel.cluster.launcher.MPIEngineSetLauncher.engine_args",
+    "ipyparallel.engine.app.IPEngine.max_heartbeat_misses",
+    "ipyparallel.controller.heartmonitor.HeartMonitor.period",
+    "ipyparallel.controller.heartmonitor.HeartMonitor.max_heartmonitor_misses",
+)
+#: The names of RELIES_ON that must stay coroutine functions (they run on our event loop).
+COROUTINES = (
+    "ipyparallel.Cluster.start_cluster",
+    "ipyparallel.Cluster.connect_client",
+    "ipyparallel.Cluster.stop_cluster",
+)
 
 #: The hub pings engines every HEARTBEAT_MS. ipyparallel's default (3000 ms) is most of a
 #: ~10 s start: registration only completes on a heartbeat cycle. 200 ms makes 4 ranks
@@ -23,6 +82,36 @@ ENGINE_MISSES = 150  # 30 s without the hub before an engine shuts itself down
 GUARD = [sys.executable, "-m", "jupyter_distcomp.standalone.guard"]
 
 
+# -- the event loop ---------------------------------------------------------------------
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_lock = threading.Lock()
+
+
+def event_loop() -> asyncio.AbstractEventLoop:
+    """The loop that runs ipyparallel's coroutines (its thread starts on the first call)."""
+    global _loop
+    with _loop_lock:
+        if _loop is None:
+            loop = asyncio.new_event_loop()
+            ready = threading.Event()
+
+            def main() -> None:
+                asyncio.set_event_loop(loop)
+                loop.call_soon(ready.set)
+                loop.run_forever()
+
+            threading.Thread(target=main, name="distcomp-ipyparallel", daemon=True).start()
+            ready.wait()
+            _loop = loop
+        return _loop
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on the shared loop and wait for its result."""
+    return asyncio.run_coroutine_threadsafe(coro, event_loop()).result()
+
+
+# -- a cluster of our own ---------------------------------------------------------------
 def engine_environment() -> dict[str, str]:
     """Variables mpiexec and the engines need besides the kernel's own."""
     env = mpi.mpiexec_environment()
@@ -33,8 +122,8 @@ def engine_environment() -> dict[str, str]:
     return env
 
 
-def cluster_config(world_size: int) -> Any:
-    """traitlets config for ``ipp.Cluster(engines="mpi")``: our mpiexec, flags, heartbeat."""
+def cluster_config(world_size: int) -> Config:
+    """traitlets config for ``Cluster(engines="mpi")``: our mpiexec, flags, heartbeat."""
     from ipyparallel.cluster.launcher import ipcontroller_cmd_argv
     from traitlets.config import Config
 
@@ -56,7 +145,164 @@ def cluster_config(world_size: int) -> Any:
     return config
 
 
-def quiet_log():
+class LocalCluster:
+    """A controller and one mpiexec engine set of ``world_size`` ranks, started by us.
+
+    Keeps mpiexec's launcher after the stop: it holds what mpiexec printed.
+    """
+
+    def __init__(self, world_size: int, profile_dir: str, timeout: float):
+        import ipyparallel
+
+        self.world_size = world_size
+        self._cluster = ipyparallel.Cluster(
+            engines="mpi",
+            n=world_size,
+            profile_dir=profile_dir,
+            config=cluster_config(world_size),
+            load_profile=False,
+            delay=0,  # engines wait for the controller's connection info anyway
+            engine_timeout=int(timeout),
+            log=quiet_log(),
+        )
+        self._engine_set: Any = None
+        self._stopped = False
+        self._stop_lock = threading.Lock()
+
+    def start(self) -> None:
+        run(self._cluster.start_cluster(self.world_size))
+        self._engine_set = self._cluster.engine_set
+
+    def connect(self) -> Client:
+        return run(self._cluster.connect_client())
+
+    def stop(self) -> None:
+        """Stop the controller and mpiexec; SIGKILL whatever outlives that. Idempotent."""
+        with self._stop_lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        self._engine_set = self._engine_set or self._cluster.engine_set
+        leftovers = process_tree(self._cluster)
+        try:
+            run(self._cluster.stop_cluster())
+        except Exception:
+            pass
+        kill(leftovers)
+
+    def mpiexec_alive(self) -> bool:
+        """mpiexec runs (or has not been launched yet); True once stopped."""
+        if self._stopped:
+            return True
+        engine_set = self._cluster.engine_set
+        process = getattr(engine_set, "process", None)
+        if process is None:
+            return engine_set is None
+        return _running(process)
+
+    def _launcher(self) -> Any:
+        if self._engine_set is None and not self._stopped:
+            self._engine_set = self._cluster.engine_set
+        return self._engine_set
+
+    def output_file(self) -> str | None:
+        return getattr(self._launcher(), "output_file", None) or None
+
+    def mpiexec_text(self, since: int = 0) -> str:
+        """Everything mpiexec printed from byte ``since`` on."""
+        path = self.output_file()
+        if path and os.path.exists(path):
+            with open(path, errors="replace") as f:
+                f.seek(since)
+                return f.read()
+        launcher = self._launcher()
+        if launcher is None:
+            return ""
+        # ipyparallel read the file into memory and removed it when mpiexec ended
+        text: str = launcher.get_output()
+        return text[since:]
+
+
+# -- clients ----------------------------------------------------------------------------
+def connect(timeout: float, **connection: str) -> Client:
+    """A client of a running cluster (``profile``, ``profile_dir``, ``cluster_id``)."""
+    import ipyparallel
+
+    return ipyparallel.Client(**connection, timeout=timeout)
+
+
+def engine_ids(client: Client) -> list[int]:
+    return list(client.ids)
+
+
+def view(client: Client, ids: list[int]) -> Any:
+    return client[ids]
+
+
+def close(client: Client) -> None:
+    """Close the client; never raises."""
+    try:
+        client.close(linger=0)
+    except Exception:
+        pass
+
+
+def call_each(
+    client: Client, calls: Sequence[tuple[int, Callable[..., Any], tuple]], timeout: float
+) -> list[Any]:
+    """Run ``function(*args)`` on each engine of ``calls`` at once; their results, in order."""
+    results = [client[eid].apply_async(function, *args) for eid, function, args in calls]
+    return [result.get(timeout=timeout) for result in results]
+
+
+def send_signal(client: Client, sig: int, ids: list[int]) -> None:
+    client.send_signal(sig, targets=ids, block=False)
+
+
+class RankReply:
+    """One engine's share of an ``execute``: its reply, and the output it sent so far."""
+
+    def __init__(self, part: AsyncResult):
+        self._part = part
+
+    @property
+    def output(self) -> dict[str, Any]:
+        """ipyparallel's metadata: ``stdout``, ``stderr``, ``outputs``, ``execute_result``."""
+        metadata = self._part.metadata
+        return metadata[0] if isinstance(metadata, list) else metadata
+
+    def on_reply(self, callback: Callable[[], None]) -> None:
+        """``callback()`` in ipyparallel's thread when the reply arrives."""
+        self._part.add_done_callback(lambda _: callback())
+
+    def replied(self) -> bool:
+        return bool(self._part.ready())
+
+    def output_complete(self) -> bool:
+        return bool(self._part.wait_for_output(0))
+
+    def outcome(self) -> Any:
+        """The reply's value, or the error (a RemoteError, an EngineError) the engine sent."""
+        if not self.replied():
+            return None
+        value = self._part.get(0, return_exceptions=True)
+        return value[0] if isinstance(value, list) and len(value) == 1 else value
+
+
+class Execution:
+    """``code`` sent to some engines: the whole AsyncResult and each engine's reply."""
+
+    def __init__(self, client: Client, ids: list[int], code: str):
+        self.result = client[ids].execute(code, silent=False, block=False)
+        self.replies = [RankReply(part) for part in self.result.split()]
+
+    def wait_for_output(self, timeout: float) -> bool:
+        """Wait until every engine's output is complete (or ``timeout`` seconds pass)."""
+        return bool(self.result.wait_for_output(timeout))
+
+
+# -- processes --------------------------------------------------------------------------
+def quiet_log() -> logging.Logger:
     """ipyparallel logs every engine line at exit; we report what matters ourselves."""
     import logging
 
@@ -68,12 +314,12 @@ def quiet_log():
     return log
 
 
-def process_tree(cluster: Any) -> list:
+def process_tree(cluster: Any) -> list[psutil.Process]:
     """mpiexec, its daemons, the ranks, their nannies and the controller, as psutil objects."""
     import psutil
 
     launchers = [cluster.controller, *cluster.engines.values()]
-    procs = []
+    procs: list[psutil.Process] = []
     for launcher in launchers:
         process = getattr(launcher, "process", None)
         if process is None:
@@ -85,7 +331,7 @@ def process_tree(cluster: Any) -> list:
     return procs
 
 
-def kill(procs: list) -> None:
+def kill(procs: list[psutil.Process]) -> None:
     """SIGKILL whatever of ``procs`` outlived a polite stop."""
     import psutil
 
@@ -104,7 +350,7 @@ def kill(procs: list) -> None:
         alive = [p for p in alive if _running(p)]
 
 
-def _running(proc) -> bool:
+def _running(proc: psutil.Process) -> bool:
     import psutil
 
     try:

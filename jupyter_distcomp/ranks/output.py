@@ -73,7 +73,8 @@ class RankOutput:
         if not self._pending:
             return
         pending, self._pending = self._pending, []
-        run_name, run = pending[0][0], []
+        run_name = pending[0][0]
+        run: list[str] = []
         for name, text in pending:
             if name != run_name:
                 _write(run_name, "".join(run))

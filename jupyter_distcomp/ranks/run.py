@@ -3,22 +3,28 @@
 The cell ends when every chosen rank has answered, when a rank dies (within a few seconds,
 saying why), at the time-out (naming the busy ranks with their stacks, then interrupting
 them), or on a kernel interrupt (SIGINT to every busy rank, back within two seconds).
-Built on ipyparallel's AsyncResult: its metadata accumulates each rank's output, so
-reading it from the main thread loses nothing and needs no second transport.
+Built on each rank's :class:`~.ipp.RankReply`: ipyparallel accumulates the rank's output
+there, so reading it from the main thread loses nothing and needs no second transport.
 """
 
 from __future__ import annotations
 
+import functools
 import signal
 import sys
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ..errors import RankError
 from ..ranges import format_ranks
+from . import ipp
 from .failures import death_reason, error_sections, render_stack
 from .output import RankOutput
+
+if TYPE_CHECKING:
+    from .world import World
 
 INTERRUPT_GRACE = 1.5  # seconds the ranks get to answer SIGINT before the cell returns
 DEATH_GRACE = 2.0  # seconds to let mpiexec report a death and stop the other ranks
@@ -29,21 +35,22 @@ ALIVE_CHECK = 0.2  # seconds between checks that every rank's process still exis
 class CellRun:
     def __init__(
         self,
-        world: Any,
+        world: World,
         ranks: list[int],
         code: str,
         *,
         timeout: float | None = None,
         group_output: bool = False,
         shell: Any = None,
-    ):
+    ) -> None:
         self.world = world
         self.ranks = ranks
         self.code = code
         self.timeout = timeout
         self.out = RankOutput(world.label, group=group_output, shell=shell)
         self.wake = threading.Event()
-        self.futures: dict[int, Any] = {}
+        self.futures: dict[int, ipp.RankReply] = {}
+        self.execution: ipp.Execution | None = None
         self.running: set[int] = set()
         self._offsets: dict[tuple[int, str], int] = {}
         self._rich_seen: dict[int, int] = {}
@@ -51,23 +58,26 @@ class CellRun:
         self._replied_at: dict[int, float] = {}
 
     # -- main ---------------------------------------------------------------------------
-    def run(self):
+    def run(self) -> Any:
+        """Run the cell; ipyparallel's AsyncResult of the execution."""
         world = self.world
         self.log_offset = world.output_size()
         engine_ids = [world.ranks[r].engine_id for r in self.ranks]
         world.set_state(self.ranks, "busy")
         world.used = True
         try:
-            result = world.client[engine_ids].execute(self.code, silent=False, block=False)
+            if world.client is None:
+                raise RankError(f"The ranks of {world.name!r} are stopped.")
+            execution = ipp.Execution(
+                world.client, [e for e in engine_ids if e is not None], self.code
+            )
         except Exception:
             world.set_state(self.ranks, "idle")
             raise
-        self.async_result = result
-        for rank, future in zip(self.ranks, result._children, strict=True):
-            self.futures[rank] = future
-            future.iopub_callbacks.append(self._wake)
-            future.add_done_callback(lambda f, rank=rank: self._replied(rank))
-            future.output.add_done_callback(self._wake)
+        self.execution = execution
+        for rank, reply in zip(self.ranks, execution.replies, strict=True):
+            self.futures[rank] = reply
+            reply.on_reply(functools.partial(self._replied, rank))
         self.running = set(self.ranks)
         try:
             self._loop()
@@ -76,13 +86,7 @@ class CellRun:
             raise
         finally:
             self.out.finish()
-            for future in self.futures.values():
-                if self._wake in future.iopub_callbacks:
-                    future.iopub_callbacks.remove(self._wake)
-        return result
-
-    def _wake(self, *_: Any) -> None:
-        self.wake.set()
+        return execution.result
 
     def _replied(self, rank: int) -> None:
         """ipyparallel's thread: the rank answered (maybe long after the cell ended)."""
@@ -94,8 +98,7 @@ class CellRun:
         deadline = time.monotonic() + self.timeout if self.timeout else None
         next_check = time.monotonic() + ALIVE_CHECK
         while self.running:
-            self.wake.wait(0.1)
-            self.wake.clear()
+            self._wait(0.1)
             self._pump()
             if not self.running:
                 break
@@ -110,10 +113,19 @@ class CellRun:
             self._on_death()
         self._raise_errors()
 
+    def _wait(self, seconds: float) -> None:
+        """Until a rank replies, or (every rank replied) until all output is in."""
+        execution = self.execution
+        if execution is not None and all(self.futures[r].replied() for r in self.running):
+            execution.wait_for_output(seconds)
+        else:
+            self.wake.wait(seconds)
+        self.wake.clear()
+
     def _engine_died(self) -> bool:
         """ipyparallel answered 'engine died' for some rank (its nanny told the hub)."""
-        for future in self.futures.values():
-            value = future.result() if future.done() and not future.exception() else None
+        for reply in self.futures.values():
+            value = reply.outcome()
             if isinstance(value, BaseException) and "EngineError" in (
                 getattr(value, "ename", None) or type(value).__name__
             ):
@@ -123,7 +135,7 @@ class CellRun:
     # -- output and completion ----------------------------------------------------------
     def _pump(self) -> None:
         for rank in self.ranks:
-            md = self.futures[rank].output.metadata
+            md = self.futures[rank].output
             for name in ("stdout", "stderr"):
                 text = md[name] or ""
                 seen = self._offsets.get((rank, name), 0)
@@ -139,22 +151,19 @@ class CellRun:
                 self.out.rich(rank, md["execute_result"], result=True)
         now = time.monotonic()
         for rank in list(self.running):
-            future = self.futures[rank]
-            if future.done() and (
-                future.output.done() or now - self._replied_at.get(rank, now) > OUTPUT_GRACE
+            reply = self.futures[rank]
+            if reply.replied() and (
+                reply.output_complete() or now - self._replied_at.get(rank, now) > OUTPUT_GRACE
             ):
                 self.running.discard(rank)
         self.out.flush_partial(force=not self.running)
         self.out.flush()
 
     def _errors(self, skip_interrupts: bool = False) -> dict[int, Any]:
-        errors = {}
+        """Each failed rank's RemoteError; deaths are reported apart."""
+        errors: dict[int, Any] = {}
         for rank in self.ranks:
-            future = self.futures[rank]
-            if not future.done():
-                continue
-            # ipyparallel resolves a failed execute with the error as the *result*
-            err = future.exception() or future.result()
+            err = self.futures[rank].outcome()  # None until the rank replied
             if isinstance(err, BaseException):
                 ename = getattr(err, "ename", None) or type(err).__name__
                 if ename == "EngineError":
@@ -179,7 +188,7 @@ class CellRun:
                 "and are ready for the next cell.",
             )
 
-    def _settle(self, seconds: float, until: Any) -> None:
+    def _settle(self, seconds: float, until: Callable[[], bool]) -> None:
         """Keep streaming for up to ``seconds`` or until ``until()`` is true."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline and not until():
@@ -211,7 +220,7 @@ class CellRun:
 
     def _on_death(self) -> None:
         world = self.world
-        self._settle(DEATH_GRACE, lambda: not self.running and not world._mpiexec_alive())
+        self._settle(DEATH_GRACE, lambda: not self.running and not world.mpiexec_alive())
         world.check_alive()
         said = world.mpiexec_output(since=self.log_offset)
         dead = [r for r in self.ranks if world.ranks[r].state == "dead"]

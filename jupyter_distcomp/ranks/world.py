@@ -12,31 +12,22 @@ import shutil
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ..errors import RankError
 from ..ranges import format_ranks
 from ..standalone.rank_setup import OPEN_MPI_WORLD_KEYS, setup_rank
+from . import ipp
 from .connection import Connection, connect_client
-from .health import WorldHealth
-from .ipp import kill, process_tree, quiet_log
+from .health import RankInfo, WorldHealth
+
+if TYPE_CHECKING:
+    from .ipp import Client
+
+__all__ = ["START_TIMEOUT", "RankInfo", "World"]
 
 START_TIMEOUT = 120.0
-
-
-@dataclass
-class RankInfo:
-    rank: int
-    node: int
-    local_rank: int
-    state: str = "starting"  # starting | idle | busy | dead
-    pid: int | None = None
-    host: str | None = None
-    main_thread: int | None = None
-    engine_id: int | None = None
-    death: str | None = None  # why it died, once known
-    process: Any = None  # psutil.Process, once looked up
 
 
 class World(WorldHealth):
@@ -51,7 +42,7 @@ class World(WorldHealth):
         instance_count: int,
         process_count_per_node: int,
         connection: Connection | None = None,
-        on_change: Any = None,
+        on_change: Callable[[World], None] | None = None,
     ):
         self.name = name
         self.envs = [dict(env) for env in envs]
@@ -64,9 +55,9 @@ class World(WorldHealth):
             RankInfo(r, r // process_count_per_node, r % process_count_per_node)
             for r in range(self.world_size)
         ]
-        self.cluster = None
-        self.client = None
-        self.view = None
+        self.cluster: ipp.LocalCluster | None = None
+        self.client: Client | None = None
+        self.view: Any = None  # a DirectView on every rank, once started
         self.ready_count = 0
         self.error: BaseException | None = None
         self.started_seconds: float | None = None
@@ -77,7 +68,6 @@ class World(WorldHealth):
         self._tmp = tempfile.mkdtemp(prefix=f"distcomp-{name}-")
         self._monitor: threading.Thread | None = None
         self._thread: threading.Thread | None = None
-        self._last_engine_set = None
         self._start_finished = False
         self._delay = 0.0
         self._stop_event = threading.Event()
@@ -139,25 +129,13 @@ class World(WorldHealth):
             self._changed()
 
     def _start_embedded(self) -> None:
-        import ipyparallel as ipp
-
         profile_dir = os.path.join(self._tmp, "profile")
-        self.cluster = cluster = ipp.Cluster(
-            engines="mpi",
-            n=self.world_size,
-            profile_dir=profile_dir,
-            config=ipp.cluster_config(self.world_size),
-            load_profile=False,
-            delay=0,  # engines wait for the controller's connection info anyway
-            engine_timeout=int(START_TIMEOUT),
-            log=quiet_log(),
-        )
-        cluster._in_thread(cluster.start_cluster, self.world_size)
-        self._last_engine_set = cluster.engine_set
+        self.cluster = cluster = ipp.LocalCluster(self.world_size, profile_dir, START_TIMEOUT)
+        cluster.start()
         if self._stopped:
             raise _Stopped
-        self.client = cluster._in_thread(cluster.connect_client)
-        self._wait_for_engines(list(range(self.world_size)))
+        self.client = client = cluster.connect()
+        self._wait_for_engines(client, list(range(self.world_size)))
 
     def _connect_existing(self) -> None:
         def progress(count: int) -> None:
@@ -171,10 +149,10 @@ class World(WorldHealth):
         for info, eid in zip(self.ranks, ids, strict=False):
             info.engine_id = eid
 
-    def _wait_for_engines(self, ids: list[int]) -> None:
+    def _wait_for_engines(self, client: Client, ids: list[int]) -> None:
         deadline = time.monotonic() + START_TIMEOUT
         while True:
-            registered = set(self.client.ids)
+            registered = set(ipp.engine_ids(client))
             count = len(registered & set(ids))
             if count != self.ready_count:
                 self.ready_count = count
@@ -183,7 +161,7 @@ class World(WorldHealth):
                 break
             if self._stopped:
                 raise _Stopped
-            if not self._mpiexec_alive():
+            if not self.mpiexec_alive():
                 raise RankError(
                     f"mpiexec for {self.name!r} stopped while ranks were starting "
                     f"({count} of {len(ids)} ready). It said:\n{self.mpiexec_output()}"
@@ -198,19 +176,23 @@ class World(WorldHealth):
             info.engine_id = info.rank  # engine id = MPI rank under mpiexec
 
     def _setup_ranks(self) -> None:
-        ids = [info.engine_id for info in self.ranks]
-        self.view = self.client[ids]
-        results = [
-            self.client[info.engine_id].apply_async(
+        client = self.client
+        assert client is not None, "set by the start"
+        ids = [info.engine_id for info in self.ranks if info.engine_id is not None]
+        self.view = ipp.view(client, ids)
+        calls = [
+            (
+                eid,
                 setup_rank,
-                self.envs[info.rank],
-                list(OPEN_MPI_WORLD_KEYS),
-                os.path.join(self._tmp, f"rank-{info.rank}.stack"),
+                (
+                    self.envs[info.rank],
+                    list(OPEN_MPI_WORLD_KEYS),
+                    os.path.join(self._tmp, f"rank-{info.rank}.stack"),
+                ),
             )
-            for info in self.ranks
+            for eid, info in zip(ids, self.ranks, strict=True)
         ]
-        for info, result in zip(self.ranks, results, strict=True):
-            facts = result.get(timeout=60)
+        for info, facts in zip(self.ranks, ipp.call_each(client, calls, 60), strict=True):
             info.pid, info.host = facts["pid"], facts["host"]
             info.main_thread = facts["main_thread"]
             mpi = (facts["mpi_rank"], facts["mpi_size"])
@@ -234,37 +216,6 @@ class World(WorldHealth):
             f"Fix: see the message above; `%distcomp restart {self.name}` tries again."
         )
 
-    # -- state --------------------------------------------------------------------------
-    def _changed(self) -> None:
-        try:
-            self._on_change(self)
-        except Exception:
-            pass
-
-    def set_state(self, ranks: list[int], state: str) -> None:
-        changed = False
-        with self._lock:
-            for rank in ranks:
-                info = self.ranks[rank]
-                if info.state != state and info.state != "dead":
-                    info.state = state
-                    changed = True
-        if changed:
-            self._changed()
-
-    def states(self) -> dict[int, str]:
-        return {info.rank: info.state for info in self.ranks}
-
-    @property
-    def dead_ranks(self) -> list[int]:
-        return [info.rank for info in self.ranks if info.state == "dead"]
-
-    def label(self, rank: int) -> str:
-        info = self.ranks[rank]
-        if self.instance_count > 1:
-            return f"[node {info.node} rank {rank}]"
-        return f"[rank {rank}]"
-
     # -- stopping -----------------------------------------------------------------------
     def stop(self, wait: bool = True) -> None:
         """Stop every process this world started (nothing, for a cluster we do not own).
@@ -278,7 +229,7 @@ class World(WorldHealth):
             finished = self._start_finished or self._thread is None
         if finished:
             self._teardown()
-        elif wait:
+        elif wait and self._thread is not None:
             self._thread.join(timeout=START_TIMEOUT)
         with self._lock:
             for info in self.ranks:
@@ -288,20 +239,10 @@ class World(WorldHealth):
     def _teardown(self) -> None:
         with self._lock:
             client, self.client = self.client, None
-            cluster, self.cluster = self.cluster, None
         if client is not None:
-            try:
-                client.close(linger=0)
-            except Exception:
-                pass
-        if cluster is not None:
-            self._last_engine_set = self._last_engine_set or cluster.engine_set
-            leftovers = process_tree(cluster)
-            try:
-                cluster._in_thread(cluster.stop_cluster)
-            except Exception:
-                pass
-            kill(leftovers)
+            ipp.close(client)
+        if self.cluster is not None:
+            self.cluster.stop()  # keeps what mpiexec printed, for the reports
         shutil.rmtree(self._tmp, ignore_errors=True)
 
     def describe_layout(self) -> str:

@@ -175,15 +175,16 @@ def _build(data: dict, ctx: Context, text: str, base_dir: Path) -> Component:
             hint = (
                 " (move `command:` into launcher.additional_arguments)" if "command" in data else ""
             )
+            kinds = f"{', '.join(LAUNCHERS[:-1])} or {LAUNCHERS[-1]}"
             raise ctx.error(
-                "a DistributedComponent needs a `launcher:` with `type` (mpi, torch.distributed,"
-                f" tensorflow or deepspeed) and `additional_arguments` (the command){hint}.",
+                f"a DistributedComponent needs a `launcher:` with `type` ({kinds}) and "
+                f"`additional_arguments` (the command){hint}.",
                 ("type",),
             )
         section = data["launcher"]
         raw_launcher = str(section["type"])
-        kind = launcher_name(raw_launcher)
-        if kind is None:
+        named = launcher_name(raw_launcher)
+        if named is None:
             raise ctx.error(
                 f"unknown launcher type {raw_launcher!r}.{did_you_mean(raw_launcher, LAUNCHERS)}"
                 f" Use one of: {', '.join(LAUNCHERS)}.",
@@ -191,7 +192,7 @@ def _build(data: dict, ctx: Context, text: str, base_dir: Path) -> Component:
                 at="value",
             )
         template = section["additional_arguments"]
-        launcher = Launcher(kind, template, raw_launcher)
+        launcher = Launcher(named, template, raw_launcher)
     if is_v2 and data.get("command") is None:
         raise ctx.error(
             "a v2 command component needs `command:`. Fix: add `command: python train.py ...`.",

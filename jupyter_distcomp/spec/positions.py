@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -20,7 +20,13 @@ def _key_text(key_node: yaml.Node) -> str:
     return str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else repr(key_node)
 
 
-class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml when available
+if TYPE_CHECKING:
+    _SafeLoader = yaml.SafeLoader
+else:  # libyaml when available
+    _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_SafeLoader):
     def construct_mapping(self, node, deep=False):
         self.flatten_mapping(node)
         return {

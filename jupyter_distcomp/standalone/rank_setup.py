@@ -39,9 +39,10 @@ def setup_rank(env: dict, drop: list, stack_path: str | None) -> dict:
     if stack_path:
         stack_file = open(stack_path, "a")  # noqa: SIM115 - must outlive this call
         faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
-        sys._distcomp_stack_file = stack_file  # keep the file object alive
+        sys._distcomp_stack_file = stack_file  # type: ignore[attr-defined]  # kept alive
     try:  # fatal errors (segfaults) print a Python stack into mpiexec's output
-        faulthandler.enable(file=sys.__stderr__, all_threads=False)
+        if sys.__stderr__ is not None:
+            faulthandler.enable(file=sys.__stderr__, all_threads=False)
     except Exception:
         pass
     mpi_rank = mpi_size = None

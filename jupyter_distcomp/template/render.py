@@ -35,10 +35,13 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecError, closest
 from .words import CommandWords, lex_text, quoted, template_error
+
+if TYPE_CHECKING:
+    from ..model import Component, Input, Output
 
 KINDS = ("inputs", "outputs")
 _SPECIAL = re.compile(r"[\[\]{}]")
@@ -138,7 +141,8 @@ def _parse(template: str) -> _Parsed:
                 i = j + 1
                 continue
             start = j + len(kind) + 2
-            name = _NAME.match(template, start).group(0)
+            found = _NAME.match(template, start)
+            name = found.group(0) if found else ""
             end = start + len(name)
             if not name or template[end : end + 1] != "}":
                 what = "has no name" if not name else "is not closed with '}'"
@@ -155,7 +159,7 @@ def _parse(template: str) -> _Parsed:
         else:
             typo = _TYPO.match(template, j) if ch == "{" else None
             guess = closest(typo.group(1), KINDS, cutoff=0.7) if typo else None
-            if guess:
+            if typo and guess:
                 raise template_error(
                     f"'{typo.group(0)}' is not a placeholder. Did you mean "
                     f"{{{guess}.{typo.group(2)}}}? (write '{{{{' for a literal '{{')",
@@ -240,7 +244,9 @@ def _assemble(lexer: CommandWords, values: dict[int, str]) -> list[str]:
     ]
 
 
-def render_command(component: Any, inputs: dict[str, Any], outputs: dict[str, Any]) -> list[str]:
+def render_command(
+    component: Component, inputs: dict[str, Any], outputs: dict[str, Any]
+) -> list[str]:
     """The argv a local rank executes for ``component.command_template`` (see the module doc)."""
     template = component.command_template
     parsed = _parse(template)
@@ -297,7 +303,7 @@ def _undeclared(
     )
 
 
-def _missing(ph: Placeholder, spec: Any) -> SpecError:
+def _missing(ph: Placeholder, spec: Input | Output) -> SpecError:
     if ph.kind == "outputs":
         fix = f"pass --output {ph.name}=PATH (or set it in the run settings)"
     else:
@@ -403,14 +409,3 @@ def expand_azureml(command: str, inputs: dict[str, Any], outputs: dict[str, Any]
     if lexer.shell:
         return ["/bin/sh", "-c", "".join(lexer.script)]
     return [word if isinstance(word, str) else "".join(word) for word in lexer.words]
-
-
-__all__ = [
-    "Placeholder",
-    "check_template",
-    "expand_azureml",
-    "from_azureml",
-    "placeholders",
-    "render_command",
-    "to_azureml",
-]

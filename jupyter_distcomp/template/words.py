@@ -49,7 +49,7 @@ class CommandWords:
 
     def __init__(self, template: str, v2: bool = False):
         self.template, self.v2 = template, v2
-        self.words: list[tuple] = []
+        self.words: list[str | tuple] = []
         self.cur: list = []
         self.exists = False  # the current word exists (even if empty: '')
         self.plain = True  # the current word so far: unquoted literal characters only

@@ -42,23 +42,30 @@ Stable CSS classes, for browser tests and user styles:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
+from .actions import PanelSession
 from .panel import RunSettingsPanel
+
+if TYPE_CHECKING:
+    from ..model import Component
 
 _PANELS: dict[str, RunSettingsPanel] = {}
 
 
-def panel_for(name: str, component: Any, **options: Any) -> RunSettingsPanel:
+def panel_for(
+    name: str, component: Component, session: PanelSession | None = None
+) -> RunSettingsPanel:
     """The panel of ``name``: the existing one while ``component`` is the same object (every
     display of it is a live view of one panel), else a new one (the old one is closed)."""
     panel = _PANELS.get(name)
     if panel is not None and panel.component is component and not panel.closed:
-        panel.set_options(**options)
+        if session is not None:
+            panel.set_session(session)
         return panel
     if panel is not None:
         panel.close()
-    panel = RunSettingsPanel(name, component, **options)
+    panel = RunSettingsPanel(name, component, session=session)
     _PANELS[name] = panel
     return panel
 
@@ -73,4 +80,4 @@ def close_all() -> None:
     _PANELS.clear()
 
 
-__all__ = ["RunSettingsPanel", "close_all", "get_panel", "panel_for"]
+__all__ = ["PanelSession", "RunSettingsPanel", "close_all", "get_panel", "panel_for"]

@@ -1,10 +1,14 @@
 """What the panel's buttons do: the same calls as the magics, run by the panel's worker
 thread so the kernel stays responsive, reporting to the status line, progress bar and log.
 
-- start ranks: ``RankBackend.start(wait=False)``, then "ranks ready n of N" until started
+The panel reaches the rank backend and Azure ML through a :class:`PanelSession` (the shell's
+:class:`~jupyter_distcomp.session.Session`):
+
+- start ranks: ``backend.start(wait=False)``, then "ranks ready n of N" until started
   (following a new world when the layout changes meanwhile);
-- run command: ``ranks.command.run_command``, its labelled output streamed to the log;
-- export: ``azureml.export`` to the path field; submit: ``azureml.submit`` to the compute field;
+- run command: ``session.run_command``, its labelled output streamed to the log;
+- export: ``session.export`` to the path field; submit: ``session.submit`` to the compute
+  field (or the session's default compute);
 - stop: interrupts a running command as Ctrl-C would (every rank stopped), stops the ranks.
 """
 
@@ -12,16 +16,58 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable
 from html import escape
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import AzureMLError
 from .preview import command_line
-from .worker import Cancelled
+from .worker import Cancelled, Worker
+
+if TYPE_CHECKING:
+    import ipywidgets as w
+
+    from ..command import CommandResult
+    from ..model import Component
+    from ..ranks.backend import RankBackend
+    from ..session import Submission
+
+
+class PanelSession(Protocol):
+    """What the panel needs of the session: the ranks, the command, Azure ML."""
+
+    @property
+    def master_addr(self) -> str: ...
+
+    @property
+    def backend(self) -> RankBackend: ...
+
+    def resolve_compute(
+        self, component: Component | None = None, explicit: str | None = None
+    ) -> str | None: ...
+
+    def run_command(
+        self, component: Component, *, stream: Callable[..., Any] | None = print
+    ) -> CommandResult: ...
+
+    def export(self, component: Component, path: str | Path) -> Path: ...
+
+    def submit(self, component: Component, *, compute: str | None = None) -> Submission: ...
 
 
 class PanelActions:
-    """Mixed into RunSettingsPanel (which provides the widgets and ``_backend()``)."""
+    """The buttons' actions, mixed into RunSettingsPanel, which sets these attributes."""
+
+    name: str
+    component: Component
+    session: PanelSession
+    worker: Worker
+    buttons: dict[str, w.Button]
+    export_path: w.Text
+    last_job: Any
+    _stop_requested: bool
+    _stopper: threading.Thread | None
 
     # -- wiring ------------------------------------------------------------------------
     def _wire_buttons(self) -> None:
@@ -39,7 +85,7 @@ class PanelActions:
 
     def _start(self) -> None:
         self._stop_requested = False
-        backend = self._backend()
+        backend = self.session.backend
         world = backend.start(self.name, self.component, wait=False)
         while True:
             total = world.world_size
@@ -64,8 +110,6 @@ class PanelActions:
         )
 
     def _run_command(self) -> None:
-        from ..command import run_command
-
         total = self.component.runsettings.resource_layout.world_size
         self.worker.show_progress(0, total, "ranks done")
         self.worker.log.clear_output()
@@ -75,7 +119,7 @@ class PanelActions:
         def stream(text: str, file: Any = None, flush: bool = True) -> None:
             self.worker.write(text, stderr=file is sys.stderr)
 
-        result = run_command(self.component, stream=stream, master_addr=self.master_addr)
+        result = self.session.run_command(self.component, stream=stream)
         self.worker.show_progress(total, total, "ranks done")
         self.worker.say(
             f"the command ended on {total} rank(s) in {result.seconds:.1f} s, every rank "
@@ -84,15 +128,8 @@ class PanelActions:
         )
 
     def _export(self) -> None:
-        from ..azureml import export
-
         path = self.export_path.value.strip() or f"{self.name}_job.yml"
-        written = export(
-            self.component,
-            path,
-            compute=self.component.runsettings.compute or self.default_compute,
-            experiment_name=self.experiment_name,
-        )
+        written = self.session.export(self.component, path)
         self.worker.say(
             f"Wrote the Azure ML job of '{self.name}' to {written}. Create it with: "
             f"az ml job create -f {written}",
@@ -100,18 +137,16 @@ class PanelActions:
         )
 
     def _submit(self) -> None:
-        from ..azureml import make_ml_client, submit
         from ..azureml.summary import JobSummary
 
-        compute = self.component.runsettings.compute or self.default_compute
+        compute = self.session.resolve_compute(self.component)
         if not compute:
             raise AzureMLError(
                 f"submitting '{self.name}' needs a compute target. Fix: type the name of a "
-                "compute cluster in the compute field (or %config DistComp.compute = 'NAME')."
+                "compute cluster in the compute field (or %config AzureML.compute = 'NAME')."
             )
         self.worker.say(f"submitting {self.name} to {compute}...", "busy")
-        client = self._client_factory() if self._client_factory else make_ml_client()
-        job = submit(self.component, client, compute=compute, experiment_name=self.experiment_name)
+        job = self.session.submit(self.component, compute=compute).job
         self.last_job = job
         summary = JobSummary(job, spec_name=self.name)
         text = f"submitted job {summary.name} ({summary.status}) to {compute}"
@@ -130,7 +165,7 @@ class PanelActions:
             self._stop_requested = True
             cancelled = self.worker.action == "run the command" and self.worker.cancel()
             try:
-                stopped = self._backend().stop(self.name)
+                stopped = self.session.backend.stop(self.name)
             except Exception as exc:
                 self.worker.say(f"stop failed: {exc}", "error")
                 return

@@ -12,12 +12,16 @@ from __future__ import annotations
 
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
 from ..errors import SpecError
 from ..values import coerce_value
+
+if TYPE_CHECKING:
+    from ..model import Input, Output
+    from ..settings import RunSettings
 
 LABEL_WIDTH = "150px"
 #: an unbounded side of a BoundedIntText / BoundedFloatText (the largest exact JS integer)
@@ -25,7 +29,7 @@ UNBOUNDED = 2**53 - 1
 _REMOTE = ("azureml:", "http://", "https://", "wasbs://", "abfss://", "adl://", "s3://")
 
 
-def _value_widget(inp: Any) -> w.ValueWidget:
+def _value_widget(inp: Input) -> w.ValueWidget:
     kind = inp.param_type
     wide = w.Layout(width="260px")
     if kind == "integer":
@@ -33,9 +37,11 @@ def _value_widget(inp: Any) -> w.ValueWidget:
         high = UNBOUNDED if inp.max is None else int(inp.max)
         return w.BoundedIntText(value=max(low, min(0, high)), min=low, max=high, layout=wide)
     if kind == "number":
-        low = -float(UNBOUNDED) if inp.min is None else float(inp.min)
-        high = float(UNBOUNDED) if inp.max is None else float(inp.max)
-        return w.BoundedFloatText(value=max(low, min(0.0, high)), min=low, max=high, layout=wide)
+        lowest = -float(UNBOUNDED) if inp.min is None else float(inp.min)
+        highest = float(UNBOUNDED) if inp.max is None else float(inp.max)
+        return w.BoundedFloatText(
+            value=max(lowest, min(0.0, highest)), min=lowest, max=highest, layout=wide
+        )
     if kind == "boolean":
         return w.Checkbox(value=False, indent=False, layout=w.Layout(width="auto"))
     if kind == "enum":
@@ -69,7 +75,7 @@ class _Field:
     css_prefix = "distcomp-input"
     trait = "inputs"
 
-    def __init__(self, name: str, settings: Any, control: w.ValueWidget, unsettable: bool):
+    def __init__(self, name: str, settings: RunSettings, control: w.ValueWidget, unsettable: bool):
         self.name, self.settings, self.control = name, settings, control
         control.add_class(f"{self.css_prefix}-{name}")
         self.toggle = w.Checkbox(value=False, indent=False, layout=w.Layout(width="28px"))
@@ -179,7 +185,7 @@ class _Field:
 class InputField(_Field):
     """A spec input: Text, bounded number, Checkbox, Dropdown or a path Text (data inputs)."""
 
-    def __init__(self, inp: Any, settings: Any):
+    def __init__(self, inp: Input, settings: RunSettings):
         self.inp = inp
         unsettable = inp.optional or (inp.default is None)
         super().__init__(inp.name, settings, _value_widget(inp), unsettable)
@@ -230,7 +236,7 @@ class OutputField(_Field):
     css_prefix = "distcomp-output"
     trait = "outputs"
 
-    def __init__(self, out: Any, component_name: str, settings: Any):
+    def __init__(self, out: Output, component_name: str, settings: RunSettings):
         self.out = out
         self.default = str(Path("outputs") / component_name / out.name)
         control = w.Text(placeholder=self.default, layout=w.Layout(width="360px"))

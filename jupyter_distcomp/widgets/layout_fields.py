@@ -6,10 +6,13 @@ controls can never disagree."""
 from __future__ import annotations
 
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING
 
 import ipywidgets as w
 from traitlets import link
+
+if TYPE_CHECKING:
+    from ..model import Component
 
 #: no clamping of a layout set from Python (a BoundedIntText clamps to its max)
 MAX_COUNT = 100_000
@@ -32,7 +35,7 @@ def _count(description: str, css: str, minimum: int, tooltip: str) -> w.BoundedI
 
 
 class LayoutFields:
-    def __init__(self, component: Any):
+    def __init__(self, component: Component):
         self.layout = layout = component.runsettings.resource_layout
         self.launcher_type = component.launcher_type
         self.instance_count = _count(

@@ -10,18 +10,21 @@ background thread (worker.py).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 from traitlets import link
 
-from .actions import PanelActions
+from .actions import PanelActions, PanelSession
 from .fields import InputField, OutputField
 from .layout_fields import LayoutFields
 from .preview import preview_html, summary_text
 from .worker import Worker
+
+if TYPE_CHECKING:
+    from ..model import Component
+    from ..ranks.backend import RankBackend
 
 #: at most one update of the rank states per this many seconds
 RANK_UPDATE_SECONDS = 0.2
@@ -39,28 +42,14 @@ def _section(title: str, rows: list[w.Widget]) -> list[w.Widget]:
 
 
 class RunSettingsPanel(PanelActions, w.VBox):
-    """``RunSettingsPanel(name, component)``; ``panel_for`` keeps one per component name."""
+    """``RunSettingsPanel(name, component, session=...)``; ``panel_for`` keeps one per
+    component name. The buttons act through ``session`` (default: a session of its own with
+    the default settings)."""
 
-    def __init__(
-        self,
-        name: str,
-        component: Any,
-        *,
-        master_addr: Any = "127.0.0.1",
-        backend: Callable[[], Any] | None = None,
-        ml_client: Callable[[], Any] | None = None,
-        default_compute: Any = None,
-        experiment_name: Any = None,
-    ):
+    def __init__(self, name: str, component: Component, *, session: PanelSession | None = None):
         self.name, self.component = name, component
-        self.set_options(
-            master_addr=master_addr,
-            backend=backend,
-            ml_client=ml_client,
-            default_compute=default_compute,
-            experiment_name=experiment_name,
-        )
-        self.last_job = None
+        self.set_session(session)
+        self.last_job: Any = None
         self.closed = False
         self._stop_requested = False
         self._stopper: threading.Thread | None = None
@@ -90,7 +79,7 @@ class RunSettingsPanel(PanelActions, w.VBox):
         )
         self.export_path.add_class("distcomp-export-path")
         self.compute = w.Text(
-            placeholder=self.default_compute or "compute cluster name",
+            placeholder=self.session.resolve_compute() or "compute cluster name",
             description="compute",
             layout=w.Layout(width="260px"),
         )
@@ -127,43 +116,25 @@ class RunSettingsPanel(PanelActions, w.VBox):
         self.add_class("distcomp-panel")
         settings.observe(self._refresh, names=["inputs", "outputs", "compute"])
         settings.resource_layout.observe(self._refresh)
-        self._listening = None
+        self._listening: RankBackend | None = None
         self._rank_lock = threading.Lock()
         self._rank_event: dict | None = None
         self._rank_timer: threading.Timer | None = None
         self._listen()
         self._refresh()
 
-    def set_options(
-        self,
-        *,
-        master_addr: str | Callable[[], str] = "127.0.0.1",
-        backend: Callable[[], Any] | None = None,
-        ml_client: Callable[[], Any] | None = None,
-        default_compute: str | Callable[[], str | None] | None = None,
-        experiment_name: str | Callable[[], str | None] | None = None,
-    ) -> None:
-        """Where the actions go: ``backend()`` gives the ranks backend (default: the kernel's),
-        ``ml_client()`` an MLClient (default: ``make_ml_client()``, from config.json); the
-        other options are values or callables giving the value at the time of use."""
-        self._master_addr = master_addr
-        self._default_compute = default_compute
-        self._experiment_name = experiment_name
-        self._backend_factory = backend
-        self._client_factory = ml_client
+    def set_session(self, session: PanelSession | None) -> None:
+        """Where the actions go; settings are read at the time of use, so a later
+        ``%config`` applies to an existing panel."""
+        if session is None:
+            from ..session import Session
 
-    # the magics pass callables, so a later %config applies to an existing panel
+            session = Session()
+        self.session = session
+
     @property
     def master_addr(self) -> str:
-        return _now(self._master_addr) or "127.0.0.1"
-
-    @property
-    def default_compute(self) -> str | None:
-        return _now(self._default_compute)
-
-    @property
-    def experiment_name(self) -> str | None:
-        return _now(self._experiment_name)
+        return self.session.master_addr
 
     # -- preview ------------------------------------------------------------------------
     def _refresh(self, change: Any = None) -> None:
@@ -180,21 +151,14 @@ class RunSettingsPanel(PanelActions, w.VBox):
         return bundle
 
     # -- ranks state --------------------------------------------------------------------
-    def _backend(self):
-        if self._backend_factory is not None:
-            return self._backend_factory()
-        from ..ranks import get_backend
-
-        return get_backend()
-
     def _listen(self) -> None:
         try:
-            backend = self._backend()
+            backend = self.session.backend
         except Exception:  # no ranks support here: the buttons will say why
             return
         backend.add_listener(self._on_ranks)
         self._listening = backend
-        world = backend.world(self.name) if hasattr(backend, "world") else None
+        world = backend.world(self.name)
         if world is not None:
             self._show_ranks(backend.event(world))
 
@@ -256,10 +220,6 @@ class RunSettingsPanel(PanelActions, w.VBox):
         for child in _descendants(self):
             child.close()
         super().close()
-
-
-def _now(value: Any) -> Any:
-    return value() if callable(value) else value
 
 
 def _descendants(widget: w.Widget) -> list[w.Widget]:

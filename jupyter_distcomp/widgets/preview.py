@@ -13,9 +13,12 @@ import json
 import shlex
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import DistcompError
+
+if TYPE_CHECKING:
+    from ..model import Component
 
 #: ranks shown in the table; larger worlds show the first and last ones
 MAX_ROWS = 8
@@ -23,7 +26,7 @@ MAX_ROWS = 8
 PREVIEW_PORT = 29500
 
 
-def _layout_line(component: Any) -> str:
+def _layout_line(component: Component) -> str:
     layout = component.runsettings.resource_layout
     line = (
         f"world size {layout.world_size} = {layout.instance_count} node(s) x "
@@ -46,7 +49,7 @@ def _tf_task(value: str) -> str:
         return value
 
 
-def rank_rows(component: Any, master_addr: str) -> tuple[list[str], list[list[str]], dict]:
+def rank_rows(component: Component, master_addr: str) -> tuple[list[str], list[list[str]], dict]:
     """(header, rows, variables equal on every rank); rows are cut to MAX_ROWS (with '...')."""
     from ..layout import rank_table
 
@@ -79,7 +82,7 @@ def _same(table: list[dict], key: str) -> bool:
     return len({row.get(key) for row in table}) == 1
 
 
-def preview_values(component: Any) -> tuple[dict, dict]:
+def preview_values(component: Component) -> tuple[dict, dict]:
     """The inputs and outputs a run would bind: the settings (each value checked against its
     spec type: raises SpecError), unset outputs at their default folder."""
     from ..values import coerce_value
@@ -96,7 +99,7 @@ def preview_values(component: Any) -> tuple[dict, dict]:
     return inputs, outputs
 
 
-def command_line(component: Any) -> str:
+def command_line(component: Component) -> str:
     """Rank 0's command line, or raises DistcompError saying what is missing."""
     inputs, outputs = preview_values(component)
     return shlex.join(str(a) for a in component.render_command(inputs, outputs))
@@ -109,7 +112,7 @@ def _try(func: Any, *args: Any) -> tuple[Any, str]:
         return None, str(exc)
 
 
-def preview_html(component: Any, master_addr: str = "127.0.0.1") -> str:
+def preview_html(component: Component, master_addr: str = "127.0.0.1") -> str:
     parts = [f"<div><b>{escape(_layout_line(component))}</b></div>"]
     table, problem = _try(rank_rows, component, master_addr)
     if problem:
@@ -143,7 +146,7 @@ def preview_html(component: Any, master_addr: str = "127.0.0.1") -> str:
     return style + "".join(parts)
 
 
-def summary_text(component: Any, name: str, master_addr: str = "127.0.0.1") -> str:
+def summary_text(component: Component, name: str, master_addr: str = "127.0.0.1") -> str:
     """The panel as text: what a terminal or nbconvert shows instead of the controls."""
     settings = component.runsettings
     lines = [f"distcomp run settings of {name} ({component.launcher_type or 'no launcher'})"]

@@ -122,7 +122,7 @@ class Worker:
         """Interrupt the running action's thread as Ctrl-C would (its code cleans up as after
         a Ctrl-C: ``run_command`` stops every rank). True if no action runs after ``grace``."""
         thread = self._thread
-        if thread is None or not thread.is_alive():
+        if thread is None or thread.ident is None or not thread.is_alive():
             return True
         ctypes.pythonapi.PyThreadState_SetAsyncExc(
             ctypes.c_ulong(thread.ident), ctypes.py_object(KeyboardInterrupt)

@@ -3,23 +3,9 @@
  *
  * `%%distcomp` and `%%distcomp NAME` define a component: the body is YAML. Every other form
  * (`%%distcomp run NAME`, `%%distcomp status`, ...) is a subcommand whose body is Python,
- * so it keeps the notebook's language. The list mirrors SUBCOMMANDS in magics.py.
+ * so it keeps the notebook's language. The subcommands come from contracts.json.
  */
-
-export const SUBCOMMANDS: readonly string[] = [
-  'run',
-  'env',
-  'command',
-  'status',
-  'stop',
-  'restart',
-  'interrupt',
-  'connect',
-  'list',
-  'export',
-  'submit',
-  'widget'
-];
+import { SUBCOMMANDS } from './contracts';
 
 const MAGIC = /^%%distcomp(?:[ \t]+(.*))?$/;
 
@@ -42,7 +28,11 @@ export function isSpecCell(text: string): boolean {
   if (words.length === 0) {
     return true;
   }
-  return words.length === 1 && !SUBCOMMANDS.includes(words[0]) && !words[0].startsWith('-');
+  return (
+    words.length === 1 &&
+    !SUBCOMMANDS.includes(words[0]) &&
+    !words[0].startsWith('-')
+  );
 }
 
 /** The component name of a spec cell (`%%distcomp NAME`), or null. */

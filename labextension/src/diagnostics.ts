@@ -8,14 +8,24 @@
  * node ranges, so a mark sits on the offending key or value, not on the whole cell.
  */
 import Ajv, { ErrorObject, ValidateFunction } from 'ajv';
-import { Document, isMap, isPair, isScalar, isSeq, LineCounter, Node, parseDocument } from 'yaml';
+import {
+  Document,
+  isMap,
+  isPair,
+  isScalar,
+  isSeq,
+  LineCounter,
+  Node,
+  parseDocument
+} from 'yaml';
 
+import { COMPONENT_TYPES, LAUNCHER_ALIASES, LAUNCHERS } from './contracts';
 import { COMPONENT_SCHEMA, JSONSchema } from './schema';
 import { didYouMean } from './suggest';
 
 export type Severity = 'error' | 'warning';
 
-export interface SpecDiagnostic {
+export interface ISpecDiagnostic {
   /** Offsets into the YAML text (the cell body), end exclusive. */
   from: number;
   to: number;
@@ -33,9 +43,10 @@ type Range = [number, number];
 
 const PLACEHOLDER = /(?<!\{)\{(inputs|outputs)\.([^{}\s]*)\}(?!\})/g;
 const V2_PLACEHOLDER = /\$\{\{\s*(inputs|outputs)\.([A-Za-z0-9_]+)\s*\}\}/g;
-const TEMPLATE_KEYS: Segment[][] = [['command'], ['launcher', 'additional_arguments']];
-const LAUNCHERS = ['mpi', 'torch.distributed', 'tensorflow', 'deepspeed'];
-const COMPONENT_TYPES = ['DistributedComponent', 'CommandComponent', 'command'];
+const TEMPLATE_KEYS: Segment[][] = [
+  ['command'],
+  ['launcher', 'additional_arguments']
+];
 
 const validators = new WeakMap<JSONSchema, ValidateFunction>();
 
@@ -53,13 +64,18 @@ function validatorFor(schema: JSONSchema): ValidateFunction {
 export function specDiagnostics(
   text: string,
   schema: JSONSchema = COMPONENT_SCHEMA
-): SpecDiagnostic[] {
+): ISpecDiagnostic[] {
   const lines = new LineCounter();
   const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false });
   const found = new Collector(text, doc, lines);
   if (doc.errors.length) {
     for (const error of doc.errors) {
-      found.add([error.pos[0], error.pos[1]], 'error', `YAML syntax: ${firstSentence(error.message)}`, '');
+      found.add(
+        [error.pos[0], error.pos[1]],
+        'error',
+        `YAML syntax: ${firstSentence(error.message)}`,
+        ''
+      );
     }
     return found.sorted();
   }
@@ -68,7 +84,12 @@ export function specDiagnostics(
     return [];
   }
   if (!isPlainObject(data)) {
-    found.add(found.valueRange([]), 'error', 'The spec must be a YAML mapping (key: value lines).', '');
+    found.add(
+      found.valueRange([]),
+      'error',
+      'The spec must be a YAML mapping (key: value lines).',
+      ''
+    );
     return found.sorted();
   }
   unknownTopLevelKeys(data, schema, found);
@@ -80,29 +101,48 @@ export function specDiagnostics(
 
 /** What the schema cannot say: a DistributedComponent needs a launcher (spec.py's rule). */
 function componentRules(data: Record<string, unknown>, found: Collector): void {
-  const type = typeof data.type === 'string' ? data.type.split('@')[0].toLowerCase() : '';
+  const type =
+    typeof data.type === 'string' ? data.type.split('@')[0].toLowerCase() : '';
   if (type === 'distributedcomponent' && !('launcher' in data)) {
-    const hint = 'command' in data ? ' (move `command:` into launcher.additional_arguments)' : '';
+    const hint =
+      'command' in data
+        ? ' (move `command:` into launcher.additional_arguments)'
+        : '';
     found.add(
       found.valueRange(['type']),
       'error',
-      'a DistributedComponent needs a `launcher:` with `type` (mpi, torch.distributed, tensorflow or deepspeed) ' +
+      `a DistributedComponent needs a \`launcher:\` with \`type\` (${orList(LAUNCHERS)}) ` +
         `and \`additional_arguments\` (the command)${hint}.`,
       'type'
     );
   }
 }
 
-function unknownTopLevelKeys(data: Record<string, unknown>, schema: JSONSchema, found: Collector): void {
-  const known = Object.keys((schema.properties as Record<string, unknown>) ?? {});
+function unknownTopLevelKeys(
+  data: Record<string, unknown>,
+  schema: JSONSchema,
+  found: Collector
+): void {
+  const known = Object.keys(
+    (schema.properties as Record<string, unknown>) ?? {}
+  );
   for (const key of Object.keys(data)) {
     if (!known.includes(key)) {
-      found.add(found.keyRange([key]), 'warning', `unknown top-level key '${key}', ignored.${didYouMean(key, known)}`, key);
+      found.add(
+        found.keyRange([key]),
+        'warning',
+        `unknown top-level key '${key}', ignored.${didYouMean(key, known)}`,
+        key
+      );
     }
   }
 }
 
-function schemaErrors(data: Record<string, unknown>, schema: JSONSchema, found: Collector): void {
+function schemaErrors(
+  data: Record<string, unknown>,
+  schema: JSONSchema,
+  found: Collector
+): void {
   const validate = validatorFor(schema);
   if (validate(data)) {
     return;
@@ -122,7 +162,9 @@ function describe(error: ErrorObject, path: Segment[], found: Collector): void {
   switch (error.keyword) {
     case 'additionalProperties': {
       const key = String(error.params.additionalProperty);
-      const allowed = Object.keys((error.parentSchema?.properties as Record<string, unknown>) ?? {});
+      const allowed = Object.keys(
+        (error.parentSchema?.properties as Record<string, unknown>) ?? {}
+      );
       found.add(
         found.keyRange([...path, key]),
         'error',
@@ -133,8 +175,19 @@ function describe(error: ErrorObject, path: Segment[], found: Collector): void {
     }
     case 'required': {
       const key = String(error.params.missingProperty);
-      const example = ({ name: 'my_component', type: 'DistributedComponent' } as Record<string, string>)[key] ?? '...';
-      found.add(found.keyRange(path), 'error', `missing required key '${key}' in ${where}. Fix: add \`${key}: ${example}\`.`, path.join('.'));
+      const example =
+        (
+          { name: 'my_component', type: 'DistributedComponent' } as Record<
+            string,
+            string
+          >
+        )[key] ?? '...';
+      found.add(
+        found.keyRange(path),
+        'error',
+        `missing required key '${key}' in ${where}. Fix: add \`${key}: ${example}\`.`,
+        path.join('.')
+      );
       return;
     }
     case 'enum': {
@@ -148,9 +201,13 @@ function describe(error: ErrorObject, path: Segment[], found: Collector): void {
         );
         return;
       }
-      let options = [...new Set((error.schema as unknown[]).map(o => String(o).toLowerCase()))];
-      if (options.includes('torch.distributed')) {
-        options = options.filter(o => o !== 'pytorch');
+      let options = [
+        ...new Set(
+          (error.schema as unknown[]).map(o => String(o).toLowerCase())
+        )
+      ];
+      if (options.some(o => LAUNCHERS.includes(o))) {
+        options = options.filter(o => !(o in LAUNCHER_ALIASES)); // name launchers, not aliases
       }
       found.add(
         found.valueRange(path),
@@ -163,8 +220,16 @@ function describe(error: ErrorObject, path: Segment[], found: Collector): void {
     case 'type':
     case 'anyOf':
     case 'oneOf': {
-      const expected = error.keyword === 'type' ? typeNames(error.schema) : alternatives(error.schema as JSONSchema[]);
-      found.add(found.valueRange(path), 'error', `${where} must be ${expected}, got ${kindOf(error.data)}.`, where);
+      const expected =
+        error.keyword === 'type'
+          ? typeNames(error.schema)
+          : alternatives(error.schema as JSONSchema[]);
+      found.add(
+        found.valueRange(path),
+        'error',
+        `${where} must be ${expected}, got ${kindOf(error.data)}.`,
+        where
+      );
       return;
     }
     case 'pattern': {
@@ -178,12 +243,24 @@ function describe(error: ErrorObject, path: Segment[], found: Collector): void {
         );
         return;
       }
-      const hint = (error.parentSchema?.description as string | undefined) ?? `match ${String(error.schema)}`;
-      found.add(found.valueRange(path), 'error', `${where} '${String(error.data)}' is not valid: ${hint}.`, where);
+      const hint =
+        (error.parentSchema?.description as string | undefined) ??
+        `match ${String(error.schema)}`;
+      found.add(
+        found.valueRange(path),
+        'error',
+        `${where} '${String(error.data)}' is not valid: ${hint}.`,
+        where
+      );
       return;
     }
     default:
-      found.add(found.valueRange(path), 'error', `${where} ${error.message ?? 'is not valid'}.`, where);
+      found.add(
+        found.valueRange(path),
+        'error',
+        `${where} ${error.message ?? 'is not valid'}.`,
+        where
+      );
   }
 }
 
@@ -226,7 +303,7 @@ function placeholders(data: Record<string, unknown>, found: Collector): void {
 
 /** Finds the source range of a path's key or value and collects diagnostics. */
 class Collector {
-  private items: SpecDiagnostic[] = [];
+  private items: ISpecDiagnostic[] = [];
 
   constructor(
     private text: string,
@@ -237,10 +314,18 @@ class Collector {
   add(range: Range, severity: Severity, message: string, path: string): void {
     const [from, to] = range;
     const { line, col } = this.lines.linePos(from);
-    this.items.push({ from, to: Math.max(to, from + 1), line, column: col, severity, message, path });
+    this.items.push({
+      from,
+      to: Math.max(to, from + 1),
+      line,
+      column: col,
+      severity,
+      message,
+      path
+    });
   }
 
-  sorted(): SpecDiagnostic[] {
+  sorted(): ISpecDiagnostic[] {
     const seen = new Set<string>();
     return this.items
       .filter(d => {
@@ -258,7 +343,11 @@ class Collector {
     const parent = this.node(path.slice(0, -1));
     if (isMap(parent)) {
       for (const pair of parent.items) {
-        if (isPair(pair) && isScalar(pair.key) && String(pair.key.value) === String(path[path.length - 1])) {
+        if (
+          isPair(pair) &&
+          isScalar(pair.key) &&
+          String(pair.key.value) === String(path[path.length - 1])
+        ) {
           return rangeOf(pair.key as Node) ?? this.firstKey();
         }
       }
@@ -272,7 +361,11 @@ class Collector {
       const node = this.node(path.slice(0, depth));
       const range = node ? rangeOf(node) : null;
       if (range && (depth > 0 || path.length === 0)) {
-        if (depth === path.length && (isMap(node) || isSeq(node)) && depth > 0) {
+        if (
+          depth === path.length &&
+          (isMap(node) || isSeq(node)) &&
+          depth > 0
+        ) {
           return this.keyRange(path); // a whole block: mark its key, not every line
         }
         return range;
@@ -347,7 +440,9 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
 }
 
 function typeNames(type: unknown): string {
-  const names = (Array.isArray(type) ? type : [type]).map(String).filter(t => t !== 'null');
+  const names = (Array.isArray(type) ? type : [type])
+    .map(String)
+    .filter(t => t !== 'null');
   return names.map(article).join(' or ');
 }
 
@@ -365,7 +460,15 @@ function alternatives(branches: JSONSchema[]): string {
 }
 
 function article(type: string): string {
-  const noun = ({ object: 'mapping', array: 'list', integer: 'integer', number: 'number' } as Record<string, string>)[type] ?? type;
+  const noun =
+    (
+      {
+        object: 'mapping',
+        array: 'list',
+        integer: 'integer',
+        number: 'number'
+      } as Record<string, string>
+    )[type] ?? type;
   return /^[aeiou]/.test(noun) ? `an ${noun}` : `a ${noun}`;
 }
 
@@ -381,6 +484,13 @@ function kindOf(value: unknown): string {
   }
   const shown = JSON.stringify(value);
   return `${article(typeof value === 'number' && Number.isInteger(value) ? 'integer' : typeof value)} ${shown.length > 40 ? shown.slice(0, 37) + '...' : shown}`;
+}
+
+/** "a, b or c" */
+function orList(items: readonly string[]): string {
+  return items.length > 1
+    ? `${items.slice(0, -1).join(', ')} or ${items[items.length - 1]}`
+    : items.join('');
 }
 
 function firstSentence(message: string): string {

@@ -13,7 +13,11 @@
  */
 import { linter } from '@codemirror/lint';
 import { EditorView } from '@codemirror/view';
-import { EditorExtensionRegistry, IEditorExtensionRegistry, IEditorLanguageRegistry } from '@jupyterlab/codemirror';
+import {
+  EditorExtensionRegistry,
+  IEditorExtensionRegistry,
+  IEditorLanguageRegistry
+} from '@jupyterlab/codemirror';
 import { ICellModel } from '@jupyterlab/cells';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 
@@ -29,14 +33,23 @@ export interface IEditorSettings {
   diagnosticsDelay: number;
 }
 
-export function registerDiagnostics(registry: IEditorExtensionRegistry, settings: IEditorSettings): void {
+export function registerDiagnostics(
+  registry: IEditorExtensionRegistry,
+  settings: IEditorSettings
+): void {
   registry.addExtension({
     name: 'jupyter-distcomp:diagnostics',
     factory: () =>
       EditorExtensionRegistry.createImmutableExtension(
-        linter((view: EditorView) => (settings.diagnostics ? editorDiagnostics(view.state.doc.toString()) : []), {
-          delay: settings.diagnosticsDelay
-        })
+        linter(
+          (view: EditorView) =>
+            settings.diagnostics
+              ? editorDiagnostics(view.state.doc.toString())
+              : [],
+          {
+            delay: settings.diagnosticsDelay
+          }
+        )
       )
   });
 }
@@ -54,7 +67,9 @@ export class SpecHighlighter {
 
   /** Re-evaluate every open notebook (after a settings change). */
   refresh(): void {
-    this.tracker.forEach(panel => this.forEachCell(panel, model => this.apply(panel, model)));
+    this.tracker.forEach(panel =>
+      this.forEachCell(panel, model => this.apply(panel, model))
+    );
   }
 
   private watch(panel: NotebookPanel): void {
@@ -77,7 +92,10 @@ export class SpecHighlighter {
     }
   }
 
-  private forEachCell(panel: NotebookPanel, callback: (model: ICellModel) => void): void {
+  private forEachCell(
+    panel: NotebookPanel,
+    callback: (model: ICellModel) => void
+  ): void {
     const cells = panel.content.model?.cells;
     if (cells) {
       for (let i = 0; i < cells.length; i++) {
@@ -94,7 +112,10 @@ export class SpecHighlighter {
     const apply = () => this.apply(panel, model);
     model.contentChanged.connect(apply);
     model.mimeTypeChanged.connect((_, change) => {
-      if (!toggling.has(model) && change.newValue !== this.wanted(panel, model)) {
+      if (
+        !toggling.has(model) &&
+        change.newValue !== this.wanted(panel, model)
+      ) {
         // The notebook reset it (language_info arrived). The editor is now loading that
         // language asynchronously: wait until both languages are loaded, then set ours
         // last, so the editor's final language is YAML.
@@ -108,7 +129,8 @@ export class SpecHighlighter {
   }
 
   private wanted(panel: NotebookPanel, model: ICellModel): string {
-    const spec = this.settings.highlighting && isSpecCell(model.sharedModel.getSource());
+    const spec =
+      this.settings.highlighting && isSpecCell(model.sharedModel.getSource());
     return spec ? YAML_MIMETYPE : panel.content.codeMimetype;
   }
 

@@ -4,14 +4,25 @@
  *  - jupyter-distcomp:ranks      the ranks sidebar, the status bar item, "Show ranks panel"
  *  - jupyter-distcomp:templates  "Insert %%distcomp template" commands for each launcher
  */
-import { ILabShell, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import {
+  ILabShell,
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
 import { ICommandPalette } from '@jupyterlab/apputils';
-import { IEditorExtensionRegistry, IEditorLanguageRegistry } from '@jupyterlab/codemirror';
+import {
+  IEditorExtensionRegistry,
+  IEditorLanguageRegistry
+} from '@jupyterlab/codemirror';
 import { INotebookTracker, NotebookActions } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 
-import { IEditorSettings, registerDiagnostics, SpecHighlighter } from './editor';
+import {
+  IEditorSettings,
+  registerDiagnostics,
+  SpecHighlighter
+} from './editor';
 import { RanksService } from './ranks';
 import { RanksPanel, RanksStatus } from './ranksPanel';
 import { templateSource, TEMPLATES } from './templates';
@@ -26,9 +37,14 @@ const PLUGIN_ID = 'jupyter-distcomp:plugin';
 
 const editorPlugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
-  description: '%%distcomp cells highlighted as YAML, with live diagnostics from the spec schema.',
+  description:
+    '%%distcomp cells highlighted as YAML, with live diagnostics from the spec schema.',
   autoStart: true,
-  requires: [INotebookTracker, IEditorLanguageRegistry, IEditorExtensionRegistry],
+  requires: [
+    INotebookTracker,
+    IEditorLanguageRegistry,
+    IEditorExtensionRegistry
+  ],
   optional: [ISettingRegistry],
   activate: (
     app: JupyterFrontEnd,
@@ -37,15 +53,21 @@ const editorPlugin: JupyterFrontEndPlugin<void> = {
     extensions: IEditorExtensionRegistry,
     settingRegistry: ISettingRegistry | null
   ) => {
-    const settings: IEditorSettings = { highlighting: true, diagnostics: true, diagnosticsDelay: 300 };
+    const settings: IEditorSettings = {
+      highlighting: true,
+      diagnostics: true,
+      diagnosticsDelay: 300
+    };
     registerDiagnostics(extensions, settings);
     const highlighter = new SpecHighlighter(tracker, languages, settings);
     if (settingRegistry) {
       void settingRegistry.load(PLUGIN_ID).then(loaded => {
         const update = () => {
-          settings.highlighting = loaded.get('highlighting').composite as boolean;
+          settings.highlighting = loaded.get('highlighting')
+            .composite as boolean;
           settings.diagnostics = loaded.get('diagnostics').composite as boolean;
-          settings.diagnosticsDelay = loaded.get('diagnosticsDelay').composite as number;
+          settings.diagnosticsDelay = loaded.get('diagnosticsDelay')
+            .composite as number;
           highlighter.refresh();
         };
         loaded.changed.connect(update);
@@ -57,7 +79,8 @@ const editorPlugin: JupyterFrontEndPlugin<void> = {
 
 const ranksPlugin: JupyterFrontEndPlugin<void> = {
   id: 'jupyter-distcomp:ranks',
-  description: 'A sidebar and a status bar item with the state of each rank of the active notebook.',
+  description:
+    'A sidebar and a status bar item with the state of each rank of the active notebook.',
   autoStart: true,
   requires: [INotebookTracker],
   optional: [ILabShell, IStatusBar, ICommandPalette],
@@ -73,12 +96,16 @@ const ranksPlugin: JupyterFrontEndPlugin<void> = {
     app.shell.add(panel, 'right', { rank: 900 });
     app.commands.addCommand(CommandIDs.showRanks, {
       label: 'Show distcomp ranks panel',
-      caption: 'The ranks of the active notebook: layout, state, interrupt/restart/stop',
+      caption:
+        'The ranks of the active notebook: layout, state, interrupt/restart/stop',
       execute: () => app.shell.activateById(panel.id)
     });
     palette?.addItem({ command: CommandIDs.showRanks, category: CATEGORY });
     if (statusBar) {
-      const item = new RanksStatus(service, () => void app.commands.execute(CommandIDs.showRanks));
+      const item = new RanksStatus(
+        service,
+        () => void app.commands.execute(CommandIDs.showRanks)
+      );
       statusBar.registerStatusItem('jupyter-distcomp:ranks-status', {
         item,
         align: 'left',
@@ -92,11 +119,16 @@ const ranksPlugin: JupyterFrontEndPlugin<void> = {
 
 const templatesPlugin: JupyterFrontEndPlugin<void> = {
   id: 'jupyter-distcomp:templates',
-  description: 'Commands that insert a %%distcomp spec cell for each launcher type.',
+  description:
+    'Commands that insert a %%distcomp spec cell for each launcher type.',
   autoStart: true,
   requires: [INotebookTracker],
   optional: [ICommandPalette],
-  activate: (app: JupyterFrontEnd, tracker: INotebookTracker, palette: ICommandPalette | null) => {
+  activate: (
+    app: JupyterFrontEnd,
+    tracker: INotebookTracker,
+    palette: ICommandPalette | null
+  ) => {
     app.commands.addCommand(CommandIDs.insertTemplate, {
       label: args => {
         const template = TEMPLATES.find(t => t.launcher === args.launcher);
@@ -106,7 +138,8 @@ const templatesPlugin: JupyterFrontEndPlugin<void> = {
       isEnabled: () => tracker.currentWidget !== null,
       execute: args => {
         const panel = tracker.currentWidget;
-        const template = TEMPLATES.find(t => t.launcher === args.launcher) ?? TEMPLATES[0];
+        const template =
+          TEMPLATES.find(t => t.launcher === args.launcher) ?? TEMPLATES[0];
         if (!panel) {
           return;
         }
@@ -115,11 +148,17 @@ const templatesPlugin: JupyterFrontEndPlugin<void> = {
         if (cell && cell.model.type !== 'code') {
           NotebookActions.changeCellType(panel.content, 'code');
         }
-        panel.content.activeCell?.model.sharedModel.setSource(templateSource(template));
+        panel.content.activeCell?.model.sharedModel.setSource(
+          templateSource(template)
+        );
       }
     });
     for (const template of TEMPLATES) {
-      palette?.addItem({ command: CommandIDs.insertTemplate, category: CATEGORY, args: { launcher: template.launcher } });
+      palette?.addItem({
+        command: CommandIDs.insertTemplate,
+        category: CATEGORY,
+        args: { launcher: template.launcher }
+      });
     }
   }
 };

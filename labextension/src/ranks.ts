@@ -6,9 +6,14 @@ import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { Kernel, KernelMessage } from '@jupyterlab/services';
 import { ISignal, Signal } from '@lumino/signaling';
 
-export const COMM_TARGET = 'jupyter_distcomp';
-
-export type RankState = 'starting' | 'idle' | 'busy' | 'dead' | string;
+import {
+  COMM_MESSAGE,
+  COMM_TARGET,
+  CommMessageType,
+  RANK_ACTION,
+  RankAction,
+  RankState
+} from './contracts';
 
 export interface IRank {
   rank: number;
@@ -25,8 +30,6 @@ export interface IWorld {
   stopped?: boolean;
   ranks: IRank[];
 }
-
-export type RankAction = 'interrupt' | 'restart' | 'stop';
 
 /** What one kernel told us: its worlds, and the last result of a panel action. */
 export class KernelRanks {
@@ -52,7 +55,10 @@ export class KernelRanks {
     return count;
   }
 
-  adopt(comm: Kernel.IComm, first?: KernelMessage.ICommOpenMsg | KernelMessage.ICommMsgMsg): void {
+  adopt(
+    comm: Kernel.IComm,
+    first?: KernelMessage.ICommOpenMsg | KernelMessage.ICommMsgMsg
+  ): void {
     this.comm = comm;
     comm.onMsg = msg => this.receive(msg.content.data);
     comm.onClose = () => {
@@ -90,29 +96,39 @@ export class KernelRanks {
    * and the magics turn a kernel interrupt into SIGINT on every rank.
    */
   request(action: RankAction, name: string): void {
-    if (action === 'interrupt' && this.kernel.status === 'busy') {
+    if (action === RANK_ACTION.interrupt && this.kernel.status === 'busy') {
       this.message = `Interrupting the kernel (and with it the ranks of ${name})...`;
       void this.kernel.interrupt();
     } else if (this.connected) {
       this.message =
-        this.kernel.status === 'busy' ? `${action} ${name}: queued until the running cell ends.` : `${action} ${name}...`;
+        this.kernel.status === 'busy'
+          ? `${action} ${name}: queued until the running cell ends.`
+          : `${action} ${name}...`;
       this.comm!.send({ action, name });
     }
     this._changed.emit();
   }
 
   private receive(data: unknown): void {
-    const message = data as { type?: string; worlds?: IWorld[]; world?: IWorld; ok?: boolean; message?: string };
-    if (message.type === 'snapshot') {
+    const message = data as {
+      type?: CommMessageType;
+      worlds?: IWorld[];
+      world?: IWorld;
+      ok?: boolean;
+      message?: string;
+    };
+    if (message.type === COMM_MESSAGE.snapshot) {
       this.worlds.clear();
-      (message.worlds ?? []).forEach(world => this.worlds.set(world.name, world));
-    } else if (message.type === 'world' && message.world) {
+      (message.worlds ?? []).forEach(world =>
+        this.worlds.set(world.name, world)
+      );
+    } else if (message.type === COMM_MESSAGE.world && message.world) {
       if (message.world.stopped) {
         this.worlds.delete(message.world.name);
       } else {
         this.worlds.set(message.world.name, message.world);
       }
-    } else if (message.type === 'result') {
+    } else if (message.type === COMM_MESSAGE.result) {
       this.message = `${message.ok ? '' : 'Failed: '}${message.message ?? ''}`;
     }
     this._changed.emit();
@@ -158,16 +174,21 @@ export class RanksService {
   }
 
   private ranksOf(kernel: Kernel.IKernelConnection): KernelRanks {
-    let ranks = this.byKernel.get(kernel);
-    if (ranks) {
-      return ranks;
+    const known = this.byKernel.get(kernel);
+    if (known) {
+      return known;
     }
     const created = new KernelRanks(kernel);
-    ranks = created;
     this.byKernel.set(kernel, created);
-    kernel.registerCommTarget(COMM_TARGET, (comm, msg) => created.adopt(comm, msg));
+    kernel.registerCommTarget(COMM_TARGET, (comm, msg) =>
+      created.adopt(comm, msg)
+    );
     kernel.statusChanged.connect((_, status) => {
-      if (status === 'restarting' || status === 'autorestarting' || status === 'dead') {
+      if (
+        status === 'restarting' ||
+        status === 'autorestarting' ||
+        status === 'dead'
+      ) {
         created.reset();
       } else if (status === 'idle') {
         created.kernelIdle();
@@ -183,9 +204,18 @@ export class RanksService {
    */
   private async reconnect(ranks: KernelRanks): Promise<void> {
     try {
-      const reply = await ranks.kernel.requestCommInfo({ target_name: COMM_TARGET });
-      const content = reply.content as { status: string; comms?: Record<string, unknown> };
-      if (content.status === 'ok' && Object.keys(content.comms ?? {}).length && !ranks.connected) {
+      const reply = await ranks.kernel.requestCommInfo({
+        target_name: COMM_TARGET
+      });
+      const content = reply.content as {
+        status: string;
+        comms?: Record<string, unknown>;
+      };
+      if (
+        content.status === 'ok' &&
+        Object.keys(content.comms ?? {}).length &&
+        !ranks.connected
+      ) {
         const comm = ranks.kernel.createComm(COMM_TARGET);
         ranks.adopt(comm);
         void comm.open({});
@@ -196,7 +226,8 @@ export class RanksService {
   }
 
   private follow(): void {
-    const kernel = this.tracker.currentWidget?.sessionContext.session?.kernel ?? null;
+    const kernel =
+      this.tracker.currentWidget?.sessionContext.session?.kernel ?? null;
     const next = kernel ? this.ranksOf(kernel) : null;
     if (next !== this._active) {
       this._active?.changed.disconnect(this.emit, this);

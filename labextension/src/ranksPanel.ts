@@ -6,19 +6,31 @@
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
-import { IWorld, KernelRanks, RankAction, RanksService } from './ranks';
+import { RANK_ACTION, RANK_STATE, RankAction } from './contracts';
+import { IWorld, KernelRanks, RanksService } from './ranks';
 
 const ICON_SVG =
   '<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" viewBox="0 0 16 16"><g class="jp-icon3" fill="#616161">' +
   '<rect x="1" y="2" width="6" height="5" rx="1"/><rect x="9" y="2" width="6" height="5" rx="1"/>' +
   '<rect x="1" y="9" width="6" height="5" rx="1"/><rect x="9" y="9" width="6" height="5" rx="1"/></g></svg>';
 
-export const ranksIcon = new LabIcon({ name: 'jupyter-distcomp:ranks', svgstr: ICON_SVG });
+export const ranksIcon = new LabIcon({
+  name: 'jupyter-distcomp:ranks',
+  svgstr: ICON_SVG
+});
 
 const ACTIONS: [RankAction, string, string][] = [
-  ['interrupt', 'Interrupt', 'SIGINT to the busy ranks (interrupts the running cell)'],
-  ['restart', 'Restart', 'Stop the ranks and start a fresh world with the same layout'],
-  ['stop', 'Stop', 'Stop every rank of this component']
+  [
+    RANK_ACTION.interrupt,
+    'Interrupt',
+    'SIGINT to the busy ranks (interrupts the running cell)'
+  ],
+  [
+    RANK_ACTION.restart,
+    'Restart',
+    'Stop the ranks and start a fresh world with the same layout'
+  ],
+  [RANK_ACTION.stop, 'Stop', 'Stop every rank of this component']
 ];
 
 export class RanksPanel extends Widget {
@@ -36,19 +48,41 @@ export class RanksPanel extends Widget {
     const ranks = this.service.active;
     const node = this.node;
     node.textContent = '';
-    node.appendChild(element('h2', 'distcomp-ranks-title', 'Distributed ranks'));
+    node.appendChild(
+      element('h2', 'distcomp-ranks-title', 'Distributed ranks')
+    );
     if (!ranks) {
-      node.appendChild(element('p', 'distcomp-ranks-empty', 'Open a notebook to see its ranks.'));
+      node.appendChild(
+        element(
+          'p',
+          'distcomp-ranks-empty',
+          'Open a notebook to see its ranks.'
+        )
+      );
       return;
     }
     if (!ranks.connected) {
-      node.appendChild(element('p', 'distcomp-ranks-empty', 'This kernel has not loaded jupyter_distcomp (%load_ext jupyter_distcomp).'));
+      node.appendChild(
+        element(
+          'p',
+          'distcomp-ranks-empty',
+          'This kernel has not loaded jupyter_distcomp (%load_ext jupyter_distcomp).'
+        )
+      );
       return;
     }
     if (ranks.worlds.size === 0) {
-      node.appendChild(element('p', 'distcomp-ranks-empty', 'No running ranks. A %%distcomp run cell starts them.'));
+      node.appendChild(
+        element(
+          'p',
+          'distcomp-ranks-empty',
+          'No running ranks. A %%distcomp run cell starts them.'
+        )
+      );
     }
-    ranks.worlds.forEach(world => node.appendChild(this.renderWorld(ranks, world)));
+    ranks.worlds.forEach(world =>
+      node.appendChild(this.renderWorld(ranks, world))
+    );
     if (ranks.message) {
       node.appendChild(element('p', 'distcomp-ranks-message', ranks.message));
     }
@@ -68,7 +102,11 @@ export class RanksPanel extends Widget {
     );
     const buttons = element('div', 'distcomp-world-actions');
     for (const [action, label, caption] of ACTIONS) {
-      const button = element('button', `jp-mod-styled distcomp-ranks-${action}`, label) as HTMLButtonElement;
+      const button = element(
+        'button',
+        `jp-mod-styled distcomp-ranks-${action}`,
+        label
+      ) as HTMLButtonElement;
       button.title = caption;
       button.onclick = () => ranks.request(action, world.name);
       buttons.appendChild(button);
@@ -76,15 +114,31 @@ export class RanksPanel extends Widget {
     section.appendChild(buttons);
     const table = element('table', 'distcomp-rank-table');
     const head = element('tr');
-    ['rank', 'node', 'local', 'state', 'pid'].forEach(h => head.appendChild(element('th', '', h)));
+    ['rank', 'node', 'local', 'state', 'pid'].forEach(h =>
+      head.appendChild(element('th', '', h))
+    );
     table.appendChild(head);
     for (const rank of world.ranks) {
       const row = element('tr', 'distcomp-rank');
       row.dataset.rank = String(rank.rank);
       row.dataset.state = rank.state;
-      [rank.rank, rank.node, rank.local_rank].forEach(v => row.appendChild(element('td', '', String(v))));
-      row.appendChild(element('td', `distcomp-rank-state distcomp-state-${rank.state}`, rank.state));
-      row.appendChild(element('td', 'distcomp-rank-pid', rank.pid === null ? '' : String(rank.pid)));
+      [rank.rank, rank.node, rank.local_rank].forEach(v =>
+        row.appendChild(element('td', '', String(v)))
+      );
+      row.appendChild(
+        element(
+          'td',
+          `distcomp-rank-state distcomp-state-${rank.state}`,
+          rank.state
+        )
+      );
+      row.appendChild(
+        element(
+          'td',
+          'distcomp-rank-pid',
+          rank.pid === null ? '' : String(rank.pid)
+        )
+      );
       table.appendChild(row);
     }
     section.appendChild(table);
@@ -114,7 +168,9 @@ export class RanksStatus extends Widget {
   render(): void {
     const ranks = this.service.active;
     const count = ranks?.rankCount ?? 0;
-    const busy = [...(ranks?.worlds.values() ?? [])].flatMap(w => w.ranks).filter(r => r.state === 'busy').length;
+    const busy = [...(ranks?.worlds.values() ?? [])]
+      .flatMap(w => w.ranks)
+      .filter(r => r.state === RANK_STATE.busy).length;
     this.node.textContent = `distcomp: ${count} rank${count === 1 ? '' : 's'}${busy ? ` (${busy} busy)` : ''}`;
   }
 }

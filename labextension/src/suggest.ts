@@ -42,7 +42,11 @@ function matchingCharacters(a: string, b: string): number {
 }
 
 /** The closest valid name to `name`, or null when nothing is close enough. */
-export function closest(name: string, choices: Iterable<string>, cutoff = 0.6): string | null {
+export function closest(
+  name: string,
+  choices: Iterable<string>,
+  cutoff = 0.6
+): string | null {
   let best: string | null = null;
   let bestScore = cutoff;
   for (const choice of choices) {

@@ -11,7 +11,8 @@ export interface ISpecTemplate {
   lines: string[];
 }
 
-export const TEMPLATES: ISpecTemplate[] = components as unknown as ISpecTemplate[];
+export const TEMPLATES: ISpecTemplate[] =
+  components as unknown as ISpecTemplate[];
 
 export function templateSource(template: ISpecTemplate): string {
   return template.lines.join('\n');

@@ -1,3 +1,4 @@
+import { LAUNCHERS } from '../src/contracts';
 import { editorDiagnostics as editorDiagnosticsFor } from '../src/editorDiagnostics';
 import { specDiagnostics } from '../src/diagnostics';
 import { closest } from '../src/suggest';
@@ -46,7 +47,9 @@ describe('specDiagnostics', () => {
     const text = VALID.replace('launcher:', 'lancher:');
     const found = specDiagnostics(text).find(d => d.severity === 'error');
     expect(found?.line).toBe(lineOf(text, 'type: DistributedComponent'));
-    expect(found?.message).toContain('a DistributedComponent needs a `launcher:`');
+    expect(found?.message).toContain(
+      'a DistributedComponent needs a `launcher:`'
+    );
   });
 
   it('marks a misspelt nested key as an error on that key', () => {
@@ -56,7 +59,9 @@ describe('specDiagnostics', () => {
     expect(found.path).toBe('inputs.n.defualt');
     expect(found.line).toBe(lineOf(text, 'defualt'));
     expect(text.slice(found.from, found.to)).toBe('defualt');
-    expect(found.message).toMatch(/unknown key 'defualt' in inputs\.n\. Did you mean 'default'\?/);
+    expect(found.message).toMatch(
+      /unknown key 'defualt' in inputs\.n\. Did you mean 'default'\?/
+    );
   });
 
   it('marks a wrong value type at the value', () => {
@@ -65,7 +70,9 @@ describe('specDiagnostics', () => {
     expect(found.path).toBe('inputs.data.optional');
     expect(found.line).toBe(lineOf(text, 'optional: maybe'));
     expect(text.slice(found.from, found.to)).toBe('maybe');
-    expect(found.message).toBe('inputs.data.optional must be a boolean, got a string "maybe".');
+    expect(found.message).toBe(
+      'inputs.data.optional must be a boolean, got a string "maybe".'
+    );
   });
 
   it('marks an unknown launcher type with the closest launcher', () => {
@@ -73,7 +80,9 @@ describe('specDiagnostics', () => {
     const [found] = specDiagnostics(text);
     expect(found.path).toBe('launcher.type');
     expect(found.line).toBe(lineOf(text, 'type: mpii'));
-    expect(found.message).toContain("unknown launcher type 'mpii'. Did you mean 'mpi'?");
+    expect(found.message).toContain(
+      "unknown launcher type 'mpii'. Did you mean 'mpi'?"
+    );
   });
 
   it('marks a placeholder that names no declared input, at the placeholder', () => {
@@ -82,17 +91,22 @@ describe('specDiagnostics', () => {
     expect(found.path).toBe('launcher.additional_arguments');
     expect(text.slice(found.from, found.to)).toBe('{inputs.m}');
     expect(found.line).toBe(lineOf(text, '{inputs.m}'));
-    expect(found.message).toContain('placeholder {inputs.m} names no declared input.');
+    expect(found.message).toContain(
+      'placeholder {inputs.m} names no declared input.'
+    );
   });
 
   it('says when a placeholder names a port of the other kind', () => {
     const text = VALID.replace('{outputs.out}', '{inputs.out}');
     const [found] = specDiagnostics(text);
-    expect(found.message).toContain("'out' is declared under outputs: write {outputs.out}.");
+    expect(found.message).toContain(
+      "'out' is declared under outputs: write {outputs.out}."
+    );
   });
 
   it('checks v2 ${{inputs.x}} placeholders in command', () => {
-    const text = 'name: c\ntype: command\ninputs:\n  lr:\n    type: number\ncommand: python t.py --lr ${{inputs.lr}} --x ${{inputs.x}}\n';
+    const text =
+      'name: c\ntype: command\ninputs:\n  lr:\n    type: number\ncommand: python t.py --lr ${{inputs.lr}} --x ${{inputs.x}}\n';
     const found = specDiagnostics(text);
     expect(found).toHaveLength(1);
     expect(text.slice(found[0].from, found[0].to)).toBe('${{inputs.x}}');
@@ -100,7 +114,9 @@ describe('specDiagnostics', () => {
 
   it('reports a missing required key and a YAML syntax error with positions', () => {
     const missing = specDiagnostics('type: DistributedComponent\n');
-    expect(missing.map(d => d.message)).toContain("missing required key 'name' in the spec. Fix: add `name: my_component`.");
+    expect(missing.map(d => d.message)).toContain(
+      "missing required key 'name' in the spec. Fix: add `name: my_component`."
+    );
     const broken = specDiagnostics('name: x\ninputs: [a\n');
     expect(broken[0].message).toMatch(/^YAML syntax/);
   });
@@ -124,7 +140,7 @@ describe('closest', () => {
 describe('templates', () => {
   it('are spec cells without a single diagnostic, one per launcher', () => {
     const launchers = TEMPLATES.map(t => t.launcher);
-    expect(launchers).toEqual(['mpi', 'torch.distributed', 'tensorflow', 'deepspeed']);
+    expect(launchers).toEqual(LAUNCHERS);
     for (const template of TEMPLATES) {
       expect(editorDiagnosticsFor(templateSource(template))).toEqual([]);
     }

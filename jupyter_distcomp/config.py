@@ -1,0 +1,70 @@
+"""The two groups of ``%config`` settings: ``DistComp`` (local ranks) and ``AzureML``.
+
+Both are traitlets Configurables registered in ``shell.configurables`` by ``%load_ext``, so
+``%config DistComp.default_timeout = 120`` and ``%config AzureML.compute = "cpu"`` set them,
+``%config AzureML`` lists them, and ``c.AzureML.workspace_config = ...`` in an IPython profile's
+config file gives their start values.
+"""
+
+from __future__ import annotations
+
+from traitlets import Any as AnyTrait
+from traitlets import Bool, Dict, Float, Int, Unicode
+from traitlets.config import Configurable
+
+
+class DistComp(Configurable):
+    """Local ranks: ``%config DistComp.<setting> = value``."""
+
+    default_timeout = Float(
+        None,
+        allow_none=True,
+        config=True,
+        help="Seconds a `%%distcomp run` cell may take before it ends and names the busy ranks "
+        "(None: no limit).",
+    )
+    default_instance_count = Int(1, config=True, help="Nodes for a newly defined component.")
+    default_process_count_per_node = Int(
+        1, config=True, help="Processes per node for a newly defined component."
+    )
+    master_addr = Unicode("127.0.0.1", config=True, help="MASTER_ADDR given to local ranks.")
+    show_widget = Bool(True, config=True, help="Show the run-settings panel below definitions.")
+    prestart = Bool(
+        True, config=True, help="Start ranks in the background as soon as a component is defined."
+    )
+    cluster_profile = Unicode(
+        None,
+        allow_none=True,
+        config=True,
+        help="Run ranks on the engines of your own ipyparallel cluster with this profile "
+        "(e.g. SSH or Slurm engines) instead of local mpiexec. Per component: %distcomp connect.",
+    )
+    cluster_id = Unicode(
+        None, allow_none=True, config=True, help="Cluster id of your own cluster (with a profile)."
+    )
+
+
+class AzureML(Configurable):
+    """Azure ML defaults of ``%distcomp submit`` / ``export`` and the panel's buttons (flags
+    win over these): ``%config AzureML.<setting> = value``."""
+
+    subscription_id = Unicode(None, allow_none=True, config=True, help="Azure subscription id.")
+    resource_group = Unicode(None, allow_none=True, config=True, help="Azure resource group.")
+    workspace_name = Unicode(None, allow_none=True, config=True, help="Azure ML workspace name.")
+    workspace_config = Unicode(
+        None, allow_none=True, config=True, help="Path of a workspace config.json (or its folder)."
+    )
+    compute = Unicode(None, allow_none=True, config=True, help="Default Azure ML compute target.")
+    experiment_name = Unicode(
+        None, allow_none=True, config=True, help="Experiment of submitted jobs (default: spec)."
+    )
+    credential = AnyTrait(
+        None, config=True, help="A TokenCredential for Azure (default: DefaultAzureCredential)."
+    )
+    client_kwargs = Dict(
+        config=True, help="Extra MLClient keyword arguments (retry_total, transport, ...)."
+    )
+    poll_interval = Float(10.0, config=True, help="Seconds between status checks of --wait.")
+
+
+__all__ = ["AzureML", "DistComp"]

@@ -1,0 +1,362 @@
+"""One ``Session`` per IPython shell: the components of the notebook, the rank backend, the
+``%config`` settings and every operation the magics, the run-settings panel and the
+JupyterLab ranks panel perform.
+
+The magics parse arguments and display results; the panel and the comm call the same
+methods, so a setting is resolved in one place (e.g. the compute target of a submission in
+:meth:`Session.resolve_compute`, the workspace client in :meth:`Session.ml_client`).
+
+Importing this module is cheap: the rank backend's module is imported when ranks are first
+needed (ipyparallel only when they start), azure-ai-ml on the first export or submission,
+ipywidgets with the first panel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .config import AzureML, DistComp
+from .errors import AzureMLError, DistcompError
+
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from .comm import RanksChannel
+    from .command import CommandResult
+    from .display import EnvTable
+    from .model import Component
+    from .ranks.backend import RankBackend
+    from .ranks.connection import Connection
+    from .ranks.world import World
+    from .widgets import RunSettingsPanel
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Workspace flags of one submission; ``None`` fields fall back to the AzureML settings."""
+
+    subscription_id: str | None = None
+    resource_group: str | None = None
+    workspace_name: str | None = None
+    workspace_config: str | None = None
+
+
+@dataclass
+class Submission:
+    """A submitted job and the client that follows it."""
+
+    job: Any
+    ml_client: Any
+
+
+class Session:
+    """The application service behind ``%distcomp``, the run-settings panel and the comm.
+
+    ``shell`` is the IPython shell whose namespace receives defined components (``None``
+    for a session used from plain Python, e.g. a panel made directly).
+    """
+
+    def __init__(
+        self,
+        shell: InteractiveShell | None = None,
+        *,
+        local: DistComp | None = None,
+        azureml: AzureML | None = None,
+    ) -> None:
+        parent = shell if shell is not None and hasattr(shell, "config") else None
+        self.shell = shell
+        self.local = local if local is not None else DistComp(parent=parent)
+        self.azureml = azureml if azureml is not None else AzureML(parent=parent)
+        self.components: dict[str, Component] = {}
+        self._backend: RankBackend | None = None
+        self._channel: RanksChannel | None = None
+
+    # -- settings -----------------------------------------------------------------------
+    @property
+    def configurables(self) -> tuple[DistComp, AzureML]:
+        return (self.local, self.azureml)
+
+    @property
+    def master_addr(self) -> str:
+        return self.local.master_addr or "127.0.0.1"
+
+    @property
+    def in_kernel(self) -> bool:
+        return getattr(self.shell, "kernel", None) is not None
+
+    # -- components ---------------------------------------------------------------------
+    def define(self, name: str, spec: str, base_dir: Path | None = None) -> Component:
+        """Load ``spec`` as component ``name``: a redefinition keeps the user's run settings,
+        a new one gets the default layout; ``name`` is bound in the shell's namespace."""
+        from .spec import carry_over_settings, load_component
+
+        component = load_component(
+            spec, base_dir=base_dir or Path.cwd(), source_name=f"%%distcomp {name}"
+        )
+        previous = self.components.get(name)
+        if previous is not None:
+            component = carry_over_settings(previous, component)
+        else:
+            component.runsettings.resource_layout.configure(
+                instance_count=self.local.default_instance_count,
+                process_count_per_node=self.local.default_process_count_per_node,
+            )
+        self.components[name] = component
+        if self.shell is not None:
+            self.shell.user_ns[name] = component
+        return component
+
+    def component(self, name: str) -> Component:
+        """The component defined as ``name``; an error naming the close ones otherwise."""
+        try:
+            return self.components[name]
+        except KeyError:
+            from .errors import did_you_mean
+
+            known = ", ".join(sorted(self.components)) or "none yet"
+            raise DistcompError(
+                f"No component named {name!r} in this notebook.{did_you_mean(name, self.components)}"
+                f" Defined: {known}. Fix: run its `%%distcomp {name}` cell first."
+            ) from None
+
+    def env_table(
+        self,
+        name: str,
+        *,
+        instance_count: int | None = None,
+        process_count_per_node: int | None = None,
+        worker_count: int | None = None,
+        parameter_server_count: int | None = None,
+    ) -> EnvTable:
+        """The variables each rank of ``name`` sees, after applying the given layout."""
+        from .display import EnvTable
+
+        component = self.component(name)
+        component.runsettings.resource_layout.configure(
+            instance_count=instance_count,
+            process_count_per_node=process_count_per_node,
+            worker_count=worker_count,
+            parameter_server_count=parameter_server_count,
+        )
+        return EnvTable(component, master_addr=self.master_addr)
+
+    def panel(self, name: str, component: Component | None = None) -> RunSettingsPanel:
+        """The run-settings panel of ``name`` (one per component object), acting through
+        this session."""
+        from .widgets import panel_for
+
+        return panel_for(name, component or self.component(name), session=self)
+
+    # -- local ranks --------------------------------------------------------------------
+    @property
+    def backend(self) -> RankBackend:
+        """The kernel's rank backend, told the current ``DistComp`` settings."""
+        from .ranks import Connection, get_backend
+
+        if self._backend is None:
+            self._backend = get_backend()
+        self._backend.master_addr = self.master_addr
+        self._backend.default_connection = Connection(
+            profile=self.local.cluster_profile or None, cluster_id=self.local.cluster_id or None
+        )
+        return self._backend
+
+    def prestart(self, name: str) -> None:
+        self.backend.prestart(name, self.component(name))
+
+    def run_cell(
+        self,
+        name: str,
+        code: str,
+        *,
+        ranks: str | None = None,
+        timeout: float | None = None,
+        group_output: bool = False,
+    ) -> None:
+        """Run ``code`` on the ranks of ``name``; ``timeout`` defaults to the setting."""
+        component = self.component(name)
+        self.backend.run_cell(
+            name,
+            component,
+            code,
+            ranks=ranks,
+            timeout=timeout if timeout is not None else self.local.default_timeout,
+            group_output=group_output,
+        )
+
+    def run_command(
+        self,
+        component: Component,
+        *,
+        inputs: dict[str, str] | None = None,
+        outputs: dict[str, str] | None = None,
+        timeout: float | None = None,
+        stream: Callable[..., Any] | None = print,
+    ) -> CommandResult:
+        """Run the spec's command on every rank of the component's layout."""
+        from .command import run_command
+
+        return run_command(
+            component,
+            inputs=inputs,
+            outputs=outputs,
+            timeout=timeout,
+            stream=stream,
+            master_addr=self.master_addr,
+        )
+
+    def status(self, name: str | None = None) -> list[dict]:
+        if name is not None:
+            self.component(name)
+        return self.backend.status(name)
+
+    def stop(self, name: str | None = None) -> list[str]:
+        if name is not None:
+            self.component(name)
+        return self.backend.stop(name)
+
+    def restart(self, name: str) -> World:
+        return self.backend.restart(name, self.component(name))
+
+    def interrupt(self, name: str) -> list[int]:
+        self.component(name)
+        return self.backend.interrupt(name)
+
+    def connect(self, name: str, connection: Connection | None) -> None:
+        """Run ``name`` on ``connection``'s cluster from its next run (``None``: local)."""
+        self.component(name)
+        self.backend.connect(name, connection)
+
+    # -- Azure ML -----------------------------------------------------------------------
+    def resolve_compute(
+        self, component: Component | None = None, explicit: str | None = None
+    ) -> str | None:
+        """The compute target: the flag or field, else the component's run settings, else
+        ``%config AzureML.compute``."""
+        own = component.runsettings.compute if component is not None else None
+        return explicit or own or self.azureml.compute or None
+
+    def ml_client(self, workspace: Workspace | None = None) -> Any:
+        """An MLClient: explicit flags, else the AzureML settings, else a config.json."""
+        from .azureml import make_ml_client
+
+        flags = workspace or Workspace()
+        names = (flags.subscription_id, flags.resource_group, flags.workspace_name)
+        config = flags.workspace_config
+        if not config:
+            defaults = (
+                self.azureml.subscription_id,
+                self.azureml.resource_group,
+                self.azureml.workspace_name,
+            )
+            names = (names[0] or defaults[0], names[1] or defaults[1], names[2] or defaults[2])
+            config = None if all(names) else self.azureml.workspace_config
+        return make_ml_client(
+            workspace_config=config,
+            subscription_id=names[0],
+            resource_group=names[1],
+            workspace_name=names[2],
+            credential=self.azureml.credential,
+            **self.azureml.client_kwargs,
+        )
+
+    def export(
+        self,
+        component: Component,
+        path: str | Path,
+        *,
+        component_form: bool = False,
+        inputs: dict[str, str] | None = None,
+        outputs: dict[str, str] | None = None,
+        compute: str | None = None,
+    ) -> Path:
+        """Write the Azure ML v2 job (or, with ``component_form``, component) YAML."""
+        from .azureml import export
+
+        job_args: dict[str, Any] = {}
+        if not component_form:
+            job_args["compute"] = self.resolve_compute(component, compute)
+            job_args["experiment_name"] = self.azureml.experiment_name
+        elif compute:
+            job_args["compute"] = compute
+        return export(
+            component,
+            path,
+            component_form=component_form,
+            inputs=inputs,
+            outputs=outputs,
+            **job_args,
+        )
+
+    def submit(
+        self,
+        component: Component,
+        *,
+        inputs: dict[str, str] | None = None,
+        outputs: dict[str, str] | None = None,
+        compute: str | None = None,
+        experiment_name: str | None = None,
+        workspace: Workspace | None = None,
+    ) -> Submission:
+        """Submit the component as an Azure ML job."""
+        from .azureml import submit
+
+        ml_client = self.ml_client(workspace)
+        job = submit(
+            component,
+            ml_client,
+            inputs=inputs,
+            outputs=outputs,
+            compute=self.resolve_compute(component, compute),
+            experiment_name=experiment_name or self.azureml.experiment_name,
+        )
+        return Submission(job, ml_client)
+
+    def wait(
+        self, submission: Submission, on_status: Callable[[str, str], None] | None = None
+    ) -> Any:
+        """Follow the job until it ends; its final state, or an error unless it completed."""
+        from .azureml import wait_for_job
+        from .azureml.summary import JobSummary
+
+        job = submission.job
+        final = wait_for_job(
+            submission.ml_client,
+            job.name,
+            on_status=on_status,
+            poll_interval=self.azureml.poll_interval,
+            first=job,
+        )
+        status = JobSummary(final).status
+        if status != "Completed":
+            raise AzureMLError(
+                f"job {job.name} ended {status}. Its logs are in Azure ML studio: "
+                f"{final.studio_url or job.studio_url}"
+            )
+        return final
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def open_channel(self) -> None:
+        """In a kernel, open the JupyterLab ranks panel's comm (a no-op elsewhere)."""
+        if self._channel is None and self.in_kernel:
+            from .comm import install
+
+            self._channel = install(self.shell, self.backend)
+
+    def shutdown(self) -> None:
+        """Stop every rank this session started (at kernel exit)."""
+        if self._backend is not None:
+            self._backend.shutdown()
+
+    def close(self) -> None:
+        """Stop the ranks and close the ranks panel's comm (``%unload_ext``)."""
+        self.shutdown()
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+
+
+__all__ = ["Session", "Submission", "Workspace"]

@@ -1,0 +1,85 @@
+/**
+ * The names the kernel and the extension share: jupyter_distcomp/contracts.json, the file
+ * jupyter_distcomp/contracts.py reads, bundled at build time like the spec's schema.
+ * Code that acts on one particular name (an action, a message type) takes it from here
+ * through `named`, which fails at load time, and so in the unit tests, when the file no
+ * longer lists that name.
+ */
+import contracts from '../../jupyter_distcomp/contracts.json';
+
+interface IContracts {
+  subcommands: string[];
+  launchers: string[];
+  launcher_aliases: Record<string, string>;
+  v2_distributions: Record<string, string>;
+  component_types: string[];
+  comm: {
+    target: string;
+    actions: string[];
+    messages: string[];
+    rank_states: string[];
+  };
+}
+
+const CONTRACTS = contracts as IContracts;
+
+/** `%distcomp` subcommands; any other first word of `%%distcomp` names a component. */
+export const SUBCOMMANDS: readonly string[] = CONTRACTS.subcommands;
+/** Launcher types, as the model names them. */
+export const LAUNCHERS: readonly string[] = CONTRACTS.launchers;
+/** Other spellings of a launcher (lower case) -> its name. */
+export const LAUNCHER_ALIASES: Readonly<Record<string, string>> =
+  CONTRACTS.launcher_aliases;
+/** v2 `distribution.type` (lower case) -> launcher. */
+export const V2_DISTRIBUTIONS: Readonly<Record<string, string>> =
+  CONTRACTS.v2_distributions;
+/** The `type:` of a component spec (v1.5 names, then v2's `command`). */
+export const COMPONENT_TYPES: readonly string[] = CONTRACTS.component_types;
+
+/** The ranks panel's comm: its target name and what travels over it. */
+export const COMM_TARGET: string = CONTRACTS.comm.target;
+export const COMM_ACTIONS: readonly string[] = CONTRACTS.comm.actions;
+export const COMM_MESSAGES: readonly string[] = CONTRACTS.comm.messages;
+export const RANK_STATES: readonly string[] = CONTRACTS.comm.rank_states;
+
+/** `name`, after checking that `list` (a list of contracts.json) holds it. */
+export function named<T extends string>(
+  list: readonly string[],
+  name: T,
+  what: string
+): T {
+  if (!list.includes(name)) {
+    throw new Error(
+      `jupyter_distcomp/contracts.json lists no ${what} '${name}' (it lists ${list.join(', ')})`
+    );
+  }
+  return name;
+}
+
+/** What the panel asks the kernel to do with a component's ranks. */
+export const RANK_ACTION = {
+  interrupt: named(COMM_ACTIONS, 'interrupt', 'comm action'),
+  restart: named(COMM_ACTIONS, 'restart', 'comm action'),
+  stop: named(COMM_ACTIONS, 'stop', 'comm action'),
+  refresh: named(COMM_ACTIONS, 'refresh', 'comm action')
+} as const;
+
+/** The `type` of a message from the kernel. */
+export const COMM_MESSAGE = {
+  snapshot: named(COMM_MESSAGES, 'snapshot', 'comm message type'),
+  world: named(COMM_MESSAGES, 'world', 'comm message type'),
+  result: named(COMM_MESSAGES, 'result', 'comm message type')
+} as const;
+
+/** The state of one rank, as the kernel reports it. */
+export const RANK_STATE = {
+  starting: named(RANK_STATES, 'starting', 'rank state'),
+  idle: named(RANK_STATES, 'idle', 'rank state'),
+  busy: named(RANK_STATES, 'busy', 'rank state'),
+  dead: named(RANK_STATES, 'dead', 'rank state')
+} as const;
+
+export type RankAction = (typeof RANK_ACTION)[keyof typeof RANK_ACTION];
+export type CommMessageType = (typeof COMM_MESSAGE)[keyof typeof COMM_MESSAGE];
+/** One of RANK_STATES; a kernel of another version may report a state not listed there. */
+export type RankState = (typeof RANK_STATE)[keyof typeof RANK_STATE] | string;

@@ -1,0 +1,100 @@
+"""The ipyparallel adapter: what it relies on still exists, and nothing else reaches
+ipyparallel. Fast: no process is started."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import re
+import threading
+from pathlib import Path
+
+import pytest
+
+from jupyter_distcomp.ranks import ipp
+
+RANKS = Path(ipp.__file__).parent
+
+
+def resolve(dotted: str) -> object:
+    """The object a dotted name such as ``ipyparallel.Cluster.start_cluster`` names."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            value: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attribute in parts[cut:]:
+            value = getattr(value, attribute)
+        return value
+    raise ImportError(dotted)
+
+
+@pytest.mark.parametrize("dotted", ipp.RELIES_ON)
+def test_what_the_adapter_relies_on_exists(dotted):
+    try:
+        resolve(dotted)
+    except (ImportError, AttributeError) as exc:
+        pytest.fail(f"ipyparallel no longer has {dotted}: {exc!r}; adapt ranks/ipp.py")
+
+
+@pytest.mark.parametrize("dotted", ipp.COROUTINES)
+def test_the_cluster_methods_it_drives_are_coroutines(dotted):
+    assert dotted in ipp.RELIES_ON
+    assert inspect.iscoroutinefunction(resolve(dotted)), f"{dotted} is no coroutine any more"
+
+
+def test_ipyparallel_is_major_version_nine():
+    import ipyparallel
+
+    assert ipyparallel.__version__.split(".")[0] == "9"
+
+
+def test_only_the_adapter_imports_ipyparallel():
+    pattern = re.compile(r"^\s*(import ipyparallel|from ipyparallel\b)", re.M)
+    offenders = [
+        path.name
+        for path in sorted(RANKS.glob("*.py"))
+        if path.name != "ipp.py" and pattern.search(path.read_text())
+    ]
+    assert offenders == []
+
+
+def test_no_private_ipyparallel_attribute_outside_the_adapter():
+    names = re.compile(r"\._(in_thread|children|engine_set|mpiexec_alive)\b")
+    offenders = [
+        f"{path.name}: {match.group(0)}"
+        for path in sorted(RANKS.glob("*.py"))
+        if path.name != "ipp.py"
+        for match in names.finditer(path.read_text())
+    ]
+    assert offenders == []
+
+
+def test_one_shared_daemon_loop_runs_the_coroutines():
+    async def where() -> str:
+        await asyncio.sleep(0)
+        return threading.current_thread().name
+
+    assert ipp.run(where()) == "distcomp-ipyparallel"
+    assert ipp.event_loop() is ipp.event_loop()
+    threads = [t for t in threading.enumerate() if t.name == "distcomp-ipyparallel"]
+    assert len(threads) == 1 and threads[0].daemon
+
+
+def test_errors_of_a_coroutine_reach_the_caller():
+    async def fail() -> None:
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        ipp.run(fail())
+
+
+def test_the_cluster_config_uses_our_mpiexec_and_heartbeat():
+    config = ipp.cluster_config(4)
+    assert config.MPILauncher.mpi_cmd[: len(ipp.GUARD)] == ipp.GUARD
+    assert f"--HeartMonitor.period={ipp.HEARTBEAT_MS}" in (
+        config.LocalControllerLauncher.controller_args
+    )
+    assert config.MPIEngineSetLauncher.environment["PYTHONUNBUFFERED"] == "1"
