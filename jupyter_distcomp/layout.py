@@ -43,6 +43,9 @@ from .settings import positive
 
 RankEnv = dict[str, str]
 
+#: launchers whose ranks form one MPI world: one mpiexec locally, the MPI distribution on Azure
+MPI_LAUNCHERS = ("mpi", "deepspeed")
+
 #: stands in for the id of an Azure ML experiment, which DeepSpeed only tests for presence
 LOCAL_EXPERIMENT_ID = "jupyter-distcomp-local"
 

@@ -27,6 +27,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AzureMLError, AzureMLWarning, DistcompError
+from ..layout import MPI_LAUNCHERS
 from .environment import build_environment
 from .values import job_inputs, job_outputs
 
@@ -68,7 +69,7 @@ def launcher_distribution(component: Component):
 
     layout = component.runsettings.resource_layout
     kind = component.launcher_type
-    if kind in ("mpi", "deepspeed"):
+    if kind in MPI_LAUNCHERS:
         return MpiDistribution(process_count_per_instance=layout.process_count_per_node)
     if kind == "torch.distributed":
         return PyTorchDistribution(process_count_per_instance=layout.process_count_per_node)

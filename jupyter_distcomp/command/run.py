@@ -2,7 +2,7 @@
 
 One process per rank with that rank's variables (``rank_environments``), in the component's
 code folder, under ``mpiexec`` for ``mpi`` / ``deepspeed`` launchers and as plain processes
-for ``torch.distributed`` / ``tensorflow`` (see command_launch). Output streams while the
+for ``torch.distributed`` / ``tensorflow`` (see command/launch.py). Output streams while the
 ranks run, each line labelled with its rank; the first rank to fail stops the others, so a
 crashed rank never leaves its peers hanging in a collective; Ctrl-C and ``timeout`` stop
 every rank (SIGINT first, so Python ranks print where they were, SIGKILL after ``grace``).
@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RankError, SpecError
+from ..layout import MPI_LAUNCHERS
 from ..mpi import free_port, rank_label
 from . import launch as launch_mod
 from .bindings import bind_inputs, bind_outputs
 from .report import TAIL_LINES, CommandResult, RankResult, failure_message
 
-MPI_LAUNCHERS = ("mpi", "deepspeed")
 #: after the ranks have exited, how long to wait for output still in flight
 DRAIN_SECONDS = 1.0
 BATCH_SECONDS = 0.02

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..mpi import is_local_host
+from ..mpi import is_local_host, rank_label
 from . import ipp
 from .failures import collect_stacks, mpiexec_messages
 
@@ -77,10 +77,7 @@ class WorldHealth:
         return [info.rank for info in self.ranks if info.state == "dead"]
 
     def label(self, rank: int) -> str:
-        info = self.ranks[rank]
-        if self.instance_count > 1:
-            return f"[node {info.node} rank {rank}]"
-        return f"[rank {rank}]"
+        return rank_label(rank, self.ranks[rank].node, self.instance_count)
 
     # -- liveness -----------------------------------------------------------------------
     def mpiexec_alive(self) -> bool:

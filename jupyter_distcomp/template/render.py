@@ -183,7 +183,8 @@ def placeholders(template: str) -> list[Placeholder]:
     """Every placeholder of a template, in order.
 
     Raises SpecError (with ``.offset``) on a malformed template: unbalanced brackets, an
-    unclosed placeholder or quote, a misspelt ``{input.x}`` (for spec.py's load-time check).
+    unclosed placeholder or quote, a misspelt ``{input.x}``. The spec loader checks every
+    template with it.
     """
     parsed = _parse(template)
     _lex(template, frozenset())  # quotes and backslashes, with every block kept

@@ -24,7 +24,8 @@ _ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def template_error(message: str, template: str, offset: int) -> SpecError:
-    """A SpecError quoting the text around ``offset`` (spec.py turns ``.offset`` into a line)."""
+    """A SpecError quoting the text around ``offset``; the spec loader turns ``.offset`` into
+    a line of the YAML."""
     start = max(0, offset - 20)
     near = " ".join(template[start : offset + 20].split())
     return SpecError(f"{message} (near '{near}' in the command template)", offset=offset)
