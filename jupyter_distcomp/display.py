@@ -5,6 +5,8 @@ from __future__ import annotations
 from html import escape
 from typing import TYPE_CHECKING, Any
 
+from .layout import layout_text
+
 if TYPE_CHECKING:
     from .model import Component, Input
 
@@ -56,7 +58,7 @@ def _environment_text(component: Component) -> str:
 def _layout_text(component: Component) -> str:
     layout = component.runsettings.resource_layout
     return (
-        f"{layout.instance_count} node(s) x {layout.process_count_per_node} process(es) "
+        f"{layout_text(layout.instance_count, layout.process_count_per_node)} "
         f"= {layout.world_size} rank(s)"
     )
 
@@ -140,9 +142,8 @@ class EnvTable:
         )
         layout = self.component.runsettings.resource_layout
         launcher = self.component.launcher_type or "mpi"
-        caption = (
-            f"{escape(launcher)}: {layout.instance_count} node(s) x "
-            f"{layout.process_count_per_node} process(es)"
+        caption = escape(
+            f"{launcher}: {layout_text(layout.instance_count, layout.process_count_per_node)}"
         )
         return (
             f"{_STYLE}<div class='distcomp-summary distcomp-env'><div>{caption}</div>"

@@ -82,6 +82,11 @@ LAUNCHER_VARIABLES["deepspeed"] = (
 )
 
 
+def layout_text(instance_count: int, process_count_per_node: int) -> str:
+    """How every message names a layout: ``2 node(s) x 4 process(es)``."""
+    return f"{instance_count} node(s) x {process_count_per_node} process(es)"
+
+
 def _launcher(launcher: str) -> str:
     name = launcher_name(launcher)
     if name is None:
@@ -174,7 +179,7 @@ def _tensorflow(
         fix = f"worker_count={world - ps}" if world - ps >= 1 else f"parameter_server_count<{world}"
         raise LayoutError(
             f"tensorflow: worker_count ({workers}) + parameter_server_count ({ps}) must equal "
-            f"the number of ranks, {nodes} node(s) x {ppn} process(es) = {world}. "
+            f"the number of ranks, {layout_text(nodes, ppn)} = {world}. "
             f"Fix: set {fix}, or change instance_count / process_count_per_node."
         )
     fresh = free_ports(addr, world - (master_port is not None))

@@ -15,6 +15,7 @@ from .errors import LayoutError
 
 
 def positive(name: str, value: Any, minimum: int = 1) -> int:
+    """``value`` as a whole number of at least ``minimum``; a LayoutError naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, int):
         try:
             as_int = int(str(value).strip())
@@ -41,7 +42,7 @@ class ResourceLayout(HasTraits):
     parameter_server_count = Int(0, help="TensorFlow parameter servers.")
 
     @validate("instance_count", "process_count_per_node")
-    def _checkpositive(self, proposal):
+    def _check_positive(self, proposal):
         return positive(proposal["trait"].name, proposal["value"])
 
     @validate("worker_count")

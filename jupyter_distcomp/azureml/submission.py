@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import AzureMLError
 from .convert import to_azureml_job
 from .failures import explain, scrub
+from .summary import job_status
 
 if TYPE_CHECKING:
     from ..model import Component
@@ -162,13 +163,13 @@ def wait_for_job(
 ):
     """Poll the job until it reaches a terminal status; ``on_status(old, new)`` on each change."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    previous = _status(first) if first is not None else ""
+    previous = job_status(first) if first is not None else ""
     while True:
         try:
             job = ml_client.jobs.get(name)
         except Exception as exc:
             raise explain(exc, ml_client, f"read the status of job '{name}'") from None
-        status = _status(job)
+        status = job_status(job)
         if status != previous and on_status is not None:
             on_status(previous, status)
         previous = status
@@ -180,12 +181,3 @@ def wait_for_job(
                 f"Azure ML. Follow it with wait_for_job(ml_client, '{name}') or in the studio."
             )
         time.sleep(poll_interval)
-
-
-def _status(job: Any) -> str:
-    status = getattr(job, "status", None)
-    return str(getattr(status, "value", status) or "")
-
-
-def studio_url(job: Any) -> str | None:
-    return getattr(job, "studio_url", None)

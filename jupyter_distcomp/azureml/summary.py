@@ -6,9 +6,10 @@ import html
 from typing import Any
 
 
-def _status(job: Any) -> str:
+def job_status(job: Any) -> str:
+    """The job's status as text (``Running``, ``Completed``, ...), empty when it has none."""
     status = getattr(job, "status", None)
-    return str(getattr(status, "value", status) or "unknown")
+    return str(getattr(status, "value", status) or "")
 
 
 class JobSummary:
@@ -18,7 +19,7 @@ class JobSummary:
         self.job = job
         self.spec_name = spec_name
         self.name = job.name
-        self.status = _status(job)
+        self.status = job_status(job) or "unknown"
         self.studio_url = getattr(job, "studio_url", None)
         self.experiment = getattr(job, "experiment_name", None)
         resources = getattr(job, "resources", None)

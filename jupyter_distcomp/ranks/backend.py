@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import RankError
+from ..layout import layout_text
 from ..mpi import free_port
 from ..ranges import format_ranks, parse_ranks
 from .connection import Connection
@@ -321,7 +322,7 @@ class RankBackend:
 
 def _describe(signature: tuple) -> str:
     launcher, nodes, ppn = signature[:3]
-    return f"{launcher}, {nodes} node(s) x {ppn} process(es)"
+    return f"{launcher}, {layout_text(nodes, ppn)}"
 
 
 def _shell() -> Any:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import RankError
+from ..layout import layout_text
 from ..ranges import format_ranks
 from ..standalone.rank_setup import OPEN_MPI_WORLD_KEYS, setup_rank
 from . import ipp
@@ -142,7 +143,7 @@ class World(WorldHealth):
             self.ready_count = count
             self._changed()
 
-        layout = f"{self.instance_count} node(s) x {self.process_count_per_node}"
+        layout = layout_text(self.instance_count, self.process_count_per_node)
         self.client, ids = connect_client(
             self.connection, self.name, self.world_size, layout, progress
         )
@@ -247,8 +248,8 @@ class World(WorldHealth):
 
     def describe_layout(self) -> str:
         return (
-            f"{self.launcher}, {self.instance_count} node(s) x {self.process_count_per_node} "
-            f"process(es) = {self.world_size} rank(s) on {self.connection.describe()}"
+            f"{self.launcher}, {layout_text(self.instance_count, self.process_count_per_node)}"
+            f" = {self.world_size} rank(s) on {self.connection.describe()}"
         )
 
     def __repr__(self) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DistcompError
+from ..layout import layout_text, rank_table
 
 if TYPE_CHECKING:
     from ..model import Component
@@ -29,8 +30,8 @@ PREVIEW_PORT = 29500
 def _layout_line(component: Component) -> str:
     layout = component.runsettings.resource_layout
     line = (
-        f"world size {layout.world_size} = {layout.instance_count} node(s) x "
-        f"{layout.process_count_per_node} process(es) per node"
+        f"world size {layout.world_size} = "
+        f"{layout_text(layout.instance_count, layout.process_count_per_node)} per node"
     )
     if component.launcher_type == "tensorflow":
         workers = layout.worker_count
@@ -51,8 +52,6 @@ def _tf_task(value: str) -> str:
 
 def rank_rows(component: Component, master_addr: str) -> tuple[list[str], list[list[str]], dict]:
     """(header, rows, variables equal on every rank); rows are cut to MAX_ROWS (with '...')."""
-    from ..layout import rank_table
-
     launcher = component.launcher_type
     if launcher is None:
         return [], [], {}
