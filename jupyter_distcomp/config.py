@@ -8,12 +8,43 @@ config file gives their start values.
 
 from __future__ import annotations
 
+import warnings
+from typing import Any
+
 from traitlets import Any as AnyTrait
-from traitlets import Bool, Dict, Float, Int, Unicode
-from traitlets.config import Configurable
+from traitlets import Bool, Dict, Float, Int, Unicode, observe
+from traitlets.config import Config, Configurable
 
 
-class DistComp(Configurable):
+class _Settings(Configurable):
+    """Says where a setting given to the other group belongs (``%config DistComp.compute``)."""
+
+    def update_config(self, config: Config) -> None:
+        """``%config`` calls this; a key of the other group gets a warning with the fix."""
+        self._point_to_the_other_group(config)
+        super().update_config(config)
+
+    @observe("config")
+    def _config_set(self, change: Any) -> None:
+        self._point_to_the_other_group(change.new)
+
+    def _point_to_the_other_group(self, config: Config) -> None:
+        name = type(self).__name__
+        if name not in config:
+            return
+        for other in _Settings.__subclasses__():
+            known = set(other.class_trait_names(config=True)) - set(self.trait_names())
+            for key in config[name]:
+                if other is not type(self) and key in known:
+                    warnings.warn(
+                        f"`{key}` is a setting of {other.__name__}, not {name}. "
+                        f"Fix: %config {other.__name__}.{key} = ...",
+                        UserWarning,
+                        stacklevel=2,
+                    )
+
+
+class DistComp(_Settings):
     """Local ranks: ``%config DistComp.<setting> = value``."""
 
     default_timeout = Float(
@@ -44,7 +75,7 @@ class DistComp(Configurable):
     )
 
 
-class AzureML(Configurable):
+class AzureML(_Settings):
     """Azure ML defaults of ``%distcomp submit`` / ``export`` and the panel's buttons (flags
     win over these): ``%config AzureML.<setting> = value``."""
 

@@ -167,6 +167,19 @@ def test_local_and_azure_settings_are_two_configurables(ip):
         ip.run_line_magic("config", "DistComp.default_timeout = None")
 
 
+def test_a_setting_given_to_the_other_group_says_where_it_belongs(ip):
+    session = _session(ip)
+    try:
+        with pytest.warns(UserWarning, match=r"Fix: %config AzureML\.compute = "):
+            ip.run_line_magic("config", "DistComp.compute = 'cpu-a'")
+        with pytest.warns(UserWarning, match=r"Fix: %config DistComp\.default_timeout = "):
+            ip.run_line_magic("config", "AzureML.default_timeout = 5")
+        assert session.azureml.compute is None and session.local.default_timeout is None
+    finally:
+        ip.config.DistComp.pop("compute", None)
+        ip.config.AzureML.pop("default_timeout", None)
+
+
 def test_config_azureml_compute_reaches_the_export(ip, tmp_path, monkeypatch):
     import yaml
 
