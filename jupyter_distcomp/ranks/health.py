@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..mpi import is_local_host, rank_label
 from . import ipp
-from .failures import collect_stacks, mpiexec_messages
+from .failures import collect_stacks, file_size, mpiexec_messages
 
 if TYPE_CHECKING:
     import psutil
@@ -119,10 +119,7 @@ class WorldHealth:
     # -- mpiexec's own words ------------------------------------------------------------
     def output_size(self) -> int:
         path = self.cluster.output_file() if self.cluster else None
-        try:
-            return os.path.getsize(path) if path else 0
-        except OSError:
-            return 0
+        return file_size(path) if path else 0
 
     def mpiexec_output(self, since: int = 0, limit: int = 40) -> str:
         """What mpiexec (and ranks' fatal errors) printed, without the engines' log lines."""

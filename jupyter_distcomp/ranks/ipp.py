@@ -336,11 +336,10 @@ def kill(procs: list[psutil.Process]) -> None:
     import psutil
 
     alive = []
-    for proc in procs:
+    for proc in filter(_running, procs):
         try:
-            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
-                proc.kill()
-                alive.append(proc)
+            proc.kill()
+            alive.append(proc)
         except psutil.Error:
             pass
     # not psutil.wait_procs: orphans stay zombies where PID 1 does not reap (containers)
