@@ -172,3 +172,17 @@ def collect_stacks(
                     result[rank] = main_thread_stack(f.read(), main_threads[rank])
                 pending.discard(rank)
     return result
+
+
+def stack_sections(stacks: dict[int, str], code: str, label: str) -> list[tuple[str, list[str]]]:
+    """One section per distinct stack, headed by the ranks that share it and ``label``.
+
+    ``stacks`` maps a rank to its faulthandler stack; ranks without a stack are left out.
+    """
+    by_stack: dict[str, list[int]] = {}
+    for rank in sorted(stacks):
+        by_stack.setdefault(stacks[rank], []).append(rank)
+    return [
+        (f"{format_ranks(ranks)}: {label}", render_stack(stack, code))
+        for stack, ranks in by_stack.items()
+    ]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import RankError
 from ..ranges import format_ranks
 from . import ipp
-from .failures import death_reason, error_sections, render_stack
+from .failures import death_reason, error_sections, stack_sections
 from .output import RankOutput
 
 if TYPE_CHECKING:
@@ -256,14 +256,7 @@ class CellRun:
         world.signal(busy, signal.SIGINT)
         self._settle(INTERRUPT_GRACE, lambda: not self.running)
         still = sorted(self.running)
-        sections = []
-        by_stack: dict[str, list[int]] = {}
-        for rank in busy:
-            by_stack.setdefault(stacks[rank], []).append(rank)
-        for stack, ranks in by_stack.items():
-            sections.append(
-                (f"{format_ranks(ranks)}: busy, current stack", render_stack(stack, self.code))
-            )
+        sections = stack_sections(stacks, self.code, "busy, current stack")
         sections += error_sections(self._errors(skip_interrupts=True))
         if still:
             fix = (
