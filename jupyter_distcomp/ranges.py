@@ -31,18 +31,28 @@ def parse_ranks(text: str | Iterable[int] | None, world_size: int) -> list[int]:
                 raise RankError(
                     f"--ranks {text!r}: the range {part!r} runs backwards. Fix: write {hi}-{lo}."
                 )
+            if hi >= world_size:  # checked before the range is built: it may be huge
+                first_outside = max(lo, world_size)
+                outside_text = (
+                    f"rank {hi}" if first_outside == hi else f"ranks {first_outside}-{hi}"
+                )
+                raise _outside(outside_text, world_size)
             ranks_set.update(range(lo, hi + 1))
         ranks = sorted(ranks_set)
     if not ranks:
         raise RankError(f"--ranks {text!r} names no rank. Fix: write ranks like 0,2-3.")
     outside = [r for r in ranks if r < 0 or r >= world_size]
     if outside:
-        raise RankError(
-            f"--ranks: {format_ranks(outside)} outside the world of {world_size} rank(s) "
-            f"(ranks 0-{world_size - 1}). Fix: pick ranks below {world_size}, or enlarge the "
-            "layout with NAME.runsettings.resource_layout.configure(...)."
-        )
+        raise _outside(format_ranks(outside), world_size)
     return ranks
+
+
+def _outside(ranks_text: str, world_size: int) -> RankError:
+    return RankError(
+        f"--ranks: {ranks_text} outside the world of {world_size} rank(s) "
+        f"(ranks 0-{world_size - 1}). Fix: pick ranks below {world_size}, or enlarge the "
+        "layout with NAME.runsettings.resource_layout.configure(...)."
+    )
 
 
 def format_ranks(ranks: Iterable[int]) -> str:

@@ -13,9 +13,19 @@ from traitlets import Dict, HasTraits, Int, TraitError, Unicode, validate
 
 from .errors import LayoutError
 
+#: the largest layout a component may have: Azure ML's largest clusters fit, a typo does not
+MAXIMUM = {
+    "instance_count": 1024,
+    "process_count_per_node": 1024,
+    "worker_count": 65536,
+    "parameter_server_count": 1024,
+}
+MAX_WORLD_SIZE = 65536
+
 
 def positive(name: str, value: Any, minimum: int = 1) -> int:
-    """``value`` as a whole number of at least ``minimum``; a LayoutError naming ``name``."""
+    """``value`` as a whole number of at least ``minimum`` and at most ``MAXIMUM[name]``;
+    a LayoutError naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, int):
         try:
             as_int = int(str(value).strip())
@@ -30,7 +40,23 @@ def positive(name: str, value: Any, minimum: int = 1) -> int:
             f"{name} must be at least {minimum}, got {value}. Fix: pass {name}={max(minimum, 1)} "
             "or more."
         )
+    maximum = MAXIMUM.get(name)
+    if maximum is not None and value > maximum:
+        raise LayoutError(
+            f"{name} must be at most {maximum:,}, got {value:,}. Fix: pass a smaller {name}."
+        )
     return value
+
+
+def check_world(instance_count: int, process_count_per_node: int) -> None:
+    """A LayoutError if nodes x processes per node is more ranks than a layout may have."""
+    if instance_count * process_count_per_node > MAX_WORLD_SIZE:
+        raise LayoutError(
+            f"instance_count={instance_count:,} x process_count_per_node="
+            f"{process_count_per_node:,} makes {instance_count * process_count_per_node:,} "
+            f"ranks; a layout has at most {MAX_WORLD_SIZE:,}. Fix: fewer nodes or processes "
+            "per node."
+        )
 
 
 class ResourceLayout(HasTraits):
@@ -43,7 +69,13 @@ class ResourceLayout(HasTraits):
 
     @validate("instance_count", "process_count_per_node")
     def _check_positive(self, proposal):
-        return positive(proposal["trait"].name, proposal["value"])
+        name = proposal["trait"].name
+        value = positive(name, proposal["value"])
+        if name == "instance_count":
+            check_world(value, self.process_count_per_node)
+        else:
+            check_world(self.instance_count, value)
+        return value
 
     @validate("worker_count")
     def _check_workers(self, proposal):
@@ -96,6 +128,10 @@ class ResourceLayout(HasTraits):
             changes["parameter_server_count"] = positive(
                 "parameter_server_count", parameter_server_count, minimum=0
             )
+        check_world(
+            changes.get("instance_count", self.instance_count),
+            changes.get("process_count_per_node", self.process_count_per_node),
+        )
         with self.hold_trait_notifications():
             for key, value in changes.items():
                 setattr(self, key, value)

@@ -29,6 +29,39 @@ PARAM_TYPES = {
     "enum": "enum",
 }
 PARAM_TYPE_NAMES = ("String", "Integer", "Float", "Boolean", "Enum", "Number")
+#: longest single program argument Linux accepts (MAX_ARG_STRLEN, 32 pages), in bytes
+MAX_ARGUMENT_BYTES = 131_071
+#: widest whole number a value may have: Python refuses to print longer ones
+MAX_INT_DIGITS = 4300
+
+
+def check_argument(name: str, text: str, what: str = "input") -> str:
+    """``text`` if it can be one program argument; else a SpecError naming ``name``."""
+    if "\x00" in text:
+        raise SpecError(
+            f"{what} '{name}' contains a NUL character, which no program argument can hold. "
+            "Fix: remove it from the value."
+        )
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_ARGUMENT_BYTES:
+        raise SpecError(
+            f"{what} '{name}' is {size:,} bytes long; one program argument holds at most "
+            f"{MAX_ARGUMENT_BYTES:,}. Fix: write the value to a file and pass its path."
+        )
+    return text
+
+
+def _scalar(inp: Input, value: Any) -> Any:
+    """``value`` unless it is a container or bytes, which no parameter takes."""
+    if isinstance(value, (bytes, bytearray, list, tuple, set, frozenset, dict)):
+        kind = type(value).__name__
+        fix = (
+            "decode it first: value.decode()"
+            if isinstance(value, (bytes, bytearray))
+            else "pass one value (for several, join them into one string yourself)"
+        )
+        raise SpecError(f"input '{inp.name}' takes one value, not a {kind}. Fix: {fix}.")
+    return value
 
 
 def coerce_value(inp: Input, value: Any) -> Any:
@@ -36,7 +69,12 @@ def coerce_value(inp: Input, value: Any) -> Any:
 
     Raises SpecError saying what is wrong and what would be accepted.
     """
-    if value is None or inp.is_data:
+    if value is None:
+        return value
+    value = _scalar(inp, value)
+    if inp.is_data:
+        if isinstance(value, str):
+            check_argument(inp.name, value)
         return value
     kind = inp.param_type
     if kind == "boolean":
@@ -47,7 +85,7 @@ def coerce_value(inp: Input, value: Any) -> Any:
             return True
         if text in ("false", "0", "no"):
             return False
-        raise SpecError(f"input '{inp.name}' is Boolean: use True or False, not {value!r}.")
+        raise SpecError(f"input '{inp.name}' is Boolean: use True or False, not {_short(value)}.")
     if kind in ("integer", "number"):
         if isinstance(value, bool):
             raise SpecError(f"input '{inp.name}' is {kind}: got a boolean {value!r}.")
@@ -61,8 +99,13 @@ def coerce_value(inp: Input, value: Any) -> Any:
             example = "3" if kind == "integer" else "0.01"
             raise SpecError(
                 f"input '{inp.name}' is {'Integer' if kind == 'integer' else 'Float'}: "
-                f"{value!r} is not a number. Fix: give a value such as {example}."
+                f"{_short(value)} is not a number. Fix: give a value such as {example}."
             ) from None
+        if isinstance(number, int) and number.bit_length() > MAX_INT_DIGITS * 3.32:
+            raise SpecError(
+                f"input '{inp.name}' is a number of more than {MAX_INT_DIGITS:,} digits. "
+                "Fix: give a smaller number."
+            )
         if inp.min is not None and number < inp.min:
             raise SpecError(f"input '{inp.name}' must be at least {inp.min}, got {number}.")
         if inp.max is not None and number > inp.max:
@@ -72,11 +115,16 @@ def coerce_value(inp: Input, value: Any) -> Any:
         text = str(value)
         if inp.enum and text not in inp.enum:
             raise SpecError(
-                f"input '{inp.name}' must be one of {', '.join(inp.enum)}; got {text!r}."
+                f"input '{inp.name}' must be one of {', '.join(inp.enum)}; got {_short(text)}."
                 f"{did_you_mean(text, inp.enum)}"
             )
-        return text
-    return value if isinstance(value, str) else str(value)
+        return check_argument(inp.name, text)
+    return check_argument(inp.name, value if isinstance(value, str) else str(value))
+
+
+def _short(value: Any) -> str:
+    text = repr(value) if len(str(value)) <= 60 else repr(str(value)[:40]) + "..."
+    return text
 
 
 def _to_int(value: Any) -> int:

@@ -44,7 +44,14 @@ def _as_path_text(value: Any) -> str:
 
 
 def _local_path(name: str, value: Any, kind: str, flag: str, cwd: Path) -> Path:
-    text = _as_path_text(value).strip()
+    from ..values import check_argument
+
+    if isinstance(value, (bytes, bytearray, list, tuple, dict)):
+        raise SpecError(
+            f"{kind} '{name}' is bound to a {type(value).__name__}, not a path. "
+            f"Fix: {flag} {name}=PATH"
+        )
+    text = check_argument(name, _as_path_text(value).strip(), kind)
     if text.startswith("file:") and not text.startswith("file://"):
         text = text[5:]
     if text.lower().startswith(_REMOTE_PREFIXES) or "://" in text:
@@ -88,7 +95,7 @@ def bind_inputs(
                 bound[name] = coerce_value(inp, value)
             except SpecError as exc:
                 raise SpecError(
-                    f"--input {name}={value!r}: {exc.message}", line=inp.line, path=f"inputs.{name}"
+                    f"--input {name}: {exc.message}", line=inp.line, path=f"inputs.{name}"
                 ) from None
             continue
         path = _local_path(name, value, "data input", "--input", cwd)

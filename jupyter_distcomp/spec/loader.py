@@ -17,11 +17,11 @@ from typing import IO, Any
 import yaml
 
 from ..contracts import LAUNCHERS, V2_DISTRIBUTIONS, launcher_name
-from ..errors import SpecError, closest, did_you_mean
+from ..errors import LayoutError, SpecError, closest, did_you_mean
 from ..model import Component, Environment, Input, Launcher, Output
-from ..template import check_template, from_azureml
+from ..template import check_azureml, check_template, from_azureml
 from ..values import PARAM_TYPE_NAMES, PARAM_TYPES, coerce_value
-from .positions import Context, DuplicateKey, Positions, compose_positions
+from .positions import Context, DuplicateKey, Positions, TooComplex, compose_positions
 from .schema import kind_of, validate
 
 #: v2 data types that are not parameters (besides names ending in directory, file, folder, path)
@@ -107,6 +107,10 @@ def _parse(text: str, source_name: str | None) -> tuple[dict, Positions]:
         ) from None
     except yaml.YAMLError as exc:
         raise SpecError(f"YAML syntax error: {exc}", line=1, source_name=source_name) from None
+    except TooComplex as exc:
+        raise SpecError(
+            exc.message, line=exc.line, column=exc.column, source_name=source_name
+        ) from None
     except DuplicateKey as exc:
         raise SpecError(
             f"key '{exc.key}' appears twice in the same mapping (first on line {exc.first_line})."
@@ -208,7 +212,8 @@ def _build(data: dict, ctx: Context, text: str, base_dir: Path) -> Component:
         for name, spec in (data.get("outputs") or {}).items()
     }
     template_key = ("launcher", "additional_arguments") if "launcher" in data else ("command",)
-    _check_template(template, inputs, outputs, ctx, template_key, text)
+    raw_template = data.get(template_key[0]) if is_v2 else template
+    _check_template(template, inputs, outputs, ctx, template_key, text, raw_template)
 
     component = Component(
         name=str(data["name"]),
@@ -225,9 +230,7 @@ def _build(data: dict, ctx: Context, text: str, base_dir: Path) -> Component:
         tags=dict(data.get("tags") or {}),
         is_deterministic=data.get("is_deterministic"),
         successful_return_code=data.get("successful_return_code"),
-        environment_variables={
-            str(k): str(v) for k, v in (data.get("environment_variables") or {}).items()
-        },
+        environment_variables=_environment_variables(data.get("environment_variables"), ctx),
         schema=data.get("$schema"),
         spec_format="v2" if is_v2 else "v1.5",
         source=text,
@@ -237,13 +240,47 @@ def _build(data: dict, ctx: Context, text: str, base_dir: Path) -> Component:
     layout = component.runsettings.resource_layout
     if is_v2:
         resources = data.get("resources") or {}
-        layout.configure(
-            instance_count=resources.get("instance_count"),
-            process_count_per_node=(distribution or {}).get("process_count_per_instance"),
-            worker_count=(distribution or {}).get("worker_count"),
-            parameter_server_count=(distribution or {}).get("parameter_server_count"),
-        )
+        distribution = distribution or {}
+        sizes = {
+            ("resources", "instance_count"): resources.get("instance_count"),
+            ("distribution", "process_count_per_instance"): distribution.get(
+                "process_count_per_instance"
+            ),
+            ("distribution", "worker_count"): distribution.get("worker_count"),
+            ("distribution", "parameter_server_count"): distribution.get("parameter_server_count"),
+        }
+        nodes, per_node, workers, servers = sizes.values()
+        try:
+            layout.configure(nodes, per_node, worker_count=workers, parameter_server_count=servers)
+        except LayoutError as exc:
+            message = str(exc).replace("process_count_per_node", "process_count_per_instance")
+            given = [key for key, value in sizes.items() if value is not None]
+            named = [key for key in given if message.startswith(key[-1])] or given
+            raise ctx.error(message, named[0], at="value") from None
     return component
+
+
+def _environment_variables(section: Any, ctx: Context) -> dict[str, str]:
+    """The spec's variables as text; names and values a process environment can hold."""
+    result = {}
+    for key, value in (section or {}).items():
+        name, text = str(key), str(value)
+        path = ("environment_variables", name)
+        if not name or "=" in name or "\x00" in name:
+            raise ctx.error(
+                f"{name!r} cannot be the name of an environment variable (it is empty or holds "
+                "'=' or a NUL character). Fix: use letters, digits and '_'.",
+                path,
+            )
+        if "\x00" in text:
+            raise ctx.error(
+                f"environment variable {name} contains a NUL character, which no environment "
+                "can hold. Fix: remove it.",
+                path,
+                at="value",
+            )
+        result[name] = text
+    return result
 
 
 def _param_type(name: str, type_value: Any, ctx: Context, is_v2: bool) -> str | None:
@@ -354,19 +391,43 @@ def _output(name: str, spec: dict, ctx: Context) -> Output:
 
 
 def _check_template(
-    template: str, inputs: dict, outputs: dict, ctx: Context, key: tuple, text: str
+    template: str, inputs: dict, outputs: dict, ctx: Context, key: tuple, text: str, raw: Any
 ) -> None:
-    """The template parses and names only declared inputs and outputs; errors get a line."""
+    """The template parses and names only declared inputs and outputs; errors get a line.
+
+    ``raw`` is the template as the spec writes it: a v2 command is checked in its own syntax
+    first, so its errors quote and point at what the user wrote.
+    """
+    if raw is not template and isinstance(raw, str):
+        _locate_template_error(lambda: check_azureml(raw), raw, ctx, key, text)
+    _locate_template_error(
+        lambda: check_template(template, inputs, outputs), template, ctx, key, text
+    )
+
+
+def _locate_template_error(check: Any, checked: str, ctx: Context, key: tuple, text: str) -> None:
+    """Run ``check``; a SpecError at an offset of ``checked`` gets the YAML line and column."""
     try:
-        check_template(template, inputs, outputs)
+        check()
     except SpecError as exc:
         if exc.offset is None:
             raise
-        needle = template[exc.offset :].split(None, 1)
-        line, column = ctx.pos.find_in_value(key, needle[0] if needle else "", text)
+        needle = checked[exc.offset :].split(None, 1)
+        word = needle[0] if needle else ""
+        before = _occurrences(checked, word, exc.offset)
+        line, column = ctx.pos.find_in_value(key, word, text, before)
         raise SpecError(
             exc.message, line=line, column=column, path=".".join(key), source_name=ctx.source_name
         ) from None
+
+
+def _occurrences(text: str, word: str, end: int) -> int:
+    """How many times ``word`` starts in ``text`` before ``end``."""
+    count, found = 0, text.find(word) if word else -1
+    while 0 <= found < end:
+        count += 1
+        found = text.find(word, found + 1)
+    return count
 
 
 def _environment(section: Any) -> Environment | None:

@@ -1,11 +1,17 @@
 """Parse YAML once and remember where every key and value is, so errors can point at them.
 
-PyYAML's composer (libyaml when available) gives each node its start and end marks; we keep
-those per key path and construct the plain data from the same node tree.
+libyaml's parser (when available) gives the events; PyYAML's composer turns them into nodes with
+their start and end marks, which we keep per key path, and the plain data is constructed from
+the same node tree. The composer refuses what would exhaust the kernel before it is built:
+nesting deeper than ``MAX_DEPTH`` (libyaml's own composer recurses in C and crashes the process),
+aliases that expand past ``MAX_ALIAS_VALUES`` values (a "billion laughs"), integers longer than
+Python converts, and lone surrogates, which are not text.
 """
 
 from __future__ import annotations
 
+import re
+import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -20,19 +26,96 @@ def _key_text(key_node: yaml.Node) -> str:
     return str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else repr(key_node)
 
 
+#: deepest nesting of mappings and lists a spec may have (real specs stay below 10)
+MAX_DEPTH = 64
+#: values that aliases (``*name``) may add to a document, all aliases together
+MAX_ALIAS_VALUES = 10_000
+#: longest integer, in digits, that Python converts from text
+MAX_INT_DIGITS = sys.get_int_max_str_digits() or 4300
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
 if TYPE_CHECKING:
-    _SafeLoader = yaml.SafeLoader
-else:  # libyaml when available
-    _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    _Parser = yaml.parser.Parser
+else:  # libyaml's parser when available: it produces events without recursion
+    try:
+        from yaml.cyaml import CParser as _Parser
+    except ImportError:
+        _Parser = yaml.parser.Parser
 
 
-class _Loader(_SafeLoader):
+class TooComplex(Exception):
+    """YAML that would exhaust the kernel (depth, aliases, huge numbers) or is not text."""
+
+    def __init__(self, message: str, line: int, column: int):
+        super().__init__(message)
+        self.message, self.line, self.column = message, line, column
+
+
+def _at(mark: Any) -> tuple[int, int]:
+    return mark.line + 1, mark.column + 1
+
+
+class _Loader(
+    yaml.composer.Composer, _Parser, yaml.constructor.SafeConstructor, yaml.resolver.Resolver
+):
+    def __init__(self, stream: str):
+        _Parser.__init__(self, stream)
+        yaml.composer.Composer.__init__(self)
+        yaml.constructor.SafeConstructor.__init__(self)
+        yaml.resolver.Resolver.__init__(self)
+        self._depth = 0
+        self._alias_values = 0
+        self._sizes: dict[int, int] = {}  # id(node) -> values in it, aliases expanded
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            node = super().compose_node(parent, index)
+            self._alias_values += self._sizes.get(id(node), 1)
+            if self._alias_values > MAX_ALIAS_VALUES:
+                raise TooComplex(
+                    f"the alias *{event.anchor} makes the spec expand past "
+                    f"{MAX_ALIAS_VALUES:,} values. Fix: write the value out, or reuse "
+                    "fewer aliases.",
+                    *_at(event.start_mark),
+                )
+            return node
+        if not self.check_event(yaml.SequenceStartEvent, yaml.MappingStartEvent):
+            return super().compose_node(parent, index)
+        if self._depth >= MAX_DEPTH:
+            raise TooComplex(
+                f"the spec nests lists and mappings more than {MAX_DEPTH} levels deep. "
+                "Fix: close the brackets, or flatten the structure.",
+                *_at(self.peek_event().start_mark),
+            )
+        self._depth += 1
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        items = node.value if isinstance(node, yaml.SequenceNode) else sum(node.value, ())
+        self._sizes[id(node)] = 1 + sum(self._sizes.get(id(item), 1) for item in items)
+        return node
+
     def construct_mapping(self, node, deep=False):
         self.flatten_mapping(node)
         return {
             _key_text(key_node): self.construct_object(value_node, deep=deep)
             for key_node, value_node in node.value
         }
+
+    def construct_yaml_int(self, node):
+        digits = sum(ch.isdigit() for ch in str(node.value))
+        if digits > MAX_INT_DIGITS:
+            raise TooComplex(
+                f"a number of {digits:,} digits is longer than Python converts "
+                f"({MAX_INT_DIGITS:,}). Fix: quote it to make it a string, or shorten it.",
+                *_at(node.start_mark),
+            )
+        return super().construct_yaml_int(node)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
 
 
 class DuplicateKey(Exception):
@@ -68,19 +151,29 @@ class Positions:
         mark = None
         if at == "value" and str_path in self.values:
             mark = self.values[str_path][0]
+            key = self.keys.get(str_path)
+            if key is not None and mark.index < key.index:  # an alias: point at its use
+                mark = None
         if mark is None:
             mark = self._nearest(path, self.keys)
         if mark is None:
             return (1, 1) if not path else (None, None)
         return mark.line + 1, mark.column + 1
 
-    def find_in_value(self, path: tuple, needle: str, text: str) -> tuple[int | None, int | None]:
-        """1-based position of ``needle`` inside the source of the value at ``path``."""
+    def find_in_value(
+        self, path: tuple, needle: str, text: str, skip: int = 0
+    ) -> tuple[int | None, int | None]:
+        """1-based position of ``needle`` inside the source of the value at ``path``, after
+        ``skip`` earlier occurrences of it there."""
         str_path = tuple(str(p) for p in path)
         span = self.values.get(str_path)
         if span is not None:
             start, end = span[0].index, span[1].index
             found = text.find(needle, start, max(end, start + len(needle)))
+            for _ in range(skip):
+                if found < 0:
+                    break
+                found = text.find(needle, found + 1, max(end, start + len(needle)))
             if found >= 0:
                 line = text.count("\n", 0, found) + 1
                 column = found - (text.rfind("\n", 0, found) + 1) + 1
@@ -89,7 +182,19 @@ class Positions:
 
 
 def compose_positions(text: str) -> tuple[Any, Positions]:
-    """Plain data and positions of one YAML document. Raises yaml errors and DuplicateKey."""
+    """Plain data and positions of one YAML document.
+
+    Raises yaml errors, DuplicateKey and TooComplex.
+    """
+    surrogate = _SURROGATE.search(text)
+    if surrogate:
+        start = surrogate.start()
+        raise TooComplex(
+            f"{surrogate.group()!r} is half of a UTF-16 surrogate pair, not a character. "
+            "Fix: delete it, or write the whole character.",
+            text.count("\n", 0, start) + 1,
+            start - (text.rfind("\n", 0, start) + 1) + 1,
+        )
     loader = _Loader(text)
     try:
         node = loader.get_single_node()

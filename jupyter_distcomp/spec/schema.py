@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import reprlib
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,7 @@ def validate(data: dict, ctx: Context) -> None:
     located.sort(key=lambda item: (item[0].line or 0, item[0].column or 0))
     first = located[0][0]
     if len(located) > 1:
-        others = "; ".join(f"line {e.line}: {e.message}" for e, _ in located[1:4])
+        others = "; ".join(f"line {e.line}: {e.message[:200]}" for e, _ in located[1:4])
         more = f" (+{len(located) - 4} more)" if len(located) > 4 else ""
         first = SpecError(
             f"{first.message}\nAlso: {others}{more}",
@@ -112,15 +113,23 @@ def _describe(error: Any, ctx: Context) -> SpecError:
             path,
             at="value",
         )
-    if validator in ("type", "oneOf", "anyOf"):
-        expected = error.schema.get("type")
-        if validator != "type":
-            expected = "a string or a list of strings"
-        elif isinstance(expected, list):
-            expected = " or ".join(t for t in expected if t != "null")
+    if validator in ("oneOf", "anyOf"):
+        deeper = [e for e in error.context if len(e.absolute_path) > len(path)]
+        if deeper:  # the value has the right kind; what is wrong is inside it
+            return _describe(max(deeper, key=lambda e: len(e.absolute_path)), ctx)
+        kinds = [_SCHEMA_KINDS.get(str(e.schema.get("type")), "") for e in error.context]
+        expected = " or ".join(dict.fromkeys(k for k in kinds if k)) or "another kind of value"
         return ctx.error(
-            f"{where} must be {_article(expected)}, got {kind_of(error.instance)} "
-            f"{_short(error.instance)}.",
+            f"{where} must be {expected}, got {kind_of(error.instance)} {_short(error.instance)}.",
+            path,
+            at="value",
+        )
+    if validator == "type":
+        expected = error.schema.get("type")
+        names = expected if isinstance(expected, list) else [expected]
+        expected = " or ".join(_TYPE_NAMES.get(t, _article(t)) for t in names if t != "null")
+        return ctx.error(
+            f"{where} must be {expected}, got {kind_of(error.instance)} {_short(error.instance)}.",
             path,
             at="value",
         )
@@ -141,8 +150,23 @@ def _describe(error: Any, ctx: Context) -> SpecError:
             at="value",
         )
     if validator in ("minimum", "minLength", "minItems"):
-        return ctx.error(f"{where}: {error.message}.", path, at="value")
-    return ctx.error(f"{where}: {error.message}", path, at="value")
+        return ctx.error(f"{where}: {_short_message(error)}.", path, at="value")
+    return ctx.error(f"{where}: {_short_message(error)}", path, at="value")
+
+
+_TYPE_NAMES = {
+    "string": "a string",
+    "object": "a mapping",
+    "array": "a list",
+    "number": "a number",
+    "integer": "a whole number",
+    "boolean": "true or false",
+}
+_SCHEMA_KINDS = {**_TYPE_NAMES, "array": "a list of strings"}
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 40
+_REPR.maxlist = _REPR.maxdict = 4
+_REPR.maxlevel = 2
 
 
 def _article(noun: Any) -> str:
@@ -151,5 +175,12 @@ def _article(noun: Any) -> str:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    """A short repr of ``value``, however large it is (reprlib stops early)."""
+    text = _REPR.repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _short_message(error: Any) -> str:
+    """jsonschema's message, without a long repr of the value in it."""
+    message = str(error.message)
+    return message if len(message) <= 200 else f"{_short(error.instance)}: {message[-120:]}"

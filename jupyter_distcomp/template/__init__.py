@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .render import (
     Placeholder,
+    check_azureml,
     check_template,
     expand_azureml,
     from_azureml,
@@ -17,6 +18,7 @@ from .render import (
 
 __all__ = [
     "Placeholder",
+    "check_azureml",
     "check_template",
     "expand_azureml",
     "from_azureml",

@@ -364,6 +364,44 @@ def to_azureml(template: str, bound: Iterable[str] | None = None) -> str:
     return command if trimmed == command else "".join(lex_text(trimmed).script)
 
 
+def check_azureml(command: str) -> None:
+    """Raise SpecError (with ``.offset``) if a v2 command has an unclosed or nested ``$[[``,
+    an unclosed ``${{`` or a ``${{...}}`` that names no input or output."""
+    block_end = -1
+    for match in re.finditer(r"\$\[\[|\$\{\{", command):
+        start = match.start()
+        if match.group() == "$[[":
+            if start < block_end:
+                raise template_error(
+                    "optional blocks cannot be nested: '$[[' inside a $[[ ... ]] block. "
+                    "Fix: close the first block with ']]'",
+                    command,
+                    start,
+                )
+            block_end = command.find("]]", start + 3)
+            if block_end < 0:
+                raise template_error(
+                    "'$[[' opens an optional block that is never closed. Fix: add ']]'",
+                    command,
+                    start,
+                )
+            continue
+        end = command.find("}}", start + 3)
+        if end < 0:
+            raise template_error(
+                "'${{' opens a placeholder that is never closed. Fix: write ${{inputs.NAME}}",
+                command,
+                start,
+            )
+        if not _V2_PLACEHOLDER.fullmatch(command, start, end + 2):
+            raise template_error(
+                f"'{command[start : end + 2]}' is not a placeholder. Fix: write "
+                "${{inputs.NAME}} or ${{outputs.NAME}}",
+                command,
+                start,
+            )
+
+
 def from_azureml(command: Any) -> str:
     """A v2 command (``${{inputs.x}}``, ``$[[...]]``) in the template syntax of the model."""
     if command is None:
