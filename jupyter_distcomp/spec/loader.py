@@ -255,8 +255,8 @@ def _build(data: dict, ctx: Context, text: str, base_dir: Path) -> Component:
         except LayoutError as exc:
             message = str(exc).replace("process_count_per_node", "process_count_per_instance")
             given = [key for key, value in sizes.items() if value is not None]
-            named = [key for key in given if message.startswith(key[-1])] or given
-            raise ctx.error(message, named[0], at="value") from None
+            culprits = [key for key in given if message.startswith(key[-1])] or given
+            raise ctx.error(message, culprits[0], at="value") from None
     return component
 
 

@@ -35,10 +35,10 @@ MAX_INT_DIGITS = sys.get_int_max_str_digits() or 4300
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 if TYPE_CHECKING:
-    _Parser = yaml.parser.Parser
+    from yaml._yaml import CParser as _Parser
 else:  # libyaml's parser when available: it produces events without recursion
     try:
-        from yaml.cyaml import CParser as _Parser
+        from yaml._yaml import CParser as _Parser
     except ImportError:
         _Parser = yaml.parser.Parser
 
@@ -69,7 +69,7 @@ class _Loader(
 
     def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+            event: Any = self.peek_event()
             node = super().compose_node(parent, index)
             self._alias_values += self._sizes.get(id(node), 1)
             if self._alias_values > MAX_ALIAS_VALUES:
@@ -86,14 +86,17 @@ class _Loader(
             raise TooComplex(
                 f"the spec nests lists and mappings more than {MAX_DEPTH} levels deep. "
                 "Fix: close the brackets, or flatten the structure.",
-                *_at(self.peek_event().start_mark),
+                *_at(getattr(self.peek_event(), "start_mark", None)),
             )
         self._depth += 1
         try:
             node = super().compose_node(parent, index)
         finally:
             self._depth -= 1
-        items = node.value if isinstance(node, yaml.SequenceNode) else sum(node.value, ())
+        if isinstance(node, yaml.SequenceNode):
+            items = node.value
+        elif isinstance(node, yaml.MappingNode):
+            items = [item for pair in node.value for item in pair]
         self._sizes[id(node)] = 1 + sum(self._sizes.get(id(item), 1) for item in items)
         return node
 
@@ -115,7 +118,9 @@ class _Loader(
         return super().construct_yaml_int(node)
 
 
-_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
+_Loader.add_constructor(  # type: ignore[type-var]
+    "tag:yaml.org,2002:int", _Loader.construct_yaml_int
+)
 
 
 class DuplicateKey(Exception):
