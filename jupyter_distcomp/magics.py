@@ -24,7 +24,7 @@ import shlex
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, line_cell_magic, magics_class
+from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 
 from .contracts import SUBCOMMANDS
 from .errors import DistcompError, RankError
@@ -133,6 +133,7 @@ class DistCompMagics(Magics):
         self._parser = _build_parser()
 
     @line_cell_magic
+    @no_var_expand  # `{x}` and `$x` stay as written: values never leak in unasked
     def distcomp(self, line: str, cell: str | None = None) -> None:
         """Define a component from a YAML cell, or run a subcommand (see module docs)."""
         try:

@@ -205,3 +205,21 @@ def test_a_data_path_no_program_can_take_names_the_input(value, says, tmp_path: 
     component = load_component(v15("python a.py [--d {inputs.data}]"))
     with pytest.raises(SpecError, match=f"'data'.*{says}|{says}.*'data'"):
         bind_inputs(component, {"data": value}, tmp_path)
+
+
+def test_magic_arguments_are_not_expanded_from_python_variables(ip, tmp_path, monkeypatch):
+    from IPython.utils.capture import capture_output
+
+    monkeypatch.chdir(tmp_path)
+    ip.run_cell(f"%%distcomp hostile\n{v15('python a.py [--x {inputs.x}]')}")
+    ip.user_ns.update(target="hostile", secret="s3cret-value")
+    for line in ("%distcomp env {target}", "%distcomp env $target"):
+        with capture_output():
+            result = ip.run_cell(line)
+        assert not result.success
+        assert "No component named" in str(result.error_in_exec), line
+    with capture_output():
+        result = ip.run_cell("%distcomp export hostile job.yml --input 'x={secret}'")
+    assert result.success, result.error_in_exec
+    exported = (tmp_path / "job.yml").read_text()
+    assert "{secret}" in exported and "s3cret-value" not in exported
