@@ -11,7 +11,8 @@ Both produce the same events on one queue, consumed by the kernel's main thread 
 reaches the running cell, and Ctrl-C lands there): ``("line", rank, stream, text)``,
 ``("exit", rank, code)``, ``("eof", rank, stream)``. ``rank`` is None for mpiexec itself.
 Every process runs in a session of its own; :func:`kill_sessions` ends whatever is left in
-those sessions (grandchildren included), so no run leaves orphans behind.
+those sessions or below them (grandchildren, and daemons that left the session but were
+adopted by a rank's supervisor), so no run leaves orphans behind.
 """
 
 from __future__ import annotations
@@ -26,12 +27,12 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from typing import IO
 
-from .. import mpi
+from .. import mpi, scratch
+from ..standalone import reaper
 
 #: a line with no newline yet is shown after this many seconds (progress output)
 PARTIAL_LINE_SECONDS = 0.5
@@ -184,7 +185,7 @@ class MpiLaunch:
         self.threads: list[threading.Thread] = []
         self.supervisors: dict[int, int] = {}
         self.exited: set[int] = set()
-        self.tmp = tempfile.mkdtemp(prefix="distcomp-")
+        self.tmp = scratch.make_folder("distcomp-")
         sock_path = os.path.join(self.tmp, "s")
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.server.bind(sock_path)
@@ -265,6 +266,9 @@ class MpiLaunch:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.proc.wait(timeout=1)
+        with contextlib.suppress(OSError):  # wakes the acceptor (close alone does not)
+            self.server.shutdown(socket.SHUT_RDWR)
+        self.acceptor.join(timeout=5)
         closing: list[socket.socket | IO[bytes]] = [self.server, *self.conns]
         closing += [pipe for _, pipe in _pipes(self.proc)]
         for item in closing:
@@ -274,7 +278,8 @@ class MpiLaunch:
 
 
 def session_members(sessions: list[int]) -> list[int]:
-    """Pids of every process in the given sessions (Linux /proc; else psutil descendants)."""
+    """Pids of every process in the given sessions or below one of those (Linux /proc; else
+    psutil descendants)."""
     wanted = set(sessions)
     members = []
     proc_dir = Path("/proc")
@@ -289,7 +294,7 @@ def session_members(sessions: list[int]) -> list[int]:
             fields = stat.rsplit(")", 1)[1].split()
             if int(fields[3]) in wanted and fields[0] != "Z":
                 members.append(int(entry.name))
-        return members
+        return [*members, *(pid for pid in reaper.descendants(members) if pid not in members)]
     import psutil
 
     for sid in sessions:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .. import scratch
 from ..errors import RankError
 from ..layout import layout_text
 from ..ranges import format_ranks
@@ -66,7 +66,7 @@ class World(WorldHealth):
         self._done = threading.Event()
         self._stopped = False
         self._lock = threading.RLock()
-        self._tmp = tempfile.mkdtemp(prefix=f"distcomp-{name}-")
+        self._tmp = scratch.make_folder(f"distcomp-{name}-")
         self._monitor: threading.Thread | None = None
         self._thread: threading.Thread | None = None
         self._start_finished = False

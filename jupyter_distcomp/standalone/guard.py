@@ -1,10 +1,14 @@
-"""``python -m jupyter_distcomp.standalone.guard [--signal NAME] CMD ...``: CMD dies with the kernel.
+"""``python -m jupyter_distcomp.standalone.guard [--signal NAME] CMD ...``: CMD, and everything
+it starts, ends with the kernel.
 
-The controller and ``mpiexec`` are started through this: on Linux it asks the kernel
-(``prctl(PR_SET_PDEATHSIG, sig)``, kept across ``exec``) to signal CMD when the Jupyter
-kernel that started it dies, even by SIGKILL, when no atexit hook can run: SIGTERM by
-default, so that mpiexec stops its ranks and the controller its schedulers. Elsewhere it
-just runs CMD.
+The controller and ``mpiexec`` are started through this. On Linux the guard asks the kernel
+(``prctl(PR_SET_PDEATHSIG, sig)``) to signal it when the Jupyter kernel that started it dies,
+even by SIGKILL, when no atexit hook can run: SIGTERM by default. It runs CMD as its child and
+passes every stop signal on to it, so that mpiexec stops its ranks and the controller its
+schedulers. The guard is a child subreaper (see reaper.py): a process a rank starts and
+leaves behind, even a daemon that detaches with ``setsid``, is adopted by the guard, not by
+PID 1, and is killed when CMD ends, or ``GRACE`` seconds after a stop signal if CMD lingers.
+The guard ends as CMD did (same exit code or signal). Elsewhere it just runs CMD.
 """
 
 from __future__ import annotations
@@ -12,8 +16,61 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 
-PR_SET_PDEATHSIG = 1
+from . import reaper
+
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+_STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: seconds CMD has to end after a stop signal before all below the guard is killed
+GRACE = 10.0
+
+
+def _start(argv: list[str]) -> int:
+    child = os.fork()
+    if child:
+        return child
+    reaper.die_with_parent(signal.SIGKILL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        os.write(2, f"cannot run {argv[0]!r}: {exc.strerror}\n".encode())
+    os._exit(127)
+
+
+def _supervise(child: int) -> int:
+    """Pass stop signals on to ``child``, reap what we adopt, and return ``child``'s end."""
+    deadline: list[threading.Timer] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        try:
+            os.kill(child, signum)
+        except ProcessLookupError:
+            pass
+        if signum in _STOPS and not deadline:
+            deadline.append(threading.Timer(GRACE, reaper.kill_tree))
+            deadline[0].daemon = True
+            deadline[0].start()
+
+    for sig in _FORWARDED:
+        signal.signal(sig, forward)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except InterruptedError:
+            continue
+        if pid == child:
+            reaper.kill_tree()
+            return os.waitstatus_to_exitcode(status)
+
+
+def _exit_like(code: int) -> None:
+    if code < 0:
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    sys.exit(code if code >= 0 else 128 - code)
 
 
 def main(argv: list[str]) -> None:
@@ -22,18 +79,15 @@ def main(argv: list[str]) -> None:
         sig, argv = signal.Signals[f"SIG{argv[1]}"], argv[2:]
     if not argv:
         sys.exit("usage: python -m jupyter_distcomp.standalone.guard [--signal NAME] CMD [ARGS...]")
-    if sys.platform.startswith("linux"):
-        parent = os.getppid()
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
-        if os.getppid() != parent:  # the kernel died before the request took effect
-            sys.exit(1)
-    os.execvp(argv[0], argv)
+    if not sys.platform.startswith("linux"):
+        os.execvp(argv[0], argv)
+    parent = os.getppid()
+    reaper.die_with_parent(sig)
+    if os.getppid() != parent:  # the kernel died before the request took effect
+        sys.exit(1)
+    reaper.become_subreaper()
+    signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
+    _exit_like(_supervise(_start(argv)))
 
 
 if __name__ == "__main__":

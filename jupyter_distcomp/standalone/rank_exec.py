@@ -17,7 +17,9 @@ control connection, then exits the same way so that ``mpiexec`` sees it too. The
 still the process ``mpiexec`` launched in every way MPI cares about (same PMIx variables,
 same process group), so mpi4py in it joins the one MPI world. In both modes the supervisor
 also makes sure a rank never outlives the kernel: if the kernel dies (killed, restarted)
-the rank is killed, where a bare process would run on as an orphan.
+the rank is killed, where a bare process would run on as an orphan. The supervisor is a
+child subreaper (see reaper.py): whatever the rank starts, even a daemon that detaches with
+``setsid``, stays below it and is killed when the rank ends or the kernel dies.
 
 Why sockets instead of ``mpiexec --output tag``: under mpiexec the child's stdout and stderr
 are Unix socket connections to the kernel, one per rank and stream. The kernel thus reads
@@ -28,7 +30,7 @@ failure; the same reader code serves pipes of ``--direct`` ranks.
 
 from __future__ import annotations
 
-import ctypes
+import importlib.util
 import json
 import os
 import signal
@@ -36,9 +38,9 @@ import socket
 import sys
 import threading
 import time
+from types import ModuleType
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
-_PR_SET_PDEATHSIG = 1
 USAGE = "usage: python -I rank_exec.py (ENVFILE | --direct) -- ARGV..."
 
 
@@ -49,13 +51,18 @@ def _connect(path: str, header: str) -> socket.socket:
     return sock
 
 
-def _die_with_parent() -> None:
-    """If the supervisor is SIGKILLed (mpiexec does that), take the child down too."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the kernel's final sweep still applies
-        pass
+def _reaper() -> ModuleType:
+    """reaper.py beside this file: run as a file (-I), this is no package to import from."""
+    spec = importlib.util.spec_from_file_location(
+        "distcomp_reaper", os.path.join(os.path.dirname(os.path.abspath(__file__)), "reaper.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+reaper = _reaper()
 
 
 def _start_child(argv: list[str], env: dict[str, str], streams: tuple | None) -> int:
@@ -67,7 +74,7 @@ def _start_child(argv: list[str], env: dict[str, str], streams: tuple | None) ->
         os.dup2(streams[1].fileno(), 2)
     for sig in _FORWARDED:
         signal.signal(sig, signal.SIG_DFL)
-    _die_with_parent()
+    reaper.die_with_parent()  # the supervisor SIGKILLed (mpiexec does that): the child too
     try:
         os.execvpe(argv[0], argv, env)
     except OSError as exc:
@@ -106,14 +113,17 @@ def _until_orphaned(parent: int):
 
 
 def _supervise(child: int) -> int:
+    """Wait for the child (reaping the orphans we adopt meanwhile), then end what it left."""
     for sig in _FORWARDED:
         signal.signal(sig, lambda signum, _frame: os.kill(child, signum))
     while True:
         try:
-            _, status = os.waitpid(child, 0)
-            return os.waitstatus_to_exitcode(status)
+            pid, status = os.waitpid(-1, 0)
         except InterruptedError:
             continue
+        if pid == child:
+            reaper.kill_tree()
+            return os.waitstatus_to_exitcode(status)
 
 
 def _exit_like(code: int) -> int:
@@ -133,6 +143,7 @@ def main(args: list[str]) -> int:
         print(USAGE, file=sys.stderr)
         return 2
     argv = args[2:]
+    reaper.become_subreaper()
     if args[0] == "--direct":
         parent = os.getppid()
         child = _start_child(argv, dict(os.environ), None)

@@ -1,0 +1,112 @@
+"""A process that owns everything started below it, even what detaches, and ends all of it.
+
+Linux hands an orphan to its nearest ancestor marked as a *child subreaper*
+(``prctl(PR_SET_CHILD_SUBREAPER)``) instead of to PID 1. A supervisor so marked keeps every
+process its child starts, also daemons that ``setsid`` and double-fork, in its own process
+tree, and can end them all when the child ends or the kernel dies. ``rank_exec`` (each rank
+of ``%distcomp command``) and ``guard`` (mpiexec of ``%%distcomp run``, the controller) are
+such supervisors; the kernel's own sweep (command/launch.py) walks the same tree.
+
+Standard library only; ``rank_exec`` runs it from its file, outside the package.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Iterable
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+_PROC = "/proc"
+
+
+def _prctl(option: int, value: int) -> bool:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):  # not Linux
+        return False
+
+
+def become_subreaper() -> bool:
+    """Adopt the orphans of every descendant; False where the system cannot (not Linux)."""
+    return _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> bool:
+    """Have ``sig`` sent to this process when its parent dies (kept across ``exec``)."""
+    return _prctl(PR_SET_PDEATHSIG, int(sig))
+
+
+def parents() -> dict[int, int]:
+    """pid -> parent pid of every live (not zombie) process, from /proc; {} without /proc."""
+    table: dict[int, int] = {}
+    try:
+        names = os.listdir(_PROC)
+    except OSError:
+        return table
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"{_PROC}/{name}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != b"Z":
+            table[int(name)] = int(fields[1])
+    return table
+
+
+def descendants(roots: Iterable[int], table: dict[int, int] | None = None) -> list[int]:
+    """Every live process below ``roots`` (not the roots themselves)."""
+    table = parents() if table is None else table
+    children: dict[int, list[int]] = {}
+    for pid, ppid in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found: list[int] = []
+    todo = list(roots)
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.append(child)
+                todo.append(child)
+    return found
+
+
+def reap() -> None:
+    """Collect every child that has ended (adopted orphans included), without waiting."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def kill_tree(root: int | None = None, timeout: float = 5.0) -> list[int]:
+    """SIGKILL every process below ``root`` (this process by default) until none is left.
+
+    Repeats, because a process may start another while the first pass runs. Returns the pids
+    that were killed.
+    """
+    root = os.getpid() if root is None else root
+    killed: list[int] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        if root == os.getpid():
+            reap()
+        left = descendants([root])
+        if not left or time.monotonic() > deadline:
+            return killed
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+        time.sleep(0.01)

@@ -1,0 +1,205 @@
+"""Nothing a run starts outlives it or its kernel: a rank's children, daemons that ``setsid``,
+the threads of a run, scratch folders of a killed kernel.
+
+Each rank here starts a child (``sleep 311``) and a daemon that detaches (fork, ``setsid``,
+fork again, ``sleep 312``) and writes their pids to a file; the test then checks those exact
+pids, so it sees a leaked process even after it was reparented to PID 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from jupyter_distcomp import scratch
+from jupyter_distcomp.command import run_command
+from jupyter_distcomp.spec import load_component
+
+SPAWN = r"""
+import json, os, subprocess, sys, time
+out, mode = sys.argv[1], sys.argv[2]
+rank = os.environ.get("RANK") or os.environ.get("OMPI_COMM_WORLD_RANK")
+child = subprocess.Popen(["sleep", "311"])
+read, write = os.pipe()
+if os.fork() == 0:
+    os.setsid()
+    pid = os.fork()
+    if pid:
+        os.write(write, str(pid).encode())
+        os._exit(0)
+    os.execvp("sleep", ["sleep", "312"])
+os.wait()
+daemon = int(os.read(read, 64))
+with open(os.path.join(out, f"pids{rank}.json"), "w") as handle:
+    json.dump([child.pid, daemon], handle)
+print("spawned", flush=True)
+if mode == "hang":
+    time.sleep(120)
+"""
+
+SPEC = """
+name: spawner
+type: DistributedComponent
+inputs:
+  mode: {type: Enum, enum: [hang, leave], default: leave}
+outputs:
+  out: {type: path}
+code: CODE
+launcher:
+  type: LAUNCHER
+  additional_arguments: python spawn.py {outputs.out} {inputs.mode}
+"""
+
+KERNEL = """
+import sys
+from jupyter_distcomp.command import run_command
+from jupyter_distcomp.spec import load_component
+component = load_component(sys.argv[1], base_dir=sys.argv[2])
+component.runsettings.resource_layout.configure(1, 2)
+run_command(component, inputs={"mode": "hang"}, outputs={"out": sys.argv[3]}, cwd=sys.argv[2])
+"""
+
+
+def spawner(tmp_path: Path, launcher: str) -> str:
+    code = tmp_path / "code"
+    code.mkdir(exist_ok=True)
+    (code / "spawn.py").write_text(SPAWN)
+    return SPEC.replace("CODE", str(code)).replace("LAUNCHER", launcher)
+
+
+def spawned_pids(out: Path, ranks: int) -> list[int]:
+    pids: list[int] = []
+    for rank in range(ranks):
+        pids += json.loads((out / f"pids{rank}.json").read_text())
+    return pids
+
+
+def alive(pids: list[int]) -> list[int]:
+    """The pids still running a ``sleep`` we started (not zombies, not a reused pid)."""
+    running = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            if proc.status() != psutil.STATUS_ZOMBIE and proc.name() == "sleep":
+                running.append(pid)
+        except psutil.Error:
+            pass
+    return running
+
+
+def wait_gone(pids: list[int], seconds: float = 20) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return alive(pids)
+
+
+def kill_all(pids: list[int]) -> None:
+    for pid in alive(pids):
+        os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["torch.distributed", "mpi"])
+def test_what_ranks_start_ends_with_the_run(tmp_path, launcher):
+    component = load_component(spawner(tmp_path, launcher), base_dir=tmp_path)
+    component.runsettings.resource_layout.configure(1, 2)
+    out = tmp_path / "out"
+    result = run_command(component, outputs={"out": str(out)}, cwd=tmp_path, stream=None)
+    assert result.ok
+    pids = spawned_pids(out, 2)
+    try:
+        assert len(pids) == 4
+        assert wait_gone(pids) == []
+    finally:
+        kill_all(pids)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["torch.distributed", "mpi"])
+def test_what_ranks_start_ends_with_a_killed_kernel(tmp_path, launcher):
+    out = tmp_path / "out"
+    kernel = subprocess.Popen(
+        [sys.executable, "-c", KERNEL, spawner(tmp_path, launcher), str(tmp_path), str(out)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    pids: list[int] = []
+    try:
+        assert kernel.stdout is not None
+        assert "spawned" in kernel.stdout.readline()
+        assert "spawned" in kernel.stdout.readline()
+        pids = spawned_pids(out, 2)
+        assert len(alive(pids)) == 4, "the children run while the kernel does"
+    finally:
+        kernel.kill()
+        kernel.wait()
+    try:
+        assert wait_gone(pids) == []
+    finally:
+        kill_all(pids)
+
+
+def command_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "distcomp-command"]
+
+
+@pytest.mark.slow
+def test_mpi_runs_leave_no_thread_behind(tmp_path):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "hello.py").write_text("print('hello')\n")
+    spec = spawner(tmp_path, "mpi").replace(
+        "python spawn.py {outputs.out} {inputs.mode}", "python hello.py"
+    )
+    component = load_component(spec.replace(str(tmp_path / "code"), str(code)), base_dir=tmp_path)
+    component.runsettings.resource_layout.configure(1, 2)
+    before = len(command_threads())
+    for _ in range(5):
+        assert run_command(component, cwd=tmp_path, stream=None).ok
+    assert len(command_threads()) == before
+
+
+def test_scratch_folders_of_a_dead_owner_are_swept(tmp_path):
+    make = (
+        "import sys; from jupyter_distcomp import scratch; "
+        "print(scratch.make_folder('distcomp-test-'), flush=True); "
+        "sys.stdin.read()"
+    )
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    dead = subprocess.Popen(
+        [sys.executable, "-c", make],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    live = subprocess.Popen(
+        [sys.executable, "-c", make],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert dead.stdout is not None and live.stdout is not None
+        dead_folder, live_folder = dead.stdout.readline().strip(), live.stdout.readline().strip()
+        dead.kill()
+        dead.wait()
+        foreign = tmp_path / "distcomp-not-ours"
+        foreign.mkdir()
+        removed = scratch.sweep(str(tmp_path))
+        assert removed == [dead_folder]
+        assert Path(live_folder).is_dir() and foreign.is_dir()
+    finally:
+        live.kill()
+        live.wait()
