@@ -203,3 +203,58 @@ def test_scratch_folders_of_a_dead_owner_are_swept(tmp_path):
     finally:
         live.kill()
         live.wait()
+
+
+ENGINE_SPAWN = """\
+%%distcomp run keeper
+import os, subprocess
+child = subprocess.Popen(["sleep", "311"])
+read, write = os.pipe()
+first = os.fork()
+if first == 0:
+    os.setsid()
+    pid = os.fork()
+    if pid:
+        os.write(write, str(pid).encode())
+        os._exit(0)
+    os.execvp("sleep", ["sleep", "312"])
+os.waitpid(first, 0)
+print("PIDS", child.pid, int(os.read(read, 64)))
+"""
+
+
+def printed_pids(text: str) -> list[int]:
+    return [int(word) for line in text.splitlines() if "PIDS" in line for word in line.split()[-2:]]
+
+
+@pytest.mark.slow
+def test_what_engines_start_ends_with_stop_and_with_a_killed_kernel():
+    from .ranks_support import MPI_SPEC
+    from .test_ranks_kernel import Kernel
+
+    kernel = Kernel()
+    pids: list[int] = []
+    try:
+        kernel.run(
+            "%load_ext jupyter_distcomp\n%config DistComp.default_process_count_per_node = 2"
+        )
+        kernel.run(f"%%distcomp keeper\n{MPI_SPEC}")
+        reply, text, _ = kernel.run(ENGINE_SPAWN)
+        assert reply["status"] == "ok", text
+        stopped = printed_pids(text)
+        pids += stopped
+        assert len(alive(stopped)) == 4, text
+        reply, text, _ = kernel.run("%distcomp stop keeper")
+        assert reply["status"] == "ok", text
+        assert wait_gone(stopped) == []
+
+        reply, text, _ = kernel.run(ENGINE_SPAWN)
+        assert reply["status"] == "ok", text
+        orphaned = printed_pids(text)
+        pids += orphaned
+        assert len(alive(orphaned)) == 4, text
+        psutil.Process(kernel.km.provisioner.process.pid).kill()
+        assert wait_gone(orphaned, 30) == []
+    finally:
+        kernel.close()
+        kill_all(pids)
