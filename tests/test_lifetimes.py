@@ -258,3 +258,33 @@ def test_what_engines_start_ends_with_stop_and_with_a_killed_kernel():
     finally:
         kernel.close()
         kill_all(pids)
+
+
+@pytest.mark.slow
+def test_stop_from_another_thread_says_the_ranks_were_stopped(ip, tmp_path):
+    from .ranks_support import MPI_SPEC, define, run_cell
+
+    define(ip, "stoppee", MPI_SPEC, nodes=1, per_node=2)
+    flag = tmp_path / "busy"
+
+    def stop_once_busy() -> None:
+        deadline = time.monotonic() + 120
+        while not flag.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ip.run_line_magic("distcomp", "stop stoppee")
+
+    stopper = threading.Thread(target=stop_once_busy)
+    stopper.start()
+    try:
+        cell = run_cell(
+            ip,
+            "%%distcomp run stoppee\nimport pathlib, time\n"
+            f"print('working', flush=True)\npathlib.Path({str(flag)!r}).touch()\ntime.sleep(120)",
+        )
+    finally:
+        stopper.join()
+    assert not cell.ok
+    message = str(cell.error)
+    assert "were stopped while the cell ran" in message, message
+    assert "died" not in message and "the process is gone" not in message
+    assert "working" in cell.stdout

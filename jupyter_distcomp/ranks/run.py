@@ -220,6 +220,8 @@ class CellRun:
 
     def _on_death(self) -> None:
         world = self.world
+        if world.stopped:
+            self._on_stopped()
         self._settle(DEATH_GRACE, lambda: not self.running and not world.mpiexec_alive())
         world.check_alive()
         said = world.mpiexec_output(since=self.log_offset)
@@ -247,6 +249,18 @@ class CellRun:
             sections=sections,
             fix=f"Output of the other ranks is kept above. Fix: `%distcomp restart {world.name}` "
             "starts a fresh world (variables on the ranks are lost).",
+        )
+
+    def _on_stopped(self) -> None:
+        """The world was stopped (``%distcomp stop``, the panel) while the cell ran."""
+        self._pump()
+        busy = sorted(self.running)
+        self.running.clear()
+        raise RankError(
+            f"the ranks of {self.world.name!r} were stopped while the cell ran on "
+            f"{format_ranks(busy or self.ranks)}",
+            fix="Output printed before the stop is kept above. The next `%%distcomp run "
+            f"{self.world.name}` starts fresh ranks (their variables are lost).",
         )
 
     def _on_timeout(self) -> None:

@@ -95,6 +95,11 @@ class World(WorldHealth):
     def started(self) -> bool:
         return self._done.is_set()
 
+    @property
+    def stopped(self) -> bool:
+        """:meth:`stop` was called: the ranks are gone on purpose, not dead."""
+        return self._stopped
+
     def wait_started(self, timeout: float | None = None) -> bool:
         return self._done.wait(timeout)
 
