@@ -85,7 +85,7 @@ def coerce_value(inp: Input, value: Any) -> Any:
             return True
         if text in ("false", "0", "no"):
             return False
-        raise SpecError(f"input '{inp.name}' is Boolean: use True or False, not {_short(value)}.")
+        raise SpecError(f"input '{inp.name}' is Boolean: use True or False, not {short_repr(value)}.")
     if kind in ("integer", "number"):
         if isinstance(value, bool):
             raise SpecError(f"input '{inp.name}' is {kind}: got a boolean {value!r}.")
@@ -99,7 +99,7 @@ def coerce_value(inp: Input, value: Any) -> Any:
             example = "3" if kind == "integer" else "0.01"
             raise SpecError(
                 f"input '{inp.name}' is {'Integer' if kind == 'integer' else 'Float'}: "
-                f"{_short(value)} is not a number. Fix: give a value such as {example}."
+                f"{short_repr(value)} is not a number. Fix: give a value such as {example}."
             ) from None
         if isinstance(number, int) and number.bit_length() > MAX_INT_DIGITS * 3.32:
             raise SpecError(
@@ -115,16 +115,16 @@ def coerce_value(inp: Input, value: Any) -> Any:
         text = str(value)
         if inp.enum and text not in inp.enum:
             raise SpecError(
-                f"input '{inp.name}' must be one of {', '.join(inp.enum)}; got {_short(text)}."
+                f"input '{inp.name}' must be one of {', '.join(inp.enum)}; got {short_repr(text)}."
                 f"{did_you_mean(text, inp.enum)}"
             )
         return check_argument(inp.name, text)
     return check_argument(inp.name, value if isinstance(value, str) else str(value))
 
 
-def _short(value: Any) -> str:
-    text = repr(value) if len(str(value)) <= 60 else repr(str(value)[:40]) + "..."
-    return text
+def short_repr(value: Any) -> str:
+    """``repr(value)``, cut short for a long value (messages stay readable)."""
+    return repr(value) if len(str(value)) <= 60 else repr(str(value)[:40]) + "..."
 
 
 def _to_int(value: Any) -> int:

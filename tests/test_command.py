@@ -208,7 +208,7 @@ def test_a_failing_rank_fails_the_run_and_stops_the_others(tmp_path, launcher):
     assert "ranks 0, 2 stopped because of the failure" in message
     result = caught.value.result
     assert [r.stopped for r in result.ranks] == [True, False, True]
-    assert elapsed < 10, "the other ranks sleep 60 s: they must have been stopped"
+    assert elapsed < 60 / 4, "the other ranks sleep 60 s: they must have been stopped"
     assert our_processes(tmp_path) == []
 
 
@@ -292,7 +292,7 @@ def test_timeout_names_the_ranks_still_running(tmp_path, launcher):
     message = str(caught.value)
     assert "timed out after 2 s: ranks 0-1 still running" in message
     assert "KeyboardInterrupt" in message  # SIGINT first: each rank shows where it was
-    assert elapsed < 2 + 3 + 3
+    assert elapsed < 60 / 4, "the ranks sleep 60 s: the time-out stopped them"
     assert our_processes(tmp_path) == []
 
 
@@ -373,7 +373,7 @@ def test_ctrl_c_stops_every_rank(tmp_path, launcher):
     started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         run_command(component, inputs={"mode": "hang"}, stream=Lines(on_line), cwd=tmp_path)
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 60 / 4, "the ranks sleep 60 s: Ctrl-C stopped them"
     assert our_processes(tmp_path) == []
 
 
@@ -492,7 +492,7 @@ def test_in_a_real_kernel_output_is_live_and_interrupt_stops_the_ranks(tmp_path)
     assert stopped["content"]["status"] == "error"
     assert interrupted[0]["ename"] == "RankError"
     assert "interrupted: every rank was stopped" in interrupted[0]["evalue"]
-    assert interrupt_seconds < 10
+    assert interrupt_seconds < 60 / 4, "the ranks sleep 60 s: the interrupt stopped them"
     assert after["content"]["status"] == "ok"  # the kernel itself is fine
     assert our_processes(tmp_path) == []
 

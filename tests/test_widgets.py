@@ -54,6 +54,8 @@ HELLO_PY = """\
 import os, sys, time
 rank = os.environ["OMPI_COMM_WORLD_RANK"]
 size = os.environ["OMPI_COMM_WORLD_SIZE"]
+with open(f"pid{rank}", "w") as handle:  # the test checks these exact processes are gone
+    handle.write(str(os.getpid()))
 print(f"{sys.argv[1]} from {rank} of {size}", flush=True)
 time.sleep(int(sys.argv[2]))
 if sys.argv[1] == "fail" and rank == "1":
@@ -358,12 +360,13 @@ def test_redefinition_keeps_values_and_the_new_panel_follows(ip, tmp_path):
 
 
 def press(p: RunSettingsPanel, key: str, timeout: float = 120) -> float:
-    """Click like the browser does; the seconds the click took (the handler must not block)."""
+    """Click like the browser does; the share of the action's time the click itself took
+    (near 0 when the handler returns at once and a thread does the work, 1 if it blocks)."""
     tic = time.perf_counter()
     p.buttons[key].click()
     took = time.perf_counter() - tic
     assert p.wait(timeout), f"{key} still running after {timeout} s: {p.worker.text}"
-    return took
+    return took / (time.perf_counter() - tic)
 
 
 def test_export_writes_yaml_that_azure_ml_loads(panel, tmp_path):
@@ -378,7 +381,7 @@ def test_export_writes_yaml_that_azure_ml_loads(panel, tmp_path):
     by_class(p, "distcomp-compute").value = "cpu-cluster"
     assert comp.runsettings.compute == "cpu-cluster"
     by_class(p, "distcomp-export-path").value = str(tmp_path / "out" / "job.yml")
-    assert press(p, "export") < 1.0
+    assert press(p, "export") < 0.5  # the click returned before the export was done
     assert p.worker.state == "ok", p.worker.text
     assert f"az ml job create -f {tmp_path / 'out' / 'job.yml'}" in p.worker.text
     job = load_job(tmp_path / "out" / "job.yml")
@@ -484,6 +487,22 @@ def gone(procs: list[psutil.Process], seconds: float = 15) -> list[psutil.Proces
     return alive
 
 
+def still_running(pids: list[int], program: str, seconds: float = 15) -> list[int]:
+    """Which of ``pids`` still run ``program`` after up to ``seconds`` (a reused pid does not)."""
+
+    def running(pid: int) -> bool:
+        try:
+            proc = psutil.Process(pid)
+            return proc.status() != psutil.STATUS_ZOMBIE and program in " ".join(proc.cmdline())
+        except psutil.Error:
+            return False
+
+    deadline = time.monotonic() + seconds
+    while any(map(running, pids)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [pid for pid in pids if running(pid)]
+
+
 def eventually(check, seconds: float = 5) -> bool:
     deadline = time.monotonic() + seconds
     while not check():
@@ -539,8 +558,9 @@ def test_run_command_streams_labelled_output_and_failures(panel, tmp_path):
     assert p.worker.state == "error"
     assert "rank 1" in p.worker.text and "exit code 3" in p.worker.text
     assert "rank 1 gives up" in p.worker.text
-    leftovers = [q for q in our_processes() if "hello.py" in " ".join(q.cmdline())]
-    assert not gone(leftovers)
+    # the ranks' own pids: a leaked rank is reparented to init, no child of ours any more
+    ranks = [int((tmp_path / f"pid{rank}").read_text()) for rank in range(2)]
+    assert not still_running(ranks, "hello.py")
 
 
 @pytest.mark.slow
@@ -558,10 +578,8 @@ def test_stop_interrupts_a_running_command(panel, tmp_path):
         time.sleep(0.1)
     running = [q for q in our_processes() if q.pid not in before]
     assert running
-    tic = time.monotonic()
     p.buttons["stop"].click()
-    assert p.wait(30)
-    assert time.monotonic() - tic < 15
+    assert p.wait(30), "the ranks sleep 60 s: stop must end them long before"
     assert "Stopped the command on every rank" in p.worker.text
     assert not gone(running)
 

@@ -70,7 +70,7 @@ def bind_inputs(
     component: Component, overrides: dict[str, Any] | None, cwd: Path
 ) -> dict[str, Any]:
     """Input name -> value for the template: parameters typed, data inputs absolute paths."""
-    from ..values import coerce_value
+    from ..values import coerce_value, short_repr
 
     overrides = dict(overrides or {})
     _check_names(overrides, component.inputs, "input", "--input")
@@ -95,7 +95,9 @@ def bind_inputs(
                 bound[name] = coerce_value(inp, value)
             except SpecError as exc:
                 raise SpecError(
-                    f"--input {name}: {exc.message}", line=inp.line, path=f"inputs.{name}"
+                    f"--input {name}={short_repr(value)}: {exc.message}",
+                    line=inp.line,
+                    path=f"inputs.{name}",
                 ) from None
             continue
         path = _local_path(name, value, "data input", "--input", cwd)
