@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
 
-.PHONY: demo test lint format bench
+.PHONY: demo test test-fast soak lint format bench
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,14 @@ $(CHROMIUM):
 
 test: lint $(CHROMIUM)
 	$(PY) -m pytest
+
+# the edit loop: no test that starts ranks, kernels, servers or browsers
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow"
+
+# not part of make test: 1,000 cells, 100 command runs, 50 rank kills in one kernel
+soak: $(STAMP)
+	$(PY) bench/soak.py
 
 # style, types and the import contracts of pyproject.toml ([tool.importlinter])
 lint: $(STAMP)

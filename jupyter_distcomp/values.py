@@ -85,7 +85,9 @@ def coerce_value(inp: Input, value: Any) -> Any:
             return True
         if text in ("false", "0", "no"):
             return False
-        raise SpecError(f"input '{inp.name}' is Boolean: use True or False, not {short_repr(value)}.")
+        raise SpecError(
+            f"input '{inp.name}' is Boolean: use True or False, not {short_repr(value)}."
+        )
     if kind in ("integer", "number"):
         if isinstance(value, bool):
             raise SpecError(f"input '{inp.name}' is {kind}: got a boolean {value!r}.")

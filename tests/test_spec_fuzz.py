@@ -1,4 +1,8 @@
-"""Property test: a mutated public spec either loads or raises SpecError with a line, nothing else."""
+"""Property test: a mutated public spec either loads or raises SpecError with a line, nothing else.
+
+Mutations include hostile shapes: deep nesting, alias bombs, numbers longer than Python
+converts, lone surrogates and NUL characters. 10,000 cases by default (DISTCOMP_FUZZ_EXAMPLES).
+"""
 
 from __future__ import annotations
 
@@ -23,7 +27,19 @@ values = st.one_of(
          "&a x", "*a", "!!binary x", "|", ">-", "{inputs.x}", "[--x {inputs.nope}]", "mpi",
          "tensorflow", "Enum", "Integer", "AnyFile", "DistributedComponent", "command", ": :"]
     ),
+    st.integers(1, 400).map(lambda depth: "[" * depth + "]" * depth),  # deep nesting
+    st.integers(4000, 6000).map(lambda digits: "9" * digits),  # longer than Python converts
+    st.sampled_from(["\ud800", "\udfff x", '"\ud800"', '"a\0b"', '"\x00"', "a\x00b"]),
+    st.sampled_from(["*a", "*b", "&x [*a, *a]", "{inputs.x", "${{inputs.x}", "$[[--x"]),
 )  # fmt: skip
+
+#: anchors for the aliases the values above use: small ones, or ones that expand tenfold per
+#: level (a "billion laughs")
+ANCHORS = "x-anchors:\n  a: &a [l, l, l]\n  b: &b [*a, *a, *a]\n"
+BOMB = "x-laughs:\n  a: &a [l, l, l, l, l, l, l, l, l, l]\n" + "".join(
+    f"  {name}: &{name} [{', '.join([f'*{prev}'] * 10)}]\n"
+    for prev, name in zip("abcdefg", "bcdefgh", strict=True)
+)
 
 
 @st.composite
@@ -58,11 +74,12 @@ def mutated(draw) -> str:
             lines.insert(i, " " * draw(st.integers(0, 6)) + draw(values))
         elif op == "swap" and i + 1 < len(lines):
             lines[i], lines[i + 1] = lines[i + 1], lines[i]
-    return "\n".join(lines) + "\n"
+    prefix = draw(st.sampled_from(["", "", ANCHORS, ANCHORS, BOMB]))
+    return prefix + "\n".join(lines) + "\n"
 
 
 @settings(
-    max_examples=int(os.environ.get("DISTCOMP_FUZZ_EXAMPLES", "400")),
+    max_examples=int(os.environ.get("DISTCOMP_FUZZ_EXAMPLES", "10000")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )

@@ -11,6 +11,7 @@ import functools
 import json
 import re
 import reprlib
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +39,24 @@ def _fast_check():
 @functools.lru_cache(maxsize=1)
 def _validator():
     """jsonschema's validator, used only to explain a failure: it lists every error."""
+    _import_jsonschema()
     import jsonschema
 
     cls = jsonschema.validators.validator_for(schema())
     return cls(schema())
+
+
+def _import_jsonschema() -> None:
+    """Import jsonschema without rfc3987_syntax, which its format checks import when installed
+    and which compiles dozens of grammars (seconds) for IRI formats our schema does not use:
+    the first error of a spec would otherwise take seconds."""
+    if "jsonschema" in sys.modules or "rfc3987_syntax" in sys.modules:
+        return
+    sys.modules["rfc3987_syntax"] = None  # type: ignore[assignment]  # an ImportError
+    try:
+        import jsonschema  # noqa: F401
+    finally:
+        del sys.modules["rfc3987_syntax"]
 
 
 def kind_of(value: Any) -> str:
