@@ -141,7 +141,23 @@ class Session:
             worker_count=worker_count,
             parameter_server_count=parameter_server_count,
         )
-        return EnvTable(component, master_addr=self.master_addr)
+        envs, held = self.rank_values(name, component)
+        return EnvTable(component, envs, held=held)
+
+    def rank_values(
+        self, name: str, component: Component | None = None
+    ) -> tuple[list[dict[str, str]], bool]:
+        """(the variables of each rank, whether running ranks hold them): every view shows
+        these. The ranks' own values while their layout is current; before that, the
+        layout's, with ``PORT_AT_START`` for the ports each world chooses when it starts."""
+        from .layout import PORT_AT_START
+
+        component = component or self.component(name)
+        if self._backend is not None:
+            envs = self._backend.current_envs(name, component)
+            if envs is not None:
+                return envs, True
+        return component.rank_environments(self.master_addr, PORT_AT_START), False
 
     def panel(self, name: str, component: Component | None = None) -> RunSettingsPanel:
         """The run-settings panel of ``name`` (one per component object), acting through

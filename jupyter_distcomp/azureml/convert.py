@@ -2,18 +2,13 @@
 
 The v1.5 spec maps onto a v2 ``command()`` job. The run settings object
 (``component.runsettings``) is read at call time, so what the widget or ``configure()`` set is
-what gets built; ``resources.instance_count`` is always set explicitly (azure-sdk#25215 dropped
-``node_count`` silently). Parameter defaults are passed as values, because azure-ai-ml's
-``command()`` does not fill them in on a job.
+what gets built; ``resources.instance_count`` is always set explicitly. Parameter defaults are
+passed as values, because azure-ai-ml's ``command()`` does not fill them in on a job.
 
-DeepSpeed runs under the MPI distribution. Azure ML has no DeepSpeed launcher of its own; it runs
-DeepSpeed under PyTorch or MPI. ``deepspeed.init_distributed()`` uses RANK/WORLD_SIZE/MASTER_*
-when they are all set (PyTorch distribution), and otherwise, on Azure ML (``AZUREML_EXPERIMENT_ID``
-set), maps ``OMPI_COMM_WORLD_*`` and ``AZ_BATCH_MASTER_NODE`` itself
-(``deepspeed/comm/comm.py: patch_aml_env_for_torch_nccl_backend``). We pick MPI because that is
-the Azure path DeepSpeed itself implements and the one the local ranks emulate for a
-``deepspeed`` launcher (Open MPI variables), so a script debugged locally sees the same variables
-on Azure. Pass ``distribution=PyTorchDistribution(...)`` to :func:`to_azureml_job` to override.
+DeepSpeed runs under the PyTorch distribution, as every DeepSpeed job in Azure/azureml-examples
+does (``process_count_per_instance`` = processes per node); the local ranks get the same
+PyTorch variables. A spec that wants MPI says ``launcher: {type: mpi}``. TensorFlow sends
+``worker_count`` (default: the instance count) and ``parameter_server_count``.
 """
 
 from __future__ import annotations
@@ -27,7 +22,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AzureMLError, AzureMLWarning, DistcompError
-from ..layout import MPI_LAUNCHERS
+from ..layout import MPI_LAUNCHERS, tensorflow_tasks
 from .environment import build_environment
 from .values import job_inputs, job_outputs
 
@@ -71,12 +66,12 @@ def launcher_distribution(component: Component):
     kind = component.launcher_type
     if kind in MPI_LAUNCHERS:
         return MpiDistribution(process_count_per_instance=layout.process_count_per_node)
-    if kind == "torch.distributed":
+    if kind in ("torch.distributed", "deepspeed"):
         return PyTorchDistribution(process_count_per_instance=layout.process_count_per_node)
     if kind == "tensorflow":
-        ps = layout.parameter_server_count
-        # as the local TF_CONFIG: every rank is a worker or a parameter server
-        workers = layout.worker_count if layout.worker_count is not None else layout.world_size - ps
+        workers, ps = tensorflow_tasks(
+            layout.instance_count, layout.worker_count, layout.parameter_server_count
+        )
         return TensorFlowDistribution(worker_count=workers, parameter_server_count=ps)
     return None
 
