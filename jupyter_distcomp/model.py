@@ -121,6 +121,8 @@ class Component:
     source: str = ""  # the YAML text
     base_dir: Path | None = None  # folder of the spec file (or the notebook's cwd)
     warnings: tuple[str, ...] = ()
+    #: the layout the spec itself sets (v2 ``resources`` / ``distribution``), by setting name
+    spec_layout: dict[str, int] = field(default_factory=dict)
     runsettings: RunSettings = field(default_factory=RunSettings, compare=False, repr=False)
 
     # -- derived ------------------------------------------------------------------------

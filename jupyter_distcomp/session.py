@@ -99,11 +99,12 @@ class Session:
         previous = self.components.get(name)
         if previous is not None:
             component = carry_over_settings(previous, component)
-        else:
-            component.runsettings.resource_layout.configure(
-                instance_count=self.local.default_instance_count,
-                process_count_per_node=self.local.default_process_count_per_node,
-            )
+        else:  # the defaults fill in what the spec's own layout (v2) leaves open
+            defaults = {
+                "instance_count": self.local.default_instance_count,
+                "process_count_per_node": self.local.default_process_count_per_node,
+            }
+            component.runsettings.resource_layout.configure(**{**defaults, **component.spec_layout})
         self.components[name] = component
         if self.shell is not None:
             self.shell.user_ns[name] = component

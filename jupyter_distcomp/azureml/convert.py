@@ -18,11 +18,11 @@ import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AzureMLError, AzureMLWarning, DistcompError
 from ..layout import MPI_LAUNCHERS, tensorflow_tasks
+from .checks import check_code_folder, outside_package, warn_return_code
 from .environment import build_environment
 from .values import job_inputs, job_outputs
 
@@ -91,6 +91,8 @@ def _code(component: Component, code: Any) -> str:
             f"component '{component.name}': the code folder {path} does not exist. Fix: set "
             "`code:` in the spec to the folder holding the scripts, or pass code=PATH."
         )
+    check_code_folder(component, path)
+    warn_return_code(component)
     return str(path.resolve())
 
 
@@ -165,38 +167,36 @@ def warn_if_commands_differ(component: Component, command: str, values: dict[str
     outputs = {n: f"/mnt/azureml/outputs/{n}" for n in component.outputs}
     bound = {**values, **data}
     try:
-        if expand_azureml(command, bound, outputs) == render_command(component, bound, outputs):
-            return
-    except DistcompError:  # a template the checks above accepted but cannot expand: skip
+        local = render_command(component, bound, outputs)
+    except DistcompError:  # the local run reports its own problem, with the fix
         return
+    try:
+        broken = ""
+        if expand_azureml(command, bound, outputs) == local:
+            return
+    except DistcompError:  # Azure's shell cannot even parse the expanded command
+        broken = " (there bash stops with a syntax error: the value closes a quote early)"
     risky: list[str | None] = [
         n for n, v in values.items() if n not in data and shlex.quote(str(v)) != str(v)
     ]
     for name in risky or [None]:
         shown = f"input '{name}' = {values[name]!r}" if name else "the command"
-        fix = f'quote it in the template ("{{inputs.{name}}}")' if name else "check the values"
+        if name and broken and any(q in str(values[name]) for q in "'\""):
+            fix = "remove the quote characters from the value (Azure ML cannot quote it)"
+        elif name:
+            fix = f'quote it in the template ("{{inputs.{name}}}")'
+        else:
+            fix = "check the values"
         warnings.warn(
             AzureMLWarning(
-                f"'{component.name}': {shown} runs differently on Azure ML, which inserts "
-                "values unquoted (the shell splits spaces, drops empty values and interprets "
-                f"; $ quotes), while a local run passes one argument. Fix: {fix}, or avoid "
-                "spaces and shell characters in the value.",
+                f"'{component.name}': {shown} runs differently on Azure ML{broken}, which "
+                "inserts values unquoted (the shell splits spaces, drops empty values and "
+                f"interprets ; $ quotes), while a local run passes one argument. Fix: {fix}, "
+                "or avoid spaces and shell characters in the value.",
                 name,
             ),
-            stacklevel=_outside_package(),
+            stacklevel=outside_package(),
         )
-
-
-def _outside_package() -> int:
-    """The stacklevel of the first caller outside jupyter_distcomp (the user's cell)."""
-    import sys
-
-    frame: FrameType | None = sys._getframe(2)
-    level = 2
-    package = __name__.split(".")[0]
-    while frame is not None and frame.f_globals.get("__name__", "").startswith(package):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 def to_azureml_component(

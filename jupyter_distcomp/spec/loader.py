@@ -233,17 +233,22 @@ def _build(data: dict, ctx: Context, text: str, base_dir: Path) -> Component:
         source=text,
         base_dir=base_dir,
         warnings=tuple(ctx.warnings),
+        spec_layout=_spec_layout(data, distribution) if is_v2 else {},
     )
-    layout = component.runsettings.resource_layout
-    if is_v2:
-        resources = data.get("resources") or {}
-        layout.configure(
-            instance_count=resources.get("instance_count"),
-            process_count_per_node=(distribution or {}).get("process_count_per_instance"),
-            worker_count=(distribution or {}).get("worker_count"),
-            parameter_server_count=(distribution or {}).get("parameter_server_count"),
-        )
+    component.runsettings.resource_layout.configure(**component.spec_layout)
     return component
+
+
+def _spec_layout(data: dict, distribution: dict | None) -> dict[str, int]:
+    """The run settings a v2 spec sets itself (``resources``, ``distribution``)."""
+    resources = data.get("resources") or {}
+    given = {
+        "instance_count": resources.get("instance_count"),
+        "process_count_per_node": (distribution or {}).get("process_count_per_instance"),
+        "worker_count": (distribution or {}).get("worker_count"),
+        "parameter_server_count": (distribution or {}).get("parameter_server_count"),
+    }
+    return {key: value for key, value in given.items() if value is not None}
 
 
 def _param_type(name: str, type_value: Any, ctx: Context, is_v2: bool) -> str | None:
@@ -434,7 +439,5 @@ def carry_over_settings(old: Component, new: Component) -> Component:
             continue
     settings.inputs = kept
     settings.outputs = {k: v for k, v in settings.outputs.items() if k in new.outputs}
-    if new.spec_format == "v2":
-        fresh = new.runsettings.resource_layout
-        settings.resource_layout.configure(**{k: v for k, v in fresh.as_dict().items() if v})
+    settings.resource_layout.configure(**new.spec_layout)
     return replace(new, runsettings=settings)
