@@ -81,7 +81,7 @@ def test_submitted_job_keeps_layout_command_and_inputs(standin, tmp_path):
     (put,) = standin.job_puts()
     body = put.body["properties"]
     assert body["distribution"] == {"distributionType": "Mpi", "processCountPerInstance": 2}
-    assert body["resources"]["instanceCount"] == 3  # azure-sdk-for-python#25215
+    assert body["resources"]["instanceCount"] == 3  # the instance count the user set
     assert body["command"] == (
         "python train.py --data ${{inputs.data}} --epochs ${{inputs.epochs}} "
         "$[[--tag ${{inputs.tag}}]] --model ${{outputs.model}}"
