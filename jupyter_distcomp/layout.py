@@ -165,7 +165,7 @@ def rank_environments(
     places = rank_places(
         kind, instance_count, process_count_per_node, worker_count, parameter_server_count
     )
-    nodes = instance_count
+    nodes = positive("instance_count", instance_count)
     runtime = [
         {
             "AZUREML_EXPERIMENT_ID": LOCAL_EXPERIMENT_ID,
@@ -183,7 +183,7 @@ def rank_environments(
             for env, extra in zip(runtime, _tf_configs(master_addr, ports, workers), strict=True)
         ]
     port = str(_ports(master_addr, 1, master_port, AZURE_MASTER_PORT)[0])
-    world, ppn = len(places), process_count_per_node
+    world, ppn = len(places), positive("process_count_per_node", process_count_per_node)
     envs = []
     for rank, (node, local) in enumerate(places):
         if kind == "mpi":
