@@ -15,9 +15,8 @@ from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..display import layout_caption
 from ..errors import DistcompError
-from ..layout import PORT_AT_START, rank_table
+from ..layout import PORT_AT_START, layout_text, rank_table, tensorflow_tasks
 
 if TYPE_CHECKING:
     from ..model import Component
@@ -29,7 +28,17 @@ Envs = list[dict[str, str]]
 
 
 def _layout_line(component: Component) -> str:
-    return f"world: {layout_caption(component)}"
+    layout = component.runsettings.resource_layout
+    if component.launcher_type != "tensorflow":
+        shape = layout_text(layout.instance_count, layout.process_count_per_node)
+        return f"world size {layout.world_size} = {shape} per node"
+    workers, ps = tensorflow_tasks(
+        layout.instance_count, layout.worker_count, layout.parameter_server_count
+    )
+    return (
+        f"world size {workers + ps} = {workers} worker(s), {ps} parameter server(s) on "
+        f"{layout.instance_count} node(s)"
+    )
 
 
 def _tf_task(value: str) -> str:
