@@ -351,3 +351,8 @@ def get_backend() -> RankBackend:
         if _backend is None:
             _backend = RankBackend()
         return _backend
+
+
+def existing_backend() -> RankBackend | None:
+    """The backend of this kernel process if ranks were ever asked for, else None."""
+    return _backend
