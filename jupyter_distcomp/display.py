@@ -5,7 +5,7 @@ from __future__ import annotations
 from html import escape
 from typing import TYPE_CHECKING, Any
 
-from .layout import layout_text
+from .layout import env_places, layout_text, tensorflow_tasks
 
 if TYPE_CHECKING:
     from .model import Component, Input
@@ -55,8 +55,17 @@ def _environment_text(component: Component) -> str:
     return ", ".join(bits) + f" ({env.os})"
 
 
-def _layout_text(component: Component) -> str:
+def layout_caption(component: Component) -> str:
+    """The layout as every view names it; TensorFlow's in workers and parameter servers."""
     layout = component.runsettings.resource_layout
+    if component.launcher_type == "tensorflow":
+        workers, ps = tensorflow_tasks(
+            layout.instance_count, layout.worker_count, layout.parameter_server_count
+        )
+        return (
+            f"{workers} worker(s) + {ps} parameter server(s) on {layout.instance_count} "
+            f"node(s) = {workers + ps} rank(s)"
+        )
     return (
         f"{layout_text(layout.instance_count, layout.process_count_per_node)} "
         f"= {layout.world_size} rank(s)"
@@ -70,7 +79,7 @@ def component_text(component: Component) -> str:
         f"{component.display_name or component.name} ({component.name}"
         f"{' ' + component.version if component.version else ''}), {component.type}",
         f"  launcher:    {launcher}",
-        f"  layout:      {_layout_text(component)}",
+        f"  layout:      {layout_caption(component)}",
         f"  environment: {_environment_text(component)}",
         "  inputs:",
     ]
@@ -106,7 +115,7 @@ def component_html(component: Component) -> str:
         f"{_STYLE}<div class='distcomp-summary'>"
         f"<div><b>{title}</b> <code>{escape(component.name)}</code> "
         f"{escape(component.version or '')} &middot; {escape(component.type)} &middot; "
-        f"launcher <b>{escape(launcher)}</b> &middot; {escape(_layout_text(component))}</div>"
+        f"launcher <b>{escape(launcher)}</b> &middot; {escape(layout_caption(component))}</div>"
         f"{warnings}"
         f"<table><tr><th colspan=4>inputs</th></tr>{rows}"
         f"<tr><th colspan=4>outputs</th></tr>{outs}</table>"
@@ -116,23 +125,35 @@ def component_html(component: Component) -> str:
 
 
 class EnvTable:
-    """The variables each rank sees: rank, node, local rank, then the variables."""
+    """The variables each rank sees: rank, node, local rank, then the variables.
 
-    def __init__(self, component: Component, master_addr: str = "127.0.0.1"):
+    ``envs`` come from ``Session.rank_values``; ``held`` says they are the running ranks' own
+    (else the ports read ``PORT_AT_START``)."""
+
+    def __init__(self, component: Component, envs: list[dict[str, str]], held: bool = False):
         self.component = component
-        self.envs = component.rank_environments(master_addr=master_addr)
-        ppn = component.runsettings.resource_layout.process_count_per_node
+        self.envs = envs
+        self.held = held
         self.columns = list(dict.fromkeys(k for env in self.envs for k in env))
         self.rows = [
-            [str(rank), str(rank // ppn), str(rank % ppn)] + [env.get(c, "") for c in self.columns]
-            for rank, env in enumerate(self.envs)
+            [str(rank), str(node), str(local)] + [env.get(c, "") for c in self.columns]
+            for rank, ((node, local), env) in enumerate(zip(env_places(envs), envs, strict=True))
         ]
         self.header = ["rank", "node", "local rank", *self.columns]
+
+    @property
+    def caption(self) -> str:
+        source = "held by the running ranks" if self.held else "ports chosen when the ranks start"
+        return (
+            f"{self.component.launcher_type or 'mpi'}: {layout_caption(self.component)}; {source}"
+        )
 
     def __repr__(self) -> str:
         widths = [max(len(h), *(len(r[i]) for r in self.rows)) for i, h in enumerate(self.header)]
         fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-        return "\n".join([fmt.format(*self.header)] + [fmt.format(*r) for r in self.rows])
+        return "\n".join(
+            [self.caption, fmt.format(*self.header)] + [fmt.format(*r) for r in self.rows]
+        )
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{escape(h)}</th>" for h in self.header)
@@ -140,12 +161,7 @@ class EnvTable:
             "<tr>" + "".join(f"<td><code>{escape(c)}</code></td>" for c in row) + "</tr>"
             for row in self.rows
         )
-        layout = self.component.runsettings.resource_layout
-        launcher = self.component.launcher_type or "mpi"
-        caption = escape(
-            f"{launcher}: {layout_text(layout.instance_count, layout.process_count_per_node)}"
-        )
         return (
-            f"{_STYLE}<div class='distcomp-summary distcomp-env'><div>{caption}</div>"
+            f"{_STYLE}<div class='distcomp-summary distcomp-env'><div>{escape(self.caption)}</div>"
             f"<table><tr>{head}</tr>{body}</table></div>"
         )

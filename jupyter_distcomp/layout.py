@@ -1,34 +1,38 @@
-"""(launcher, instance_count, process_count_per_node) -> the variables Azure ML gives each rank.
+"""(launcher, layout) -> the variables Azure ML gives each rank.
 
 Why: a local run is only a rehearsal of the Azure ML job if every rank sees exactly what it
 would see there, so all variables are derived here, in one place, from the layout (and shown
 to the user as a per-rank table). Ranks are laid out node by node: rank = node * ppn + local.
+docs/azureml-variables.md lists each variable with its source.
 
-What each launcher gets (from Azure ML's documentation of distributed training):
+What each launcher gets:
 
 - ``torch.distributed``: MASTER_ADDR, MASTER_PORT, WORLD_SIZE, NODE_RANK (per node), RANK,
   LOCAL_RANK, the six the Azure ML docs list ("Distributed GPU training guide"). No
-  LOCAL_WORLD_SIZE: only torchrun sets that, and Azure ML's docs do not say it does, so a script relying on it must fail here as it would there.
-- ``mpi``: OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK / _LOCAL_SIZE; AZ_BATCH_MASTER_NODE =
-  ``addr:port`` on more than one node, AZ_BATCHAI_MPI_MASTER_NODE = ``addr`` on one node
-  (the docs' ``set_environment_variables_for_nccl_backend`` helper reads exactly one). OMPI_COMM_WORLD_NODE_RANK is included with
-  the value Open MPI gives on Azure's nodes, one job per node: the rank *within the node*
-  (= the local rank), NOT the node index (a trap for that helper, kept visible). Setting it also
-  overrides the single-host value mpiexec would leak into an emulated multi-node layout.
-  NCCL_SOCKET_IFNAME is set on Azure's images and that helper reads it
-  unconditionally; locally it names the loopback interface (``lo``, ``lo0`` on macOS).
-- ``deepspeed``: Azure runs DeepSpeed under the MPI distribution, so the mpi variables plus
-  AZUREML_EXPERIMENT_ID, through which ``deepspeed.comm.init_distributed`` detects Azure ML
-  and maps OMPI_* to RANK / WORLD_SIZE / LOCAL_RANK (``patch_aml_env_for_torch_nccl_backend``
-  in microsoft/DeepSpeed deepspeed/comm/comm.py; it runs only when one of RANK, WORLD_SIZE,
-  MASTER_ADDR, MASTER_PORT, LOCAL_RANK is missing). On more than one node that path keeps an
-  existing MASTER_PORT (else 6105), so MASTER_PORT is set to our free port. On one node it
-  forces MASTER_PORT=54965, a fixed port that would collide between local runs, so there we
-  also set RANK, WORLD_SIZE, LOCAL_RANK and MASTER_ADDR to the values it would compute:
-  DeepSpeed then skips it and uses our port (the one visible difference: a script reading
-  RANK before ``deepspeed.init_distributed`` works locally on one node, not on Azure).
-- ``tensorflow``: TF_CONFIG with a distinct ``host:port`` per task; workers take the first
-  ranks, then parameter servers (``ps`` only when there are some); ``environment: cloud``.
+  LOCAL_WORLD_SIZE: only torchrun sets that, so a script relying on it fails here as there.
+- ``deepspeed``: Azure ML runs DeepSpeed under the PyTorch distribution (every DeepSpeed job
+  in Azure/azureml-examples), so exactly the PyTorch variables; ``deepspeed.init_distributed``
+  reads them (env://). A spec that wants DeepSpeed under MPI says ``launcher: {type: mpi}``
+  (v2: ``distribution: {type: mpi}``).
+- ``mpi``: OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK / _LOCAL_SIZE; AZ_BATCHAI_MPI_MASTER_NODE
+  = ``addr`` on every layout and AZ_BATCH_MASTER_NODE = ``addr:port`` on more than one node.
+  OMPI_COMM_WORLD_NODE_RANK has the value Open MPI gives on Azure's nodes, one job per node:
+  the rank *within the node*, NOT the node index (a trap of the docs' NCCL helper, kept
+  visible). NCCL_SOCKET_IFNAME is set on Azure's images; locally it names the loopback
+  interface (``lo``, ``lo0`` on macOS).
+- ``tensorflow``: one task per rank, ``worker_count`` workers (default: the instance count,
+  one per node, as azure-ai-ml's TensorFlowDistribution) then ``parameter_server_count``
+  parameter servers, spread over the nodes in order; process_count_per_node does not apply.
+  TF_CONFIG has Azure's shape, ``"ps": []`` included when there are no parameter servers.
+- every launcher: the runtime variables AZUREML_EXPERIMENT_ID, AZUREML_PROCESS_NAME
+  (``rank_N``), AZUREML_CR_NODE_RANK (the node index) and AZ_BATCH_HOST_LIST (the nodes'
+  addresses, comma-separated).
+
+Ports: Azure ML uses fixed ports (6105, TensorFlow 2222) on machines of their own; local
+runs share one machine, so on an address of this machine each world takes free ports once,
+when it starts, and every view shows those. Before a world exists the views pass
+``PORT_AT_START``, which stands in for the port. On an address of another machine nothing
+is bound: the given port (else Azure's) is used as it is.
 """
 
 from __future__ import annotations
@@ -38,27 +42,39 @@ from typing import Any
 
 from .contracts import LAUNCHERS, launcher_name
 from .errors import LayoutError, did_you_mean
-from .mpi import free_ports, loopback_interface
+from .mpi import free_ports, is_this_machine, loopback_interface
 from .settings import positive
 
 RankEnv = dict[str, str]
+Port = int | str
 
 #: launchers whose ranks form one MPI world: one mpiexec locally, the MPI distribution on Azure
-MPI_LAUNCHERS = ("mpi", "deepspeed")
+MPI_LAUNCHERS = ("mpi",)
 
-#: stands in for the id of an Azure ML experiment, which DeepSpeed only tests for presence
+#: stands in for the id of an Azure ML experiment, which scripts only test for presence
 LOCAL_EXPERIMENT_ID = "jupyter-distcomp-local"
 
-#: the variables of each launcher, in display order
+#: what the views show for a port before the ranks that hold it exist
+PORT_AT_START = "<chosen at start>"
+
+#: Azure ML's own ports (v1 docs: MASTER_PORT 6105; TF_CONFIG in the docs' example: 2222)
+AZURE_MASTER_PORT = 6105
+AZURE_TF_PORT = 2222
+
+#: set by Azure ML's runtime on every rank of every launcher (see the module docstring)
+RUNTIME_VARIABLES = (
+    "AZUREML_EXPERIMENT_ID",
+    "AZUREML_PROCESS_NAME",
+    "AZUREML_CR_NODE_RANK",
+    "AZ_BATCH_HOST_LIST",
+)
+
+_TORCH = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK", "RANK", "LOCAL_RANK")
+
+#: the variables of each launcher, in display order (the runtime ones follow)
 LAUNCHER_VARIABLES: dict[str, tuple[str, ...]] = {
-    "torch.distributed": (
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "WORLD_SIZE",
-        "NODE_RANK",
-        "RANK",
-        "LOCAL_RANK",
-    ),
+    "torch.distributed": _TORCH,
+    "deepspeed": _TORCH,
     "mpi": (
         "OMPI_COMM_WORLD_RANK",
         "OMPI_COMM_WORLD_SIZE",
@@ -71,15 +87,6 @@ LAUNCHER_VARIABLES: dict[str, tuple[str, ...]] = {
     ),
     "tensorflow": ("TF_CONFIG",),
 }
-LAUNCHER_VARIABLES["deepspeed"] = (
-    *LAUNCHER_VARIABLES["mpi"],
-    "AZUREML_EXPERIMENT_ID",
-    "MASTER_PORT",
-    "MASTER_ADDR",
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-)
 
 
 def layout_text(instance_count: int, process_count_per_node: int) -> str:
@@ -99,126 +106,162 @@ def _launcher(launcher: str) -> str:
     return name
 
 
+def tensorflow_tasks(
+    instance_count: int, worker_count: int | None, parameter_server_count: int
+) -> tuple[int, int]:
+    """(workers, parameter servers) of a TensorFlow layout; workers default to one per node."""
+    nodes = positive("instance_count", instance_count)
+    workers = nodes if worker_count is None else positive("worker_count", worker_count)
+    return workers, positive("parameter_server_count", parameter_server_count, minimum=0)
+
+
+def rank_places(
+    launcher: str,
+    instance_count: int,
+    process_count_per_node: int,
+    worker_count: int | None = None,
+    parameter_server_count: int = 0,
+) -> list[tuple[int, int]]:
+    """(node, local rank) of every rank, in rank order: the world's size and shape."""
+    nodes = positive("instance_count", instance_count)
+    if _launcher(launcher) == "tensorflow":
+        workers, ps = tensorflow_tasks(nodes, worker_count, parameter_server_count)
+        tasks = workers + ps
+        node_of = [task * nodes // tasks for task in range(tasks)]
+        return [(node, node_of[:task].count(node)) for task, node in enumerate(node_of)]
+    ppn = positive("process_count_per_node", process_count_per_node)
+    return [(rank // ppn, rank % ppn) for rank in range(nodes * ppn)]
+
+
+def _ports(addr: str, count: int, master_port: Port | None, azure_port: int) -> list[Port]:
+    """``count`` ports: free ones on this machine (the first ``master_port`` when given),
+    else ``master_port`` (or Azure's) and the ones after it; a placeholder stays as it is."""
+    if isinstance(master_port, str):
+        return [master_port] * count
+    if not is_this_machine(addr):
+        first = azure_port if master_port is None else master_port
+        return [first + index for index in range(count)]
+    given = [] if master_port is None else [master_port]
+    return [*given, *free_ports(addr, count - len(given))]
+
+
 def rank_environments(
     launcher: str,
     instance_count: int,
     process_count_per_node: int,
     master_addr: str = "127.0.0.1",
-    master_port: int | None = None,
+    master_port: Port | None = None,
     worker_count: int | None = None,
     parameter_server_count: int = 0,
 ) -> list[RankEnv]:
     """One dict of variables per global rank, in rank order (see the module docstring).
 
-    ``master_port`` None picks a free port on ``master_addr``; TensorFlow gets one per task
-    (the first is ``master_port`` when given). ``worker_count`` and
-    ``parameter_server_count`` apply to TensorFlow only.
+    ``master_port``: None picks free ports on an address of this machine (Azure's port on
+    another one); ``PORT_AT_START`` (any string) is shown in place of every port.
+    TensorFlow takes one port per task (the first is ``master_port`` when given).
+    ``worker_count`` and ``parameter_server_count`` apply to TensorFlow only.
     """
     kind = _launcher(launcher)
+    places = rank_places(
+        kind, instance_count, process_count_per_node, worker_count, parameter_server_count
+    )
     nodes = positive("instance_count", instance_count)
-    ppn = positive("process_count_per_node", process_count_per_node)
-    world = nodes * ppn
+    runtime = [
+        {
+            "AZUREML_EXPERIMENT_ID": LOCAL_EXPERIMENT_ID,
+            "AZUREML_PROCESS_NAME": f"rank_{rank}",
+            "AZUREML_CR_NODE_RANK": str(node),
+            "AZ_BATCH_HOST_LIST": ",".join([master_addr] * nodes),
+        }
+        for rank, (node, _) in enumerate(places)
+    ]
     if kind == "tensorflow":
-        return _tensorflow(
-            nodes, ppn, master_addr, master_port, worker_count, parameter_server_count
-        )
-    port = str(master_port if master_port is not None else free_ports(master_addr, 1)[0])
-    if kind == "torch.distributed":
+        workers, _ = tensorflow_tasks(nodes, worker_count, parameter_server_count)
+        ports = _ports(master_addr, len(places), master_port, AZURE_TF_PORT)
         return [
-            {
+            {**extra, **env}
+            for env, extra in zip(runtime, _tf_configs(master_addr, ports, workers), strict=True)
+        ]
+    port = str(_ports(master_addr, 1, master_port, AZURE_MASTER_PORT)[0])
+    world, ppn = len(places), positive("process_count_per_node", process_count_per_node)
+    envs = []
+    for rank, (node, local) in enumerate(places):
+        if kind == "mpi":
+            env = {
+                "OMPI_COMM_WORLD_RANK": str(rank),
+                "OMPI_COMM_WORLD_SIZE": str(world),
+                "OMPI_COMM_WORLD_LOCAL_RANK": str(local),
+                "OMPI_COMM_WORLD_LOCAL_SIZE": str(ppn),
+                "OMPI_COMM_WORLD_NODE_RANK": str(local),
+            }
+            if nodes > 1:
+                env["AZ_BATCH_MASTER_NODE"] = f"{master_addr}:{port}"
+            env["AZ_BATCHAI_MPI_MASTER_NODE"] = master_addr
+            env["NCCL_SOCKET_IFNAME"] = loopback_interface()
+        else:  # torch.distributed and deepspeed: Azure ML's PyTorch distribution
+            env = {
                 "MASTER_ADDR": master_addr,
                 "MASTER_PORT": port,
                 "WORLD_SIZE": str(world),
-                "NODE_RANK": str(rank // ppn),
+                "NODE_RANK": str(node),
                 "RANK": str(rank),
-                "LOCAL_RANK": str(rank % ppn),
+                "LOCAL_RANK": str(local),
             }
-            for rank in range(world)
-        ]
-    interface = loopback_interface()
-    envs = []
-    for rank in range(world):
-        env = {
-            "OMPI_COMM_WORLD_RANK": str(rank),
-            "OMPI_COMM_WORLD_SIZE": str(world),
-            "OMPI_COMM_WORLD_LOCAL_RANK": str(rank % ppn),
-            "OMPI_COMM_WORLD_LOCAL_SIZE": str(ppn),
-            "OMPI_COMM_WORLD_NODE_RANK": str(rank % ppn),
-        }
-        if nodes > 1:
-            env["AZ_BATCH_MASTER_NODE"] = f"{master_addr}:{port}"
-        else:
-            env["AZ_BATCHAI_MPI_MASTER_NODE"] = master_addr
-        env["NCCL_SOCKET_IFNAME"] = interface
-        if kind == "deepspeed":
-            env["AZUREML_EXPERIMENT_ID"] = LOCAL_EXPERIMENT_ID
-            env["MASTER_PORT"] = port
-            if nodes == 1:
-                env.update(
-                    MASTER_ADDR=master_addr,
-                    RANK=str(rank),
-                    WORLD_SIZE=str(world),
-                    LOCAL_RANK=str(rank % ppn),
-                )
-        envs.append(env)
+        envs.append({**env, **runtime[rank]})
     return envs
 
 
-def _tensorflow(
-    nodes: int,
-    ppn: int,
-    addr: str,
-    master_port: int | None,
-    worker_count: int | None,
-    parameter_server_count: int,
-) -> list[RankEnv]:
-    world = nodes * ppn
-    ps = positive("parameter_server_count", parameter_server_count, minimum=0)
-    workers = world - ps if worker_count is None else positive("worker_count", worker_count)
-    if workers < 1 or workers + ps != world:
-        fix = f"worker_count={world - ps}" if world - ps >= 1 else f"parameter_server_count<{world}"
-        raise LayoutError(
-            f"tensorflow: worker_count ({workers}) + parameter_server_count ({ps}) must equal "
-            f"the number of ranks, {layout_text(nodes, ppn)} = {world}. "
-            f"Fix: set {fix}, or change instance_count / process_count_per_node."
-        )
-    fresh = free_ports(addr, world - (master_port is not None))
-    ports = ([master_port] if master_port is not None else []) + fresh
+def _tf_configs(addr: str, ports: list[Port], workers: int) -> list[RankEnv]:
+    """TF_CONFIG of every task: workers first, then parameter servers; ``"ps": []`` is
+    there even without parameter servers, as Azure ML sends it."""
     hosts = [f"{addr}:{port}" for port in ports]
-    cluster: dict[str, Any] = {"worker": hosts[:workers]}
-    if ps:
-        cluster["ps"] = hosts[workers:]
+    cluster: dict[str, Any] = {"worker": hosts[:workers], "ps": hosts[workers:]}
     envs = []
-    for rank in range(world):
-        task = (
-            {"type": "worker", "index": rank}
-            if rank < workers
-            else {"type": "ps", "index": rank - workers}
+    for task in range(len(hosts)):
+        role = (
+            {"type": "worker", "index": task}
+            if task < workers
+            else {
+                "type": "ps",
+                "index": task - workers,
+            }
         )
-        config = {"cluster": cluster, "task": task, "environment": "cloud"}
+        config = {"cluster": cluster, "task": role, "environment": "cloud"}
         envs.append({"TF_CONFIG": json.dumps(config)})
     return envs
 
 
-def rank_table(
-    launcher: str, envs: list[RankEnv], process_count_per_node: int
-) -> list[dict[str, str]]:
-    """Rows for display: rank, node, local rank, then the launcher's variables in order."""
-    ppn = positive("process_count_per_node", process_count_per_node)
-    order = LAUNCHER_VARIABLES.get(_launcher(launcher), ())
+def rank_table(launcher: str, envs: list[RankEnv]) -> list[dict[str, str]]:
+    """Rows for display: rank, node, local rank, then the launcher's variables in order,
+    then the runtime ones; node and local rank are read from the variables themselves."""
+    order = (*LAUNCHER_VARIABLES.get(_launcher(launcher), ()), *RUNTIME_VARIABLES)
     rows = []
-    for rank, env in enumerate(envs):
-        row = {"rank": str(rank), "node": str(rank // ppn), "local rank": str(rank % ppn)}
-        row.update({name: env[name] for name in order if name in env})
-        row.update({name: value for name, value in env.items() if name not in row})
+    for rank, (node, local) in enumerate(env_places(envs)):
+        row = {"rank": str(rank), "node": str(node), "local rank": str(local)}
+        row.update({name: envs[rank][name] for name in order if name in envs[rank]})
+        row.update({name: value for name, value in envs[rank].items() if name not in row})
         rows.append(row)
     return rows
+
+
+def env_places(envs: list[RankEnv]) -> list[tuple[int, int]]:
+    """(node, local rank) of each rank, from its AZUREML_CR_NODE_RANK (node 0 without it)."""
+    places: list[tuple[int, int]] = []
+    for env in envs:
+        node = int(env.get("AZUREML_CR_NODE_RANK", "0"))
+        places.append((node, sum(1 for n, _ in places if n == node)))
+    return places
 
 
 __all__ = [
     "LAUNCHER_VARIABLES",
     "LOCAL_EXPERIMENT_ID",
+    "PORT_AT_START",
+    "RUNTIME_VARIABLES",
     "RankEnv",
+    "env_places",
     "rank_environments",
+    "rank_places",
     "rank_table",
+    "tensorflow_tasks",
 ]

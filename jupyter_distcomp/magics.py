@@ -117,6 +117,15 @@ def _build_parser() -> _Parser:
     submit.add_argument("--workspace", default=None)
     submit.add_argument("--experiment", default=None)
     submit.add_argument("--wait", action="store_true")
+    submit.add_argument(
+        "--interactive",
+        nargs="?",
+        const="jupyterlab,vscode,ssh",
+        default=None,
+        metavar="jupyterlab,vscode,ssh",
+        help="add Azure ML's interactive services to every node (default: all three)",
+    )
+    submit.add_argument("--ssh-key", default=None, dest="ssh_key", metavar="PUBLIC_KEY_FILE")
 
     widget = sub.add_parser("widget", help="show the run-settings panel of NAME")
     widget.add_argument("name")
@@ -287,9 +296,11 @@ class DistCompMagics(Magics):
 
         from IPython.display import display
 
+        from .azureml.interactive import parse_services, print_endpoints
         from .azureml.summary import JobSummary
         from .session import Workspace
 
+        interactive = parse_services(args.interactive)
         submission = self.session.submit(
             self.session.component(args.name),
             inputs=_key_values(args.inputs, "--input"),
@@ -299,6 +310,8 @@ class DistCompMagics(Magics):
             workspace=Workspace(
                 args.subscription, args.resource_group, args.workspace, args.workspace_config
             ),
+            interactive=interactive,
+            ssh_key=args.ssh_key,
         )
         job = submission.job
         display(JobSummary(job, spec_name=args.name))
@@ -310,7 +323,7 @@ class DistCompMagics(Magics):
             print(f"{stamp}  {job.name}: {old or 'submitted'} -> {new}", flush=True)
 
         try:
-            final = self.session.wait(submission, on_status=show)
+            final = self.session.wait(submission, on_status=show, on_job=print_endpoints())
         except KeyboardInterrupt:
             print(f"Stopped waiting; job {job.name} keeps running on Azure ML: {job.studio_url}")
             return

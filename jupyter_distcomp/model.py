@@ -121,6 +121,8 @@ class Component:
     source: str = ""  # the YAML text
     base_dir: Path | None = None  # folder of the spec file (or the notebook's cwd)
     warnings: tuple[str, ...] = ()
+    #: the layout the spec itself sets (v2 ``resources`` / ``distribution``), by setting name
+    spec_layout: dict[str, int] = field(default_factory=dict)
     runsettings: RunSettings = field(default_factory=RunSettings, compare=False, repr=False)
 
     # -- derived ------------------------------------------------------------------------
@@ -155,9 +157,10 @@ class Component:
 
     # -- layout -------------------------------------------------------------------------
     def rank_environments(
-        self, master_addr: str = "127.0.0.1", master_port: int | None = None
+        self, master_addr: str = "127.0.0.1", master_port: int | str | None = None
     ) -> list[RankEnv]:
-        """The variables of each rank for the current run settings."""
+        """The variables of each rank for the current run settings (see layout.py for
+        ``master_port``)."""
         from .layout import rank_environments
 
         layout = self.runsettings.resource_layout
@@ -169,6 +172,22 @@ class Component:
             master_port=master_port,
             worker_count=layout.worker_count,
             parameter_server_count=layout.parameter_server_count,
+        )
+
+    @property
+    def world_size(self) -> int:
+        """The number of ranks of the current layout (TensorFlow: workers + parameter servers)."""
+        from .layout import rank_places
+
+        layout = self.runsettings.resource_layout
+        return len(
+            rank_places(
+                self.launcher_type or "mpi",
+                layout.instance_count,
+                layout.process_count_per_node,
+                layout.worker_count,
+                layout.parameter_server_count,
+            )
         )
 
     # -- Azure ML (lazy: azure-ai-ml takes seconds to import) ---------------------------

@@ -91,6 +91,25 @@ def is_local_host(host: str | None) -> bool:
     return host in (None, "", socket.gethostname(), "localhost", "127.0.0.1")
 
 
+def is_this_machine(addr: str) -> bool:
+    """True when ``addr`` is this machine's: a loopback address, its host name, or the
+    address of one of its network interfaces (nothing is bound or resolved to tell)."""
+    import ipaddress
+
+    if is_local_host(addr):
+        return True
+    try:
+        if ipaddress.ip_address(addr).is_loopback:
+            return True
+    except ValueError:
+        return False  # another machine's name
+    import psutil
+
+    return any(
+        entry.address == addr for entries in psutil.net_if_addrs().values() for entry in entries
+    )
+
+
 def rank_label(rank: int, node: int, instance_count: int) -> str:
     """The label before each line a rank prints: ``[rank 3]``, ``[node 1 rank 3]``."""
     return f"[node {node} rank {rank}]" if instance_count > 1 else f"[rank {rank}]"

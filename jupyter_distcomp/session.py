@@ -99,11 +99,12 @@ class Session:
         previous = self.components.get(name)
         if previous is not None:
             component = carry_over_settings(previous, component)
-        else:
-            component.runsettings.resource_layout.configure(
-                instance_count=self.local.default_instance_count,
-                process_count_per_node=self.local.default_process_count_per_node,
-            )
+        else:  # the defaults fill in what the spec's own layout (v2) leaves open
+            defaults = {
+                "instance_count": self.local.default_instance_count,
+                "process_count_per_node": self.local.default_process_count_per_node,
+            }
+            component.runsettings.resource_layout.configure(**{**defaults, **component.spec_layout})
         self.components[name] = component
         if self.shell is not None:
             self.shell.user_ns[name] = component
@@ -141,7 +142,26 @@ class Session:
             worker_count=worker_count,
             parameter_server_count=parameter_server_count,
         )
-        return EnvTable(component, master_addr=self.master_addr)
+        envs, held = self.rank_values(name, component)
+        return EnvTable(component, envs, held=held)
+
+    def rank_values(
+        self, name: str, component: Component | None = None
+    ) -> tuple[list[dict[str, str]], bool]:
+        """(the variables of each rank, whether running ranks hold them): every view shows
+        these. The ranks' own values while their layout is current; before that, the
+        layout's, with ``PORT_AT_START`` for the ports each world chooses when it starts."""
+        from .layout import PORT_AT_START
+        from .ranks.backend import existing_backend
+
+        component = component or self.component(name)
+        backend = self._backend or existing_backend()
+        if backend is not None:
+            backend.master_addr = self.master_addr
+            envs = backend.current_envs(name, component)
+            if envs is not None:
+                return envs, True
+        return component.rank_environments(self.master_addr, PORT_AT_START), False
 
     def panel(self, name: str, component: Component | None = None) -> RunSettingsPanel:
         """The run-settings panel of ``name`` (one per component object), acting through
@@ -300,10 +320,18 @@ class Session:
         compute: str | None = None,
         experiment_name: str | None = None,
         workspace: Workspace | None = None,
+        interactive: tuple[str, ...] = (),
+        ssh_key: str | None = None,
     ) -> Submission:
-        """Submit the component as an Azure ML job."""
+        """Submit the component as an Azure ML job; ``interactive`` adds Azure ML's
+        interactive services (jupyterlab, vscode, ssh with ``ssh_key``) on every node."""
         from .azureml import submit
 
+        extra: dict[str, Any] = {}
+        if interactive:
+            from .azureml.interactive import job_services
+
+            extra["services"] = job_services(interactive, ssh_key)
         ml_client = self.ml_client(workspace)
         job = submit(
             component,
@@ -312,11 +340,15 @@ class Session:
             outputs=outputs,
             compute=self.resolve_compute(component, compute),
             experiment_name=experiment_name or self.azureml.experiment_name,
+            **extra,
         )
         return Submission(job, ml_client)
 
     def wait(
-        self, submission: Submission, on_status: Callable[[str, str], None] | None = None
+        self,
+        submission: Submission,
+        on_status: Callable[[str, str], None] | None = None,
+        on_job: Callable[[Any], None] | None = None,
     ) -> Any:
         """Follow the job until it ends; its final state, or an error unless it completed."""
         from .azureml import wait_for_job
@@ -329,6 +361,7 @@ class Session:
             on_status=on_status,
             poll_interval=self.azureml.poll_interval,
             first=job,
+            on_job=on_job,
         )
         status = JobSummary(final).status
         if status != "Completed":

@@ -75,6 +75,10 @@ class FakeCredential:
         return AccessToken(self.token, int(time.time()) + 3600)
 
 
+#: where the stand-in says a running job's interactive service listens
+INTERACTIVE_ENDPOINT = "https://standin.instances.azureml.ms/{}"
+
+
 class AzureStandIn:
     """The HTTP stand-in; start() / stop(), or use as a context manager."""
 
@@ -251,7 +255,9 @@ class AzureStandIn:
             props = dict(body.get("properties", {}))
             props["status"] = "NotStarted"
             wsid = ws_id
+            # services the job asked for (interactive ones) come back, endpoints once it runs
             props["services"] = {
+                **(props.get("services") or {}),
                 "Studio": {
                     "jobServiceType": "Studio",
                     "endpoint": f"https://ml.azure.com/runs/{name}?wsid={wsid}",
@@ -278,6 +284,9 @@ class AzureStandIn:
                 self.job_gets[name] += 1
                 job = json.loads(json.dumps(job))
                 job["properties"]["status"] = self.statuses[index]
+                if self.statuses[index] == "Running":
+                    for service_name, service in job["properties"]["services"].items():
+                        service.setdefault("endpoint", INTERACTIVE_ENDPOINT.format(service_name))
             return 200, job, {}
         return 405, _error("MethodNotAllowed", method), {}
 

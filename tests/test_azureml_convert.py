@@ -60,7 +60,7 @@ def rest(job) -> dict:
 
 @pytest.mark.parametrize(
     ("launcher", "rest_type"),
-    [("mpi", "Mpi"), ("torch.distributed", "PyTorch"), ("deepspeed", "Mpi")],
+    [("mpi", "Mpi"), ("torch.distributed", "PyTorch"), ("deepspeed", "PyTorch")],
 )
 def test_distribution_and_layout_come_from_runsettings(tmp_path, launcher, rest_type):
     component = make(tmp_path, launcher)
@@ -79,16 +79,16 @@ def test_tensorflow_worker_and_parameter_server_counts(tmp_path):
         instance_count=3, process_count_per_node=1, parameter_server_count=1
     )
     body = rest(component.to_azureml_job(inputs={"data": DATA}))
-    assert body["distribution"] == {  # as locally: the ranks are 2 workers + 1 parameter server
+    assert body["distribution"] == {  # as Azure: one worker per node, + 1 parameter server
         "distributionType": "TensorFlow",
-        "workerCount": 2,
+        "workerCount": 3,
         "parameterServerCount": 1,
     }
     assert body["resources"]["instanceCount"] == 3
-    component.runsettings.resource_layout.configure(worker_count=3, parameter_server_count=0)
+    component.runsettings.resource_layout.configure(worker_count=2, parameter_server_count=0)
     assert rest(component.to_azureml_job(inputs={"data": DATA}))["distribution"] == {
         "distributionType": "TensorFlow",
-        "workerCount": 3,
+        "workerCount": 2,
         "parameterServerCount": 0,
     }
 

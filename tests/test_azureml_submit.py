@@ -12,7 +12,13 @@ import pytest
 from jupyter_distcomp import AzureMLError, load_component
 from jupyter_distcomp.azureml import make_ml_client, submit, wait_for_job
 
-from .azure_standin import SAS_SIGNATURE, TOKEN, AzureStandIn, FakeCredential
+from .azure_standin import (
+    INTERACTIVE_ENDPOINT,
+    SAS_SIGNATURE,
+    TOKEN,
+    AzureStandIn,
+    FakeCredential,
+)
 
 pytest.importorskip("azure.ai.ml")
 pytestmark = [
@@ -81,7 +87,7 @@ def test_submitted_job_keeps_layout_command_and_inputs(standin, tmp_path):
     (put,) = standin.job_puts()
     body = put.body["properties"]
     assert body["distribution"] == {"distributionType": "Mpi", "processCountPerInstance": 2}
-    assert body["resources"]["instanceCount"] == 3  # azure-sdk-for-python#25215
+    assert body["resources"]["instanceCount"] == 3  # the instance count the user set
     assert body["command"] == (
         "python train.py --data ${{inputs.data}} --epochs ${{inputs.epochs}} "
         "$[[--tag ${{inputs.tag}}]] --model ${{outputs.model}}"
@@ -183,6 +189,46 @@ def test_submit_magic_shows_link_and_streams_status(ip, standin, tmp_path, monke
         assert ip.run_cell(f"%distcomp export train job.yml --input data={DATA}").success
     for text in (_all_text(captured), _all_text(exported), (tmp_path / "job.yml").read_text()):
         assert TOKEN not in text and SAS_SIGNATURE not in text
+
+
+def test_interactive_services_reach_the_job_and_their_endpoints_are_printed(
+    ip, standin, tmp_path, monkeypatch
+):
+    from IPython.utils.capture import capture_output
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print('training')\n")
+    key = tmp_path / "id_test.pub"
+    key.write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIexample user@laptop\n")
+    spec = SPEC.replace("LAUNCHER", "torch.distributed").replace(
+        "ENVIRONMENT", "name: AzureML-Minimal"
+    )
+    assert ip.run_cell(f"%%distcomp train\n{spec}").success
+    _configure(ip, standin)
+    with capture_output() as captured:
+        result = ip.run_cell(
+            f"%distcomp submit train --compute cpu --input data={DATA} --wait "
+            f"--interactive jupyterlab,vscode,ssh --ssh-key {key}"
+        )
+    assert result.success, result.error_in_exec
+    services = standin.job_puts()[0].body["properties"]["services"]
+    assert services["distcomp_jupyterlab"] == {
+        "jobServiceType": "JupyterLab",
+        "nodes": {"nodesValueType": "All"},
+    }
+    assert services["distcomp_vscode"]["jobServiceType"] == "VSCode"
+    assert services["distcomp_ssh"] == {
+        "jobServiceType": "SSH",
+        "nodes": {"nodesValueType": "All"},
+        "properties": {"sshPublicKeys": key.read_text().strip()},
+    }
+    for name in ("jupyterlab", "vscode", "ssh"):
+        endpoint = INTERACTIVE_ENDPOINT.format(f"distcomp_{name}")
+        assert captured.stdout.count(f": {name} at {endpoint}") == 1  # once, when it runs
+    # a wrong service name is refused before anything is sent
+    result = ip.run_cell("%distcomp submit train --compute cpu --interactive jupyter,shh")
+    assert "unknown service 'jupyter'" in str(result.error_in_exec)
+    assert len(standin.job_puts()) == 1
 
 
 def test_submit_magic_reports_a_failed_job(ip, standin, tmp_path, monkeypatch):

@@ -108,7 +108,11 @@ def test_env_table_per_rank(ip):
     run_cell(ip, "envdemo", SPEC)
     result, captured = run_cell(ip, "env envdemo --instance-count 2 --process-count-per-node 2")
     assert result.success, result.error_in_exec
-    text = captured.outputs[0].data["text/plain"].splitlines()
+    caption, *text = captured.outputs[0].data["text/plain"].splitlines()
+    # no ranks yet: the ports are shown as chosen when the ranks start
+    assert (
+        caption == "mpi: 2 node(s) x 2 process(es) = 4 rank(s); ports chosen when the ranks start"
+    )
     header = text[0].split()
     assert header[:4] == ["rank", "node", "local", "rank"]
     rows = [line.split() for line in text[1:]]

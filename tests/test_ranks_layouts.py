@@ -102,7 +102,7 @@ def test_tensorflow_ranks_read_tf_config(ip):
     run_cell(ip, "%distcomp stop tf")
 
 
-def test_deepspeed_ranks_get_the_azure_mpi_variables_deepspeed_reads(ip):
+def test_deepspeed_ranks_get_the_pytorch_variables_as_on_azure(ip):
     from jupyter_distcomp.ranks import get_backend
 
     define(ip, "ds", MPI_SPEC.replace("type: mpi", "type: deepspeed"), nodes=1, per_node=2)
@@ -114,8 +114,46 @@ def test_deepspeed_ranks_get_the_azure_mpi_variables_deepspeed_reads(ip):
         rank = int(line.split("] ")[0].split()[-1])
         env = json.loads(line.split("] ", 1)[1])
         assert {k: env.get(k) for k in expected[rank]} == expected[rank]
-        assert env["AZUREML_EXPERIMENT_ID"] and env["OMPI_COMM_WORLD_RANK"] == str(rank)
+        assert env["RANK"] == str(rank) and env["AZUREML_PROCESS_NAME"] == f"rank_{rank}"
+        assert "OMPI_COMM_WORLD_RANK" not in env  # Azure's PyTorch distribution has no mpirun
     run_cell(ip, "%distcomp stop ds")
+
+
+def rank_lines(cell) -> dict[int, dict]:
+    """What each rank printed as JSON, by rank."""
+    found = {}
+    for line in cell.stdout.splitlines():
+        if line.startswith("["):
+            found[int(line.split("] ")[0].split()[-1])] = json.loads(line.split("] ", 1)[1])
+    return found
+
+
+@pytest.mark.parametrize(
+    ("launcher", "keys"),
+    [("torch.distributed", ["MASTER_PORT"]), ("mpi", ["AZ_BATCH_MASTER_NODE"]),
+     ("tensorflow", ["TF_CONFIG"])],
+)  # fmt: skip
+def test_every_view_shows_the_ports_the_ranks_hold(ip, launcher, keys):
+    from jupyter_distcomp.widgets import panel_for
+
+    name = f"port_{launcher.split('.')[0]}"
+    define(ip, name, MPI_SPEC.replace("type: mpi", f"type: {launcher}"), nodes=2, per_node=1)
+    before = run_cell(ip, f"%distcomp env {name}").outputs[0].data["text/plain"]
+    assert "<chosen at start>" in before and "ports chosen when the ranks start" in before
+    code = f"import os, json\nprint(json.dumps({{k: os.environ[k] for k in {keys!r}}}))"
+    cell = run_cell(ip, f"%%distcomp run {name}\n{code}")
+    assert cell.ok, cell.stdout
+    held = rank_lines(cell)
+    after = run_cell(ip, f"%distcomp env {name}").outputs[0].data["text/plain"]
+    again = run_cell(ip, f"%distcomp env {name}").outputs[0].data["text/plain"]
+    assert after == again and "held by the running ranks" in after  # no new port per call
+    panel = panel_for(name, ip.user_ns[name])
+    for rank, values in held.items():
+        for key, value in values.items():
+            assert value in after, (rank, key)
+            if key != "TF_CONFIG":  # the preview shows TF_CONFIG's task only
+                assert value.rsplit(":", 1)[-1] in panel.preview.value
+    run_cell(ip, f"%distcomp stop {name}")
 
 
 def test_stop_and_unload_leave_no_process_behind(ip):

@@ -66,7 +66,7 @@ def render(tpl: str, inputs=None, outputs=None) -> list[str]:
 
 
 def run(argv: list[str], cwd: Path, split: str = "\n") -> list[str]:
-    """Execute an argv for real (no shell unless it is the /bin/sh form); its output lines."""
+    """Execute an argv for real (no shell unless it is the bash form); its output lines."""
     done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=True, timeout=30)
     return done.stdout.split(split)[:-1]
 
@@ -164,9 +164,9 @@ def test_an_optional_input_outside_a_block_renders_as_nothing():
 
 def test_escapes_give_literal_brackets_and_braces():
     tpl = "run [[0,1]] {{inputs.name}} {{{inputs.name}}} a{{b}}c ]]x[[ {lone} }"
-    # '[' makes the literal text a glob pattern for a shell, so this one runs under /bin/sh
+    # '[' makes the literal text a glob pattern for a shell, so this one runs under bash
     assert render(tpl, {"name": "N"}) == [
-        "/bin/sh", "-c", "run [0,1] {inputs.name} {N} a{b}c ]x[ {lone} }"
+        "bash", "-c", "run [0,1] {inputs.name} {N} a{b}c ]x[ {lone} }"
     ]  # fmt: skip
     assert render("run {{a}} }}{{", {"name": "N"}) == ["run", "{a}", "}{"]
 
@@ -193,7 +193,7 @@ def test_hostile_values_stay_one_argument_in_the_shell_form(value, printer):
     )
     canary = printer / "pwned"
     argv = render(tpl, {"data": sys.executable, "name": value}, {"model": str(printer / "ok")})
-    assert argv[:2] == ["/bin/sh", "-c"]
+    assert argv[:2] == ["bash", "-c"]
     out = run(argv, printer)
     home = subprocess.run(["/bin/sh", "-c", "echo $HOME"], capture_output=True, text=True).stdout
     expected = [value, f"d {value} q", f"s {value} q", home.strip() + value]
@@ -203,12 +203,18 @@ def test_hostile_values_stay_one_argument_in_the_shell_form(value, printer):
 
 @settings(max_examples=40, deadline=None)
 @given(value=st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",))))
-def test_any_text_value_is_one_argument_under_sh(printer_dir, value):
+def test_any_text_value_is_one_argument_under_bash(printer_dir, value):
     argv = render(
         "{inputs.data} printargs.py {inputs.name} ; true", {"data": sys.executable, "name": value}
     )
-    assert argv[:2] == ["/bin/sh", "-c"]
+    assert argv[:2] == ["bash", "-c"]
     assert json.loads(run(argv, printer_dir)[0]) == [value]
+
+
+def test_a_command_that_needs_a_shell_runs_under_bash_as_on_azure(tmp_path):
+    # $BASH_VERSION is set by bash only: a POSIX sh (dash) prints an empty value
+    (line,) = run(render("echo shell=$BASH_VERSION"), tmp_path)
+    assert line.startswith("shell=") and len(line) > len("shell=")
 
 
 @pytest.mark.parametrize(
@@ -218,7 +224,7 @@ def test_any_text_value_is_one_argument_under_sh(printer_dir, value):
      ("a *.csv", "*"), ("a ~/x", "~"), ("a # note", "#"), ("X=1 a", "NAME=value"), ("a &", "&")],
 )  # fmt: skip
 def test_shell_operators_in_the_template_select_the_shell_form(tpl, reason):
-    assert render(tpl)[:2] == ["/bin/sh", "-c"]
+    assert render(tpl)[:2] == ["bash", "-c"]
     assert template._lex(tpl, frozenset()).shell == reason
 
 
@@ -317,7 +323,7 @@ def test_expand_azureml_follows_azure_rules():
     assert expand_azureml(command, {"n": "x y", "a": True}, {"o": "/o"})[1:5] == [
         "--a", "True", "--n", "x"
     ]  # fmt: skip
-    assert expand_azureml("a ${{inputs.n}} && b", {"n": 1}, {}) == ["/bin/sh", "-c", "a 1 && b"]
+    assert expand_azureml("a ${{inputs.n}} && b", {"n": 1}, {}) == ["bash", "-c", "a 1 && b"]
     with pytest.raises(SpecError, match=r"\$\{\{inputs.n\}\} has no value"):
         expand_azureml(command, {}, {"o": "/o"})
 

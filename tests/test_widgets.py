@@ -160,18 +160,19 @@ def test_tensorflow_shows_worker_and_parameter_server_counts(panel):
     comp = component("tensorflow")
     p = panel(comp)
     workers, servers = by_class(p, "distcomp-worker-count"), by_class(p, "distcomp-ps-count")
+    with pytest.raises(ValueError):  # Azure lays TensorFlow out in tasks, not processes
+        by_class(p, "distcomp-process-count")
     p.layout_fields.instance_count.value = 2
-    p.layout_fields.process_count.value = 2
     servers.value = 1
     layout = comp.runsettings.resource_layout
     assert (layout.worker_count, layout.parameter_server_count) == (None, 1)
-    assert "3 worker(s), 1 parameter server(s)" in p.preview.value
-    assert "<td>ps 0</td>" in p.preview.value and "<td>worker 2</td>" in p.preview.value
-    workers.value = 2  # 2 + 1 != 4 ranks: explained in the preview, not raised
-    assert layout.worker_count == 2
-    assert "must equal the number of ranks" in p.preview.value
-    layout.configure(worker_count=3)
-    assert workers.value == 3 and "must equal" not in p.preview.value
+    assert "world size 3 = 2 worker(s), 1 parameter server(s) on 2 node(s)" in p.preview.value
+    assert "<td>ps 0</td>" in p.preview.value and "<td>worker 1</td>" in p.preview.value
+    workers.value = 3
+    assert layout.worker_count == 3
+    assert "world size 4 = 3 worker(s)" in p.preview.value
+    layout.configure(worker_count=1)
+    assert workers.value == 1 and "<td>worker 1</td>" not in p.preview.value
     with pytest.raises(ValueError):
         by_class(panel(component("mpi"), name="m"), "distcomp-worker-count")
 
@@ -266,8 +267,13 @@ def test_preview_shows_world_size_each_rank_and_rank0_command(panel, tmp_path):
     assert "world size 4 = 2 node(s) x 2 process(es)" in html
     assert "<th>rank</th><th>node</th><th>local rank</th>" in html
     assert "<th>NODE_RANK</th><th>RANK</th><th>LOCAL_RANK</th>" in html
-    assert "<tr><td>3</td><td>1</td><td>1</td><td>1</td><td>3</td><td>1</td></tr>" in html
+    assert (
+        "<tr><td>3</td><td>1</td><td>1</td><td>1</td><td>3</td><td>1</td><td>rank_3</td>"
+        "<td>1</td></tr>"
+    ) in html
     assert "WORLD_SIZE=4" in html  # equal on every rank: one line under the table
+    # no ranks yet: the port is the one each world chooses when it starts
+    assert "MASTER_PORT=&lt;chosen at start&gt;" in html
     assert f"rank 0 runs: <code>python train.py --data {tmp_path} --epochs 4" in html
 
 
@@ -300,6 +306,7 @@ def test_text_fallback_is_a_summary_of_the_settings(panel):
 def test_stable_css_classes_for_browser_tests(panel):
     p = panel(component("tensorflow"))
     found = set().union(*(classes(x) for x in all_widgets(p) if hasattr(x, "_dom_classes")))
+    found |= classes(by_class(panel(component("mpi"), name="m"), "distcomp-process-count"))
     for css in (
         "distcomp-panel",
         "distcomp-instance-count",

@@ -2,18 +2,13 @@
 
 The v1.5 spec maps onto a v2 ``command()`` job. The run settings object
 (``component.runsettings``) is read at call time, so what the widget or ``configure()`` set is
-what gets built; ``resources.instance_count`` is always set explicitly (azure-sdk#25215 dropped
-``node_count`` silently). Parameter defaults are passed as values, because azure-ai-ml's
-``command()`` does not fill them in on a job.
+what gets built; ``resources.instance_count`` is always set explicitly. Parameter defaults are
+passed as values, because azure-ai-ml's ``command()`` does not fill them in on a job.
 
-DeepSpeed runs under the MPI distribution. Azure ML has no DeepSpeed launcher of its own; it runs
-DeepSpeed under PyTorch or MPI. ``deepspeed.init_distributed()`` uses RANK/WORLD_SIZE/MASTER_*
-when they are all set (PyTorch distribution), and otherwise, on Azure ML (``AZUREML_EXPERIMENT_ID``
-set), maps ``OMPI_COMM_WORLD_*`` and ``AZ_BATCH_MASTER_NODE`` itself
-(``deepspeed/comm/comm.py: patch_aml_env_for_torch_nccl_backend``). We pick MPI because that is
-the Azure path DeepSpeed itself implements and the one the local ranks emulate for a
-``deepspeed`` launcher (Open MPI variables), so a script debugged locally sees the same variables
-on Azure. Pass ``distribution=PyTorchDistribution(...)`` to :func:`to_azureml_job` to override.
+DeepSpeed runs under the PyTorch distribution, as every DeepSpeed job in Azure/azureml-examples
+does (``process_count_per_instance`` = processes per node); the local ranks get the same
+PyTorch variables. A spec that wants MPI says ``launcher: {type: mpi}``. TensorFlow sends
+``worker_count`` (default: the instance count) and ``parameter_server_count``.
 """
 
 from __future__ import annotations
@@ -23,11 +18,11 @@ import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AzureMLError, AzureMLWarning, DistcompError
-from ..layout import MPI_LAUNCHERS
+from ..layout import MPI_LAUNCHERS, tensorflow_tasks
+from .checks import check_code_folder, outside_package, warn_return_code
 from .environment import build_environment
 from .values import job_inputs, job_outputs
 
@@ -71,12 +66,12 @@ def launcher_distribution(component: Component):
     kind = component.launcher_type
     if kind in MPI_LAUNCHERS:
         return MpiDistribution(process_count_per_instance=layout.process_count_per_node)
-    if kind == "torch.distributed":
+    if kind in ("torch.distributed", "deepspeed"):
         return PyTorchDistribution(process_count_per_instance=layout.process_count_per_node)
     if kind == "tensorflow":
-        ps = layout.parameter_server_count
-        # as the local TF_CONFIG: every rank is a worker or a parameter server
-        workers = layout.worker_count if layout.worker_count is not None else layout.world_size - ps
+        workers, ps = tensorflow_tasks(
+            layout.instance_count, layout.worker_count, layout.parameter_server_count
+        )
         return TensorFlowDistribution(worker_count=workers, parameter_server_count=ps)
     return None
 
@@ -96,6 +91,8 @@ def _code(component: Component, code: Any) -> str:
             f"component '{component.name}': the code folder {path} does not exist. Fix: set "
             "`code:` in the spec to the folder holding the scripts, or pass code=PATH."
         )
+    check_code_folder(component, path)
+    warn_return_code(component)
     return str(path.resolve())
 
 
@@ -170,38 +167,36 @@ def warn_if_commands_differ(component: Component, command: str, values: dict[str
     outputs = {n: f"/mnt/azureml/outputs/{n}" for n in component.outputs}
     bound = {**values, **data}
     try:
-        if expand_azureml(command, bound, outputs) == render_command(component, bound, outputs):
-            return
-    except DistcompError:  # a template the checks above accepted but cannot expand: skip
+        local = render_command(component, bound, outputs)
+    except DistcompError:  # the local run reports its own problem, with the fix
         return
+    try:
+        broken = ""
+        if expand_azureml(command, bound, outputs) == local:
+            return
+    except DistcompError:  # Azure's shell cannot even parse the expanded command
+        broken = " (there bash stops with a syntax error: the value closes a quote early)"
     risky: list[str | None] = [
         n for n, v in values.items() if n not in data and shlex.quote(str(v)) != str(v)
     ]
     for name in risky or [None]:
         shown = f"input '{name}' = {values[name]!r}" if name else "the command"
-        fix = f'quote it in the template ("{{inputs.{name}}}")' if name else "check the values"
+        if name and broken and any(q in str(values[name]) for q in "'\""):
+            fix = "remove the quote characters from the value (Azure ML cannot quote it)"
+        elif name:
+            fix = f'quote it in the template ("{{inputs.{name}}}")'
+        else:
+            fix = "check the values"
         warnings.warn(
             AzureMLWarning(
-                f"'{component.name}': {shown} runs differently on Azure ML, which inserts "
-                "values unquoted (the shell splits spaces, drops empty values and interprets "
-                f"; $ quotes), while a local run passes one argument. Fix: {fix}, or avoid "
-                "spaces and shell characters in the value.",
+                f"'{component.name}': {shown} runs differently on Azure ML{broken}, which "
+                "inserts values unquoted (the shell splits spaces, drops empty values and "
+                f"interprets ; $ quotes), while a local run passes one argument. Fix: {fix}, "
+                "or avoid spaces and shell characters in the value.",
                 name,
             ),
-            stacklevel=_outside_package(),
+            stacklevel=outside_package(),
         )
-
-
-def _outside_package() -> int:
-    """The stacklevel of the first caller outside jupyter_distcomp (the user's cell)."""
-    import sys
-
-    frame: FrameType | None = sys._getframe(2)
-    level = 2
-    package = __name__.split(".")[0]
-    while frame is not None and frame.f_globals.get("__name__", "").startswith(package):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 def to_azureml_component(

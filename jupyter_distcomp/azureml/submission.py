@@ -160,8 +160,10 @@ def wait_for_job(
     poll_interval: float = 10.0,
     timeout: float | None = None,
     first: Any = None,
+    on_job: Callable[[Any], None] | None = None,
 ):
-    """Poll the job until it reaches a terminal status; ``on_status(old, new)`` on each change."""
+    """Poll the job until it reaches a terminal status; ``on_status(old, new)`` on each change,
+    ``on_job(job)`` with every job read (its services' endpoints appear once it runs)."""
     deadline = None if timeout is None else time.monotonic() + timeout
     previous = job_status(first) if first is not None else ""
     while True:
@@ -170,6 +172,8 @@ def wait_for_job(
         except Exception as exc:
             raise explain(exc, ml_client, f"read the status of job '{name}'") from None
         status = job_status(job)
+        if on_job is not None:
+            on_job(job)
         if status != previous and on_status is not None:
             on_status(previous, status)
         previous = status

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RankError, SpecError
-from ..layout import MPI_LAUNCHERS
-from ..mpi import free_port, rank_label
+from ..layout import MPI_LAUNCHERS, env_places
+from ..mpi import rank_label
+from ..tf_config import empty_ps_hint
 from . import launch as launch_mod
 from .bindings import bind_inputs, bind_outputs
 from .report import TAIL_LINES, CommandResult, RankResult, failure_message
@@ -65,8 +66,6 @@ def run_command(
     ``cwd`` is where relative input and output paths start (default: the current folder, the
     notebook's); the ranks themselves run in the component's code folder.
     """
-    from ..layout import rank_environments
-
     cwd = Path(cwd or Path.cwd()).resolve()
     bound_inputs = bind_inputs(component, inputs, cwd)
     bound_outputs = bind_outputs(component, outputs, cwd)
@@ -77,25 +76,13 @@ def run_command(
             f"the component's code folder {code_dir} does not exist. Fix: create it, or set "
             "`code:` in the spec to the folder that holds the scripts."
         )
-    layout = component.runsettings.resource_layout
+    nodes = component.runsettings.resource_layout.instance_count
     launcher = component.launcher_type
-    if launcher is None:  # a CommandComponent: one process, no rank variables
-        envs: list[dict[str, str]] = [{}]
-    else:
-        envs = rank_environments(
-            launcher,
-            layout.instance_count,
-            layout.process_count_per_node,
-            master_addr=master_addr,
-            master_port=free_port(master_addr),  # not Azure's 6105: local runs would collide
-            worker_count=layout.worker_count,
-            parameter_server_count=layout.parameter_server_count,
-        )
+    # free ports, not Azure's fixed ones: local runs share one machine and would collide
+    envs = [{}] if launcher is None else component.rank_environments(master_addr=master_addr)
     base_env = launch_mod.base_environment(component.environment_variables)
     _check_program(argv, base_env, code_dir)
-    ppn = layout.process_count_per_node
-    nodes = layout.instance_count
-    ranks = [RankResult(rank=r, node=min(r // ppn, nodes - 1)) for r in range(len(envs))]
+    ranks = [RankResult(rank=r, node=node) for r, (node, _) in enumerate(env_places(envs))]
     result = CommandResult(
         component=component.name,
         launcher=launcher or "none",
@@ -123,7 +110,8 @@ def run_command(
     if result.interrupted:
         raise KeyboardInterrupt
     if check and not result.ok:
-        error = RankError(failure_message(result))
+        hint = empty_ps_hint(envs, [r.returncode for r in result.failed])
+        error = RankError(failure_message(result) + (f"\n{hint}" if hint else ""))
         error.result = result
         raise error
     return result

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import RankError
 from ..layout import layout_text
-from ..mpi import free_port
 from ..ranges import format_ranks, parse_ranks
 from .connection import Connection
 from .status import StartProgress
@@ -174,9 +173,8 @@ class RankBackend:
 
     def _new_world(self, name: str, component: Component, signature: tuple) -> World:
         layout = component.runsettings.resource_layout
-        envs = component.rank_environments(
-            master_addr=self.master_addr, master_port=free_port(self.master_addr)
-        )
+        # the ports are chosen here, once per world; every view shows these values
+        envs = component.rank_environments(master_addr=self.master_addr)
         world = World(
             name,
             envs,
@@ -189,6 +187,15 @@ class RankBackend:
         self.worlds[name] = world
         self._signatures[name] = signature
         return world
+
+    def current_envs(self, name: str, component: Component) -> list[dict[str, str]] | None:
+        """The variables the ranks of ``name`` hold, while they match the current settings."""
+        world = self.worlds.get(name)
+        if world is None or world.error is not None:
+            return None
+        if self._signatures.get(name) != self._signature(name, component):
+            return None
+        return [dict(env) for env in world.envs]
 
     def _wait(self, world: World, reason: str = "") -> None:
         if world.started:
@@ -344,3 +351,8 @@ def get_backend() -> RankBackend:
         if _backend is None:
             _backend = RankBackend()
         return _backend
+
+
+def existing_backend() -> RankBackend | None:
+    """The backend of this kernel process if ranks were ever asked for, else None."""
+    return _backend

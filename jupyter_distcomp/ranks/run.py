@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import RankError
 from ..ranges import format_ranks
+from ..tf_config import empty_ps_hint
 from . import ipp
 from .failures import death_reason, error_sections, stack_sections
 from .output import RankOutput
@@ -244,10 +245,12 @@ class CellRun:
             sections.append(("what mpiexec printed", said.splitlines()))
         why = "; ".join(f"{format_ranks([r])} {reasons[r] or 'died'}" for r in culprits)
         self.running.clear()
+        hint = empty_ps_hint(world.envs, [reasons[r] or said for r in culprits])
         raise RankError(
             f"{why} while running the cell on {world.name!r}",
             sections=sections,
-            fix=f"Output of the other ranks is kept above. Fix: `%distcomp restart {world.name}` "
+            fix=(f"{hint}\n" if hint else "")
+            + f"Output of the other ranks is kept above. Fix: `%distcomp restart {world.name}` "
             "starts a fresh world (variables on the ranks are lost).",
         )
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import scratch
 from ..errors import RankError
-from ..layout import layout_text
+from ..layout import env_places, layout_text
 from ..ranges import format_ranks
 from ..standalone.rank_setup import OPEN_MPI_WORLD_KEYS, setup_rank
 from . import ipp
@@ -53,8 +53,7 @@ class World(WorldHealth):
         self.world_size = len(self.envs)
         self.connection = connection or Connection()
         self.ranks = [
-            RankInfo(r, r // process_count_per_node, r % process_count_per_node)
-            for r in range(self.world_size)
+            RankInfo(r, node, local) for r, (node, local) in enumerate(env_places(self.envs))
         ]
         self.cluster: ipp.LocalCluster | None = None
         self.client: Client | None = None

@@ -236,28 +236,36 @@ def _build(data: dict, ctx: Context, text: str, base_dir: Path) -> Component:
         source=text,
         base_dir=base_dir,
         warnings=tuple(ctx.warnings),
+        spec_layout=_spec_layout(data, distribution) if is_v2 else {},
     )
-    layout = component.runsettings.resource_layout
-    if is_v2:
-        resources = data.get("resources") or {}
-        distribution = distribution or {}
-        sizes = {
-            ("resources", "instance_count"): resources.get("instance_count"),
-            ("distribution", "process_count_per_instance"): distribution.get(
-                "process_count_per_instance"
-            ),
-            ("distribution", "worker_count"): distribution.get("worker_count"),
-            ("distribution", "parameter_server_count"): distribution.get("parameter_server_count"),
-        }
-        nodes, per_node, workers, servers = sizes.values()
-        try:
-            layout.configure(nodes, per_node, worker_count=workers, parameter_server_count=servers)
-        except LayoutError as exc:
-            message = str(exc).replace("process_count_per_node", "process_count_per_instance")
-            given = [key for key, value in sizes.items() if value is not None]
-            culprits = [key for key in given if message.startswith(key[-1])] or given
-            raise ctx.error(message, culprits[0], at="value") from None
+    try:
+        component.runsettings.resource_layout.configure(**component.spec_layout)
+    except LayoutError as exc:
+        message = str(exc).replace("process_count_per_node", "process_count_per_instance")
+        given = [_SPEC_LAYOUT_KEYS[key] for key in component.spec_layout]
+        culprits = [key for key in given if message.startswith(key[-1])] or given
+        raise ctx.error(message, culprits[0], at="value") from None
     return component
+
+
+_SPEC_LAYOUT_KEYS = {
+    "instance_count": ("resources", "instance_count"),
+    "process_count_per_node": ("distribution", "process_count_per_instance"),
+    "worker_count": ("distribution", "worker_count"),
+    "parameter_server_count": ("distribution", "parameter_server_count"),
+}
+
+
+def _spec_layout(data: dict, distribution: dict | None) -> dict[str, int]:
+    """The run settings a v2 spec sets itself (``resources``, ``distribution``)."""
+    resources = data.get("resources") or {}
+    given = {
+        "instance_count": resources.get("instance_count"),
+        "process_count_per_node": (distribution or {}).get("process_count_per_instance"),
+        "worker_count": (distribution or {}).get("worker_count"),
+        "parameter_server_count": (distribution or {}).get("parameter_server_count"),
+    }
+    return {key: value for key, value in given.items() if value is not None}
 
 
 def _environment_variables(section: Any, ctx: Context) -> dict[str, str]:
@@ -495,7 +503,5 @@ def carry_over_settings(old: Component, new: Component) -> Component:
             continue
     settings.inputs = kept
     settings.outputs = {k: v for k, v in settings.outputs.items() if k in new.outputs}
-    if new.spec_format == "v2":
-        fresh = new.runsettings.resource_layout
-        settings.resource_layout.configure(**{k: v for k, v in fresh.as_dict().items() if v})
+    settings.resource_layout.configure(**new.spec_layout)
     return replace(new, runsettings=settings)

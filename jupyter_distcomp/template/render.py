@@ -22,8 +22,9 @@ Template rules (v1.5, as the Component SDK defines them, made precise here):
   glued to literal text: ``--lr={inputs.lr}`` -> ``--lr=0.1``), even ``a b; rm -rf x``.
 - If the literal text needs a shell (``&&``, ``||``, ``;``, ``|``, ``&``, ``<``, ``>``,
   parentheses, backticks, ``$VAR`` / ``$(...)``, globs ``* ? [``, ``~``, a ``#`` comment or a
-  leading ``NAME=value``), ``render_command`` returns ``["/bin/sh", "-c", script]`` with every
-  value inserted ``shlex.quote()``-d, so values still reach the program uninterpreted.
+  leading ``NAME=value``), ``render_command`` returns ``["bash", "-c", script]`` (bash, as
+  Azure ML's runtime runs commands) with every value inserted ``shlex.quote()``-d, so values
+  still reach the program uninterpreted.
 - Values: booleans -> ``True`` / ``False`` (what azure-ai-ml sends), numbers -> ``str()``
   (Python's shortest round-trip form: ``1e-05``, ``0.1``, ``100``), paths -> ``os.fspath``.
 """
@@ -43,6 +44,8 @@ from .words import CommandWords, lex_text, quoted, template_error
 if TYPE_CHECKING:
     from ..model import Component, Input, Output
 
+#: the shell a command that needs one runs under: bash, as Azure ML runs commands
+SHELL = ("bash", "-c")
 KINDS = ("inputs", "outputs")
 _SPECIAL = re.compile(r"[\[\]{}]")
 _NAME = re.compile(r"[^\s{}\[\]]*")
@@ -236,7 +239,7 @@ def _assemble(lexer: CommandWords, values: dict[int, str]) -> list[str]:
         script = "".join(
             p if isinstance(p, str) else quoted(values[p[0]], p[1]) for p in lexer.script
         )
-        return ["/bin/sh", "-c", script]
+        return [*SHELL, script]
     return [
         word
         if isinstance(word, str)
@@ -423,7 +426,7 @@ def expand_azureml(command: str, inputs: dict[str, Any], outputs: dict[str, Any]
 
     ``$[[...]]`` blocks with an unbound input or output go, ``${{...}}`` are replaced by the
     raw values (which the shell then splits: Azure does not quote them), and the result is
-    split into an argv, or ``["/bin/sh", "-c", command]`` when it needs a shell.
+    split into an argv, or ``["bash", "-c", command]`` when it needs a shell.
     """
 
     def value(kind: str, name: str) -> str | None:
@@ -446,5 +449,5 @@ def expand_azureml(command: str, inputs: dict[str, Any], outputs: dict[str, Any]
     expanded = _V2_PLACEHOLDER.sub(substitute, _V2_BLOCK.sub(block, command))
     lexer = lex_text(expanded)
     if lexer.shell:
-        return ["/bin/sh", "-c", "".join(lexer.script)]
+        return [*SHELL, "".join(lexer.script)]
     return [word if isinstance(word, str) else "".join(word) for word in lexer.words]

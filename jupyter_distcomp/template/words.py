@@ -3,7 +3,7 @@
 Why not ``shlex.split``: a value must never be split or interpreted, so values are opaque
 parts glued to the literal text around them, and the same pass must also say whether the
 literal text needs a real shell (``&&``, ``$VAR``, globs ...), build the one-line script for
-``/bin/sh -c`` (values quoted for the quote state they sit in), and, for Azure ML, write the
+``bash -c`` (values quoted for the quote state they sit in), and, for Azure ML, write the
 v2 form of the same command with the same whitespace rules. One pass keeps all three in step.
 """
 
@@ -43,7 +43,7 @@ def offset_in(segments: tuple, k: int) -> int:
 class CommandWords:
     """POSIX-shell word splitting of literal text, with values as opaque, unsplittable parts.
 
-    Builds at once the argv words, the one-line script for ``/bin/sh -c`` (unquoted
+    Builds at once the argv words, the one-line script for ``bash -c`` (unquoted
     whitespace collapsed to one space) and the reason a real shell is needed, if any. With
     ``v2=True`` it writes Azure ML v2 syntax instead of value slots.
     """

@@ -43,6 +43,10 @@ class PanelSession(Protocol):
     @property
     def backend(self) -> RankBackend: ...
 
+    def rank_values(
+        self, name: str, component: Component | None = None
+    ) -> tuple[list[dict[str, str]], bool]: ...
+
     def resolve_compute(
         self, component: Component | None = None, explicit: str | None = None
     ) -> str | None: ...
@@ -110,7 +114,7 @@ class PanelActions:
         )
 
     def _run_command(self) -> None:
-        total = self.component.runsettings.resource_layout.world_size
+        total = self.component.world_size
         self.worker.show_progress(0, total, "ranks done")
         self.worker.log.clear_output()
         self.worker.write(f"$ {command_line(self.component)}")
@@ -170,7 +174,7 @@ class PanelActions:
                 self.worker.say(f"stop failed: {exc}", "error")
                 return
             self.worker.wait(30)
-            self.worker.show_progress(0, self.component.runsettings.resource_layout.world_size)
+            self.worker.show_progress(0, self.component.world_size)
             said = [f"Stopped the ranks of {self.name}."] if stopped else ["No ranks running."]
             if cancelled:
                 said.insert(0, "Stopped the command on every rank.")

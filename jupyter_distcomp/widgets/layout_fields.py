@@ -61,10 +61,10 @@ class LayoutFields:
         self.worker_count = self.parameter_server_count = None
         if self.launcher_type == "tensorflow":
             self.worker_count = _count(
-                "workers (0 = all but ps)",
+                "workers (0 = one per node)",
                 "distcomp-worker-count",
                 0,
-                "worker_count; 0 leaves it unset: every rank that is not a parameter server",
+                "worker_count; 0 leaves it unset: one worker per node, as on Azure ML",
             )
             self.parameter_server_count = _count(
                 "parameter servers", "distcomp-ps-count", 0, "parameter_server_count"
@@ -77,7 +77,8 @@ class LayoutFields:
                 ),
                 link((layout, "parameter_server_count"), (self.parameter_server_count, "value")),
             ]
-            controls[2:2] = [self.worker_count, self.parameter_server_count]
+            # Azure ML lays TensorFlow out in tasks: process_count_per_node does not apply
+            controls[1:2] = [self.worker_count, self.parameter_server_count]
         self.box = w.HBox(controls, layout=w.Layout(flex_flow="row wrap", align_items="center"))
         self.box.add_class("distcomp-layout")
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as w
 from traitlets import link
 
+from ..errors import DistcompError
 from .actions import PanelActions, PanelSession
 from .fields import InputField, OutputField
 from .layout_fields import LayoutFields
@@ -137,12 +138,25 @@ class RunSettingsPanel(PanelActions, w.VBox):
         return self.session.master_addr
 
     # -- preview ------------------------------------------------------------------------
+    def _rank_values(self) -> list[dict[str, str]] | None:
+        """What the session shows for each rank (None: the preview says what is wrong)."""
+        try:
+            return self.session.rank_values(self.name, self.component)[0]
+        except DistcompError:
+            return None
+
     def _refresh(self, change: Any = None) -> None:
-        self.preview.value = preview_html(self.component, self.master_addr)
-        self.worker.progress.max = max(self.component.runsettings.resource_layout.world_size, 1)
+        self.preview.value = preview_html(self.component, self._rank_values())
+        self.worker.progress.max = max(self._world_size(), 1)
+
+    def _world_size(self) -> int:
+        try:
+            return self.component.world_size
+        except DistcompError:
+            return 1
 
     def summary(self) -> str:
-        return summary_text(self.component, self.name, self.master_addr)
+        return summary_text(self.component, self.name, self._rank_values())
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict:
         """The widget view where widgets render; a text summary everywhere else."""
@@ -185,6 +199,7 @@ class RunSettingsPanel(PanelActions, w.VBox):
             self._show_ranks(event)
 
     def _show_ranks(self, event: dict) -> None:
+        self.preview.value = preview_html(self.component, self._rank_values())
         ranks = event.get("ranks") or []
         if event.get("stopped"):
             self.ranks_line.value = "<small>ranks: stopped</small>"

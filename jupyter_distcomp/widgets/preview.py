@@ -16,30 +16,29 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DistcompError
-from ..layout import layout_text, rank_table
+from ..layout import PORT_AT_START, layout_text, rank_table, tensorflow_tasks
 
 if TYPE_CHECKING:
     from ..model import Component
 
 #: ranks shown in the table; larger worlds show the first and last ones
 MAX_ROWS = 8
-#: stands in for the port each run picks when its ranks start
-PREVIEW_PORT = 29500
+
+Envs = list[dict[str, str]]
 
 
 def _layout_line(component: Component) -> str:
     layout = component.runsettings.resource_layout
-    line = (
-        f"world size {layout.world_size} = "
-        f"{layout_text(layout.instance_count, layout.process_count_per_node)} per node"
+    if component.launcher_type != "tensorflow":
+        shape = layout_text(layout.instance_count, layout.process_count_per_node)
+        return f"world size {layout.world_size} = {shape} per node"
+    workers, ps = tensorflow_tasks(
+        layout.instance_count, layout.worker_count, layout.parameter_server_count
     )
-    if component.launcher_type == "tensorflow":
-        workers = layout.worker_count
-        line += (
-            f"; {layout.world_size - layout.parameter_server_count if workers is None else workers}"
-            f" worker(s), {layout.parameter_server_count} parameter server(s)"
-        )
-    return line
+    return (
+        f"world size {workers + ps} = {workers} worker(s), {ps} parameter server(s) on "
+        f"{layout.instance_count} node(s)"
+    )
 
 
 def _tf_task(value: str) -> str:
@@ -50,14 +49,13 @@ def _tf_task(value: str) -> str:
         return value
 
 
-def rank_rows(component: Component, master_addr: str) -> tuple[list[str], list[list[str]], dict]:
-    """(header, rows, variables equal on every rank); rows are cut to MAX_ROWS (with '...')."""
+def rank_rows(component: Component, envs: Envs) -> tuple[list[str], list[list[str]], dict]:
+    """(header, rows, variables equal on every rank) of ``envs`` (``Session.rank_values``);
+    rows are cut to MAX_ROWS (with '...')."""
     launcher = component.launcher_type
     if launcher is None:
         return [], [], {}
-    envs = component.rank_environments(master_addr=master_addr, master_port=PREVIEW_PORT)
-    layout = component.runsettings.resource_layout
-    table = rank_table(launcher, envs, layout.process_count_per_node)
+    table = rank_table(launcher, envs)
     fixed = ("rank", "node", "local rank")
     names = [k for k in table[0] if k not in fixed]
     same = {k: table[0][k] for k in names if _same(table, k)}  # shown once, under the table
@@ -111,9 +109,15 @@ def _try(func: Any, *args: Any) -> tuple[Any, str]:
         return None, str(exc)
 
 
-def preview_html(component: Component, master_addr: str = "127.0.0.1") -> str:
+def _envs(component: Component, envs: Envs | None) -> Envs:
+    """``envs`` as given, else the layout's with ``PORT_AT_START`` (raises LayoutError)."""
+    return envs if envs is not None else component.rank_environments(master_port=PORT_AT_START)
+
+
+def preview_html(component: Component, envs: Envs | None = None) -> str:
+    """The panel's preview of ``envs`` (``Session.rank_values``)."""
     parts = [f"<div><b>{escape(_layout_line(component))}</b></div>"]
-    table, problem = _try(rank_rows, component, master_addr)
+    table, problem = _try(lambda: rank_rows(component, _envs(component, envs)))
     if problem:
         parts.append(
             f"<div class='distcomp-preview-error' style='color:#c00'>{escape(problem)}</div>"
@@ -145,7 +149,7 @@ def preview_html(component: Component, master_addr: str = "127.0.0.1") -> str:
     return style + "".join(parts)
 
 
-def summary_text(component: Component, name: str, master_addr: str = "127.0.0.1") -> str:
+def summary_text(component: Component, name: str, envs: Envs | None = None) -> str:
     """The panel as text: what a terminal or nbconvert shows instead of the controls."""
     settings = component.runsettings
     lines = [f"distcomp run settings of {name} ({component.launcher_type or 'no launcher'})"]
@@ -163,7 +167,7 @@ def summary_text(component: Component, name: str, master_addr: str = "127.0.0.1"
         lines.append(f"  output  {out_name} -> {path}")
     if settings.compute:
         lines.append(f"  compute: {settings.compute}")
-    table, problem = _try(rank_rows, component, master_addr)
+    table, problem = _try(lambda: rank_rows(component, _envs(component, envs)))
     if problem:
         lines.append(f"  layout problem: {problem}")
     elif table and table[0]:
