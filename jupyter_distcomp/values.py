@@ -126,7 +126,10 @@ def coerce_value(inp: Input, value: Any) -> Any:
 
 def short_repr(value: Any) -> str:
     """``repr(value)``, cut short for a long value (messages stay readable)."""
-    return repr(value) if len(str(value)) <= 60 else repr(str(value)[:40]) + "..."
+    if isinstance(value, int) and value.bit_length() > 200:  # Python may refuse to print it
+        return f"a number of about {int(value.bit_length() * 0.30103):,} digits"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:40] + "..."
 
 
 def _to_int(value: Any) -> int:
