@@ -51,8 +51,8 @@ def check_argument(name: str, text: str, what: str = "input") -> str:
     return text
 
 
-def _scalar(inp: Input, value: Any) -> Any:
-    """``value`` unless it is a container or bytes, which no parameter takes."""
+def check_scalar(name: str, value: Any, what: str = "input") -> Any:
+    """``value`` unless it is a container or bytes, which no input or output takes."""
     if isinstance(value, (bytes, bytearray, list, tuple, set, frozenset, dict)):
         kind = type(value).__name__
         fix = (
@@ -60,7 +60,7 @@ def _scalar(inp: Input, value: Any) -> Any:
             if isinstance(value, (bytes, bytearray))
             else "pass one value (for several, join them into one string yourself)"
         )
-        raise SpecError(f"input '{inp.name}' takes one value, not a {kind}. Fix: {fix}.")
+        raise SpecError(f"{what} '{name}' takes one value, not a {kind}. Fix: {fix}.")
     return value
 
 
@@ -71,7 +71,7 @@ def coerce_value(inp: Input, value: Any) -> Any:
     """
     if value is None:
         return value
-    value = _scalar(inp, value)
+    value = check_scalar(inp.name, value)
     if inp.is_data:
         if isinstance(value, str):
             check_argument(inp.name, value)
@@ -126,7 +126,10 @@ def coerce_value(inp: Input, value: Any) -> Any:
 
 def short_repr(value: Any) -> str:
     """``repr(value)``, cut short for a long value (messages stay readable)."""
-    return repr(value) if len(str(value)) <= 60 else repr(str(value)[:40]) + "..."
+    if isinstance(value, int) and value.bit_length() > 200:  # Python may refuse to print it
+        return f"a number of about {int(value.bit_length() * 0.30103):,} digits"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:40] + "..."
 
 
 def _to_int(value: Any) -> int:

@@ -223,3 +223,15 @@ def test_magic_arguments_are_not_expanded_from_python_variables(ip, tmp_path, mo
     assert result.success, result.error_in_exec
     exported = (tmp_path / "job.yml").read_text()
     assert "{secret}" in exported and "s3cret-value" not in exported
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [("a" * 200_000, "200,000 bytes long"), (b"abc", "not a bytes"), (["a", "b"], "not a list")],
+    ids=["200KB", "bytes", "list"],
+)
+def test_render_command_refuses_a_value_no_program_can_take(value, says):
+    component = load_component(v15("python a.py [--x {inputs.x}]"))
+    with pytest.raises(SpecError) as raised:
+        component.render_command({"x": value})
+    assert raised.value.path == "inputs.x" and says in raised.value.message

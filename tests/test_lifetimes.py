@@ -96,6 +96,14 @@ def alive(pids: list[int]) -> list[int]:
     return running
 
 
+def wait_running(pids: list[int], seconds: float = 30) -> list[int]:
+    """The pids running ``sleep`` once all do (a forked child may not have exec'd yet)."""
+    deadline = time.monotonic() + seconds
+    while len(alive(pids)) < len(pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return alive(pids)
+
+
 def wait_gone(pids: list[int], seconds: float = 20) -> list[int]:
     deadline = time.monotonic() + seconds
     while alive(pids) and time.monotonic() < deadline:
@@ -139,7 +147,7 @@ def test_what_ranks_start_ends_with_a_killed_kernel(tmp_path, launcher):
         assert "spawned" in kernel.stdout.readline()
         assert "spawned" in kernel.stdout.readline()
         pids = spawned_pids(out, 2)
-        assert len(alive(pids)) == 4, "the children run while the kernel does"
+        assert len(wait_running(pids)) == 4, "the children run while the kernel does"
     finally:
         kernel.kill()
         kernel.wait()
@@ -243,7 +251,7 @@ def test_what_engines_start_ends_with_stop_and_with_a_killed_kernel():
         assert reply["status"] == "ok", text
         stopped = printed_pids(text)
         pids += stopped
-        assert len(alive(stopped)) == 4, text
+        assert len(wait_running(stopped)) == 4, text
         reply, text, _ = kernel.run("%distcomp stop keeper")
         assert reply["status"] == "ok", text
         assert wait_gone(stopped) == []
@@ -252,7 +260,7 @@ def test_what_engines_start_ends_with_stop_and_with_a_killed_kernel():
         assert reply["status"] == "ok", text
         orphaned = printed_pids(text)
         pids += orphaned
-        assert len(alive(orphaned)) == 4, text
+        assert len(wait_running(orphaned)) == 4, text
         psutil.Process(kernel.km.provisioner.process.pid).kill()
         assert wait_gone(orphaned, 30) == []
     finally:

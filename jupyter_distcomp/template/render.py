@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecError, closest
+from ..values import check_argument, check_scalar
 from .words import CommandWords, lex_text, quoted, template_error
 
 if TYPE_CHECKING:
@@ -265,13 +266,13 @@ def render_command(
         if given is None:
             given = getattr(spec, "default", None)
         if given is not None:
-            values[index] = text = _render_value(given)
-            if "\x00" in text:
-                raise SpecError(
-                    f"{ph.kind[:-1]} '{ph.name}' contains a NUL character, which no program "
-                    "argument can hold. Fix: remove it from the value.",
-                    path=f"{ph.kind}.{ph.name}",
+            what = ph.kind[:-1]
+            try:
+                values[index] = check_argument(
+                    ph.name, _render_value(check_scalar(ph.name, given, what)), what
                 )
+            except SpecError as exc:
+                raise SpecError(exc.message, path=f"{ph.kind}.{ph.name}") from None
         elif ph.optional or spec.optional:
             unbound.add(index)
         else:
