@@ -251,3 +251,36 @@ def test_values_the_shell_would_change_are_flagged(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", AzureMLWarning)  # quoted in the template: same argv
         component.to_azureml_job(inputs={"data": DATA, "note": "a b c"})
+
+
+def test_a_quote_in_a_value_that_breaks_azures_quoting_is_flagged_with_the_fix(tmp_path):
+    # Microsoft's own components write '{inputs.x}': a value holding ' then closes the quote
+    quoted = SPEC.replace("[--note {inputs.note}]", "[--note '{inputs.note}']")
+    component = make(tmp_path, text=quoted)
+    with pytest.warns(AzureMLWarning) as caught:
+        component.to_azureml_job(inputs={"data": DATA, "note": "it's"})
+    (message,) = [str(w.message) for w in caught if isinstance(w.message, AzureMLWarning)]
+    assert "input 'note' = \"it's\" runs differently on Azure ML" in message
+    assert "bash stops with a syntax error" in message
+    assert "Fix: remove the quote characters from the value" in message
+
+
+def test_zero_or_greater_warns_that_a_v2_job_fails_on_any_nonzero_exit(tmp_path):
+    component = make(tmp_path, text=SPEC + "successful_return_code: ZeroOrGreater\n")
+    with pytest.warns(AzureMLWarning, match="the Azure ML v2 job fails on any non-zero exit"):
+        component.to_azureml_job(inputs={"data": DATA})
+
+
+@pytest.mark.parametrize("code", ["/", "~/", "HOME"])  # (a bare ~ is YAML null)
+def test_a_code_folder_at_the_root_or_home_is_refused(tmp_path, code):
+    from pathlib import Path
+
+    from jupyter_distcomp.errors import AzureMLError
+
+    written = str(Path.home()) if code == "HOME" else code
+    component = make(tmp_path, text=SPEC + f"code: {written}\n")
+    with pytest.raises(AzureMLError) as caught:
+        component.to_azureml_job(inputs={"data": DATA})
+    message = str(caught.value)
+    assert f"code: {written} is" in message and "would upload all of it" in message
+    assert "Fix: set `code:` to the folder that holds only the scripts" in message

@@ -137,6 +137,32 @@ def test_config_defaults_apply_to_new_definitions(ip):
         ip.run_line_magic("config", "DistComp.default_process_count_per_node = 1")
 
 
+V2_SPEC = """\
+name: v2_layout
+type: command
+command: python train.py
+distribution:
+  type: pytorch
+  process_count_per_instance: 4
+resources:
+  instance_count: 2
+"""
+
+
+def test_a_v2_spec_keeps_its_own_layout_when_defined(ip):
+    ip.run_line_magic("config", "DistComp.default_process_count_per_node = 3")
+    try:
+        run_cell(ip, "v2layout", V2_SPEC)
+        layout = ip.user_ns["v2layout"].runsettings.resource_layout
+        assert (layout.instance_count, layout.process_count_per_node) == (2, 4)
+        # what the spec leaves open takes the %config default
+        run_cell(ip, "v2half", V2_SPEC.replace("resources:\n  instance_count: 2\n", ""))
+        layout = ip.user_ns["v2half"].runsettings.resource_layout
+        assert (layout.instance_count, layout.process_count_per_node) == (1, 4)
+    finally:
+        ip.run_line_magic("config", "DistComp.default_process_count_per_node = 1")
+
+
 def _session(ip):
     return ip.magics_manager.registry["DistCompMagics"].session
 

@@ -322,6 +322,7 @@ def test_stable_css_classes_for_browser_tests(panel):
         "distcomp-btn-stop",
         "distcomp-export-path",
         "distcomp-compute",
+        "distcomp-interactive",
         "distcomp-status",
         "distcomp-preview",
         "distcomp-progress",
@@ -448,12 +449,19 @@ def test_submit_sends_the_panel_layout_to_azure_ml(panel, standin, tmp_path):
     p.layout_fields.process_count.value = 2
     p.input_fields["data"].control.value = "azureml://datastores/blob/paths/mnist/"
     p.compute.value = "gpu-cluster"
+    p.interactive.value = "jupyterlab, vscode"
     press(p, "submit")
     assert p.worker.state == "ok", p.worker.text
     body = standin.job_puts()[0].body["properties"]
     assert body["resources"]["instanceCount"] == 3
     assert body["distribution"]["processCountPerInstance"] == 2
     assert body["computeId"].endswith("gpu-cluster")
+    services = {k: v["jobServiceType"] for k, v in body["services"].items()}
+    assert (services["distcomp_jupyterlab"], services["distcomp_vscode"]) == (
+        "JupyterLab",
+        "VSCode",
+    )
+    assert "distcomp_ssh" not in services
     assert f"submitted job {p.last_job.name}" in p.worker.text
 
 

@@ -31,6 +31,7 @@ Stable CSS classes, for browser tests and user styles:
 ``distcomp-export-path``            path of the YAML to write (Text)
 ``distcomp-btn-export``             export Azure ML job YAML
 ``distcomp-compute``                Azure ML compute target (Text)
+``distcomp-interactive``            interactive services of the job: jupyterlab,vscode,ssh (Text)
 ``distcomp-btn-submit``             submit to Azure ML
 ``distcomp-status``                 status line: what runs, what happened, errors
 ``distcomp-progress``               progress bar: ranks ready n of N

@@ -57,7 +57,13 @@ class PanelSession(Protocol):
 
     def export(self, component: Component, path: str | Path) -> Path: ...
 
-    def submit(self, component: Component, *, compute: str | None = None) -> Submission: ...
+    def submit(
+        self,
+        component: Component,
+        *,
+        compute: str | None = None,
+        interactive: tuple[str, ...] = (),
+    ) -> Submission: ...
 
 
 class PanelActions:
@@ -69,6 +75,7 @@ class PanelActions:
     worker: Worker
     buttons: dict[str, w.Button]
     export_path: w.Text
+    interactive: w.Text
     last_job: Any
     _stop_requested: bool
     _stopper: threading.Thread | None
@@ -141,6 +148,7 @@ class PanelActions:
         )
 
     def _submit(self) -> None:
+        from ..azureml.interactive import parse_services
         from ..azureml.summary import JobSummary
 
         compute = self.session.resolve_compute(self.component)
@@ -149,8 +157,9 @@ class PanelActions:
                 f"submitting '{self.name}' needs a compute target. Fix: type the name of a "
                 "compute cluster in the compute field (or %config AzureML.compute = 'NAME')."
             )
+        interactive = parse_services(self.interactive.value)
         self.worker.say(f"submitting {self.name} to {compute}...", "busy")
-        job = self.session.submit(self.component, compute=compute).job
+        job = self.session.submit(self.component, compute=compute, interactive=interactive).job
         self.last_job = job
         summary = JobSummary(job, spec_name=self.name)
         text = f"submitted job {summary.name} ({summary.status}) to {compute}"

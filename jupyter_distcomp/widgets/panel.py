@@ -85,6 +85,13 @@ class RunSettingsPanel(PanelActions, w.VBox):
             layout=w.Layout(width="260px"),
         )
         self.compute.add_class("distcomp-compute")
+        self.interactive = w.Text(
+            placeholder="jupyterlab,vscode,ssh",
+            description="interactive",
+            tooltip="Azure ML's interactive services on every node of the job (ssh: ~/.ssh key)",
+            layout=w.Layout(width="260px"),
+        )
+        self.interactive.add_class("distcomp-interactive")
         self._compute_link = link(
             (settings, "compute"),
             (self.compute, "value"),
@@ -97,7 +104,7 @@ class RunSettingsPanel(PanelActions, w.VBox):
         header.add_class("distcomp-header")
         actions = w.HBox([self.buttons[k] for k in ("start", "run-command", "stop")])
         azure = w.HBox([self.export_path, self.buttons["export"]])
-        submit = w.HBox([self.compute, self.buttons["submit"]])
+        submit = w.HBox([self.compute, self.interactive, self.buttons["submit"]])
         progress = w.HBox([self.worker.progress, self.worker.progress_text, self.ranks_line])
         super().__init__(
             [
