@@ -34,6 +34,7 @@ What each launcher gets (from Azure ML's documentation of distributed training):
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from .contracts import LAUNCHERS, launcher_name
@@ -107,8 +108,12 @@ def rank_environments(
     master_port: int | None = None,
     worker_count: int | None = None,
     parameter_server_count: int = 0,
+    node_hosts: Sequence[str] | None = None,
 ) -> list[RankEnv]:
     """One dict of variables per global rank, in rank order (see the module docstring).
+
+    ``node_hosts``: the host of each node when nodes are real hosts (``TF_CONFIG`` names
+    them; NCCL then finds its interface itself); None: every node on ``master_addr``.
 
     ``master_port`` None picks a free port on ``master_addr``; TensorFlow gets one per task
     (the first is ``master_port`` when given). ``worker_count`` and
@@ -120,7 +125,7 @@ def rank_environments(
     world = nodes * ppn
     if kind == "tensorflow":
         return _tensorflow(
-            nodes, ppn, master_addr, master_port, worker_count, parameter_server_count
+            nodes, ppn, master_addr, master_port, worker_count, parameter_server_count, node_hosts
         )
     port = str(master_port if master_port is not None else free_ports(master_addr, 1)[0])
     if kind == "torch.distributed":
@@ -149,7 +154,8 @@ def rank_environments(
             env["AZ_BATCH_MASTER_NODE"] = f"{master_addr}:{port}"
         else:
             env["AZ_BATCHAI_MPI_MASTER_NODE"] = master_addr
-        env["NCCL_SOCKET_IFNAME"] = interface
+        if not node_hosts:
+            env["NCCL_SOCKET_IFNAME"] = interface
         if kind == "deepspeed":
             env["AZUREML_EXPERIMENT_ID"] = LOCAL_EXPERIMENT_ID
             env["MASTER_PORT"] = port
@@ -171,6 +177,7 @@ def _tensorflow(
     master_port: int | None,
     worker_count: int | None,
     parameter_server_count: int,
+    node_hosts: Sequence[str] | None = None,
 ) -> list[RankEnv]:
     world = nodes * ppn
     ps = positive("parameter_server_count", parameter_server_count, minimum=0)
@@ -184,7 +191,10 @@ def _tensorflow(
         )
     fresh = free_ports(addr, world - (master_port is not None))
     ports = ([master_port] if master_port is not None else []) + fresh
-    hosts = [f"{addr}:{port}" for port in ports]
+    hosts = [
+        f"{node_hosts[rank // ppn] if node_hosts else addr}:{port}"
+        for rank, port in enumerate(ports)
+    ]
     cluster: dict[str, Any] = {"worker": hosts[:workers]}
     if ps:
         cluster["ps"] = hosts[workers:]

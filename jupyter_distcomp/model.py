@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .settings import RunSettings
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from types import ModuleType
 
     from .layout import RankEnv
@@ -155,9 +156,13 @@ class Component:
 
     # -- layout -------------------------------------------------------------------------
     def rank_environments(
-        self, master_addr: str = "127.0.0.1", master_port: int | None = None
+        self,
+        master_addr: str = "127.0.0.1",
+        master_port: int | None = None,
+        node_hosts: Sequence[str] | None = None,
     ) -> list[RankEnv]:
-        """The variables of each rank for the current run settings."""
+        """The variables of each rank for the current run settings (``node_hosts``: the
+        host of each node, when nodes are real hosts)."""
         from .layout import rank_environments
 
         layout = self.runsettings.resource_layout
@@ -169,6 +174,7 @@ class Component:
             master_port=master_port,
             worker_count=layout.worker_count,
             parameter_server_count=layout.parameter_server_count,
+            node_hosts=node_hosts,
         )
 
     # -- Azure ML (lazy: azure-ai-ml takes seconds to import) ---------------------------
