@@ -189,7 +189,8 @@ def _tensorflow(
             f"the number of ranks, {layout_text(nodes, ppn)} = {world}. "
             f"Fix: set {fix}, or change instance_count / process_count_per_node."
         )
-    fresh = free_ports(addr, world - (master_port is not None))
+    # ports of other hosts cannot be checked from here: ports free on this machine are a guess
+    fresh = free_ports("127.0.0.1" if node_hosts else addr, world - (master_port is not None))
     ports = ([master_port] if master_port is not None else []) + fresh
     hosts = [
         f"{node_hosts[rank // ppn] if node_hosts else addr}:{port}"
