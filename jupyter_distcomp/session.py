@@ -222,7 +222,14 @@ class Session:
             timeout=timeout,
             stream=stream,
             master_addr=self.master_addr,
+            placement=self._placement_of(component),
         )
+
+    def _placement_of(self, component: Component) -> Placement:
+        """The hosts of ``component``: its own (``restart --hosts``), else DistComp.hosts."""
+        names = [name for name, known in self.components.items() if known is component]
+        backend = self.backend
+        return backend.placement_of(names[0]) if names else backend.placement
 
     def status(self, name: str | None = None) -> list[dict]:
         if name is not None:

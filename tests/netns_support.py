@@ -66,6 +66,7 @@ class NamespaceHosts:
         try:
             self._network()
             self._keys()
+            self._names()
             for i in range(self.count):
                 self._sshd(i)
             self._wait_for_ssh()
@@ -113,6 +114,17 @@ class NamespaceHosts:
             "  ConnectTimeout 10\n"
         )
         os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege separation directory
+
+    def _names(self) -> None:
+        """Each host resolves every host's name to its address, as on a cluster (``ip netns
+        exec`` mounts /etc/netns/NS/hosts over /etc/hosts for what runs inside)."""
+        table = "127.0.0.1 localhost\n" + "".join(
+            f"{addr} node{i}\n" for i, addr in enumerate(self.addresses)
+        )
+        for ns in self.namespaces:
+            folder = Path("/etc/netns") / ns
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "hosts").write_text(table)
 
     def _sshd(self, i: int) -> None:
         config = self.dir / f"sshd_config_{i}"
@@ -203,5 +215,6 @@ class NamespaceHosts:
                 pass
         for ns in self.namespaces:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+            shutil.rmtree(Path("/etc/netns") / ns, ignore_errors=True)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -23,6 +23,7 @@ from typing import Any
 from ..errors import RankError, SpecError
 from ..layout import MPI_LAUNCHERS
 from ..mpi import free_port, rank_label
+from ..network import Placement, listen_environment
 from . import launch as launch_mod
 from .bindings import bind_inputs, bind_outputs
 from .report import TAIL_LINES, CommandResult, RankResult, failure_message
@@ -52,6 +53,7 @@ def run_command(
     stream: Callable[..., Any] | None = print,
     *,
     master_addr: str = "127.0.0.1",
+    placement: Placement | None = None,
     grace: float = 3.0,
     cwd: str | Path | None = None,
     check: bool = True,
@@ -63,7 +65,9 @@ def run_command(
     fails or the run times out, unless ``check`` is False; re-raises KeyboardInterrupt after
     stopping every rank. ``inputs`` / ``outputs`` override the run settings for this run only.
     ``cwd`` is where relative input and output paths start (default: the current folder, the
-    notebook's); the ranks themselves run in the component's code folder.
+    notebook's); the ranks themselves run in the component's code folder. ``placement``:
+    the hosts the nodes run on (node i on host i, started by mpiexec over ssh, whatever the
+    launcher; the code folder must exist at the same path there).
     """
     from ..layout import rank_environments
 
@@ -79,17 +83,21 @@ def run_command(
         )
     layout = component.runsettings.resource_layout
     launcher = component.launcher_type
+    placement = (placement or Placement()).for_layout(layout.instance_count)
     if launcher is None:  # a CommandComponent: one process, no rank variables
         envs: list[dict[str, str]] = [{}]
+        placement = Placement(placement.hosts[:1], placement.ssh_command)
     else:
         envs = rank_environments(
             launcher,
             layout.instance_count,
             layout.process_count_per_node,
-            master_addr=master_addr,
-            master_port=free_port(master_addr),  # not Azure's 6105: local runs would collide
+            master_addr=placement.master_addr(master_addr),
+            # not Azure's 6105: local runs would collide; on other hosts a port free here
+            master_port=free_port(placement.listen() if placement.hosts else master_addr),
             worker_count=layout.worker_count,
             parameter_server_count=layout.parameter_server_count,
+            node_hosts=placement.hosts or None,
         )
     base_env = launch_mod.base_environment(component.environment_variables)
     _check_program(argv, base_env, code_dir)
@@ -111,10 +119,20 @@ def run_command(
     run = _Run(result, labels, stream, timeout, grace)
     started = time.monotonic()
     try:
-        if launcher in MPI_LAUNCHERS:
-            run.launch = launch_mod.MpiLaunch(argv, envs, code_dir, run.events, base_env)
+        if launcher in MPI_LAUNCHERS or placement.hosts:  # mpiexec reaches the hosts
+            run.launch = launch_mod.MpiLaunch(
+                argv,
+                envs,
+                code_dir,
+                run.events,
+                base_env,
+                placement,
+                layout.process_count_per_node if launcher else 1,
+                drop_mpi=launcher not in MPI_LAUNCHERS,
+            )
         else:
-            rank_envs = [{**base_env, **env} for env in envs]
+            listen = listen_environment()  # their servers (a rendezvous) on loopback only
+            rank_envs = [{**base_env, **listen, **env} for env in envs]
             run.launch = launch_mod.DirectLaunch(argv, rank_envs, code_dir, run.events)
         run.wait()
     finally:
