@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 from .layout import layout_text
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from .model import Component, Input
 
 _STYLE = (
@@ -118,9 +120,14 @@ def component_html(component: Component) -> str:
 class EnvTable:
     """The variables each rank sees: rank, node, local rank, then the variables."""
 
-    def __init__(self, component: Component, master_addr: str = "127.0.0.1"):
+    def __init__(
+        self,
+        component: Component,
+        master_addr: str = "127.0.0.1",
+        node_hosts: Sequence[str] | None = None,
+    ):
         self.component = component
-        self.envs = component.rank_environments(master_addr=master_addr)
+        self.envs = component.rank_environments(master_addr=master_addr, node_hosts=node_hosts)
         ppn = component.runsettings.resource_layout.process_count_per_node
         self.columns = list(dict.fromkeys(k for env in self.envs for k in env))
         self.rows = [

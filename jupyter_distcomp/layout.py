@@ -127,7 +127,8 @@ def rank_environments(
         return _tensorflow(
             nodes, ppn, master_addr, master_port, worker_count, parameter_server_count, node_hosts
         )
-    port = str(master_port if master_port is not None else free_ports(master_addr, 1)[0])
+    local = "127.0.0.1" if node_hosts else master_addr  # other hosts' ports: a guess from here
+    port = str(master_port if master_port is not None else free_ports(local, 1)[0])
     if kind == "torch.distributed":
         return [
             {
@@ -189,8 +190,8 @@ def _tensorflow(
             f"the number of ranks, {layout_text(nodes, ppn)} = {world}. "
             f"Fix: set {fix}, or change instance_count / process_count_per_node."
         )
-    # ports of other hosts cannot be checked from here: ports free on this machine are a guess
-    fresh = free_ports("127.0.0.1" if node_hosts else addr, world - (master_port is not None))
+    local = "127.0.0.1" if node_hosts else addr  # other hosts' ports: a guess from here
+    fresh = free_ports(local, world - (master_port is not None))
     ports = ([master_port] if master_port is not None else []) + fresh
     hosts = [
         f"{node_hosts[rank // ppn] if node_hosts else addr}:{port}"

@@ -156,7 +156,14 @@ class Session:
             worker_count=worker_count,
             parameter_server_count=parameter_server_count,
         )
-        return EnvTable(component, master_addr=self.master_addr)
+        placement = self._placement_of(component).for_layout(
+            component.runsettings.resource_layout.instance_count
+        )
+        return EnvTable(
+            component,
+            master_addr=placement.master_addr(self.master_addr),
+            node_hosts=placement.hosts or None,
+        )
 
     def panel(self, name: str, component: Component | None = None) -> RunSettingsPanel:
         """The run-settings panel of ``name`` (one per component object), acting through

@@ -8,6 +8,7 @@ the controller, mpiexec's daemon and the ranks of ``%%distcomp run``, and the ra
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -80,6 +81,24 @@ def test_with_hosts_mpiexec_gets_them_node_by_node_and_ssh():
     assert args[args.index("plm_ssh_agent") + 1] == "ssh -F cfg"
     assert args[args.index("btl_tcp_if_include") + 1] == "127.0.0.0/8"
     assert args[-2:] == ["-x", "X"]
+
+
+def test_variables_follow_the_hosts_node_by_node():
+    from jupyter_distcomp.layout import rank_environments
+
+    tf = rank_environments("tensorflow", 2, 2, node_hosts=["node0", "node1"])
+    workers = json.loads(tf[0]["TF_CONFIG"])["cluster"]["worker"]
+    assert [w.rsplit(":", 1)[0] for w in workers] == ["node0", "node0", "node1", "node1"]
+    torch = rank_environments("torch.distributed", 2, 2, "node0", node_hosts=["node0", "node1"])
+    assert [(e["MASTER_ADDR"], e["NODE_RANK"]) for e in torch] == [
+        ("node0", "0"),
+        ("node0", "0"),
+        ("node0", "1"),
+        ("node0", "1"),
+    ]
+    mpi = rank_environments("mpi", 2, 1, "node0", node_hosts=["node0", "node1"])
+    assert mpi[1]["AZ_BATCH_MASTER_NODE"].startswith("node0:")
+    assert "NCCL_SOCKET_IFNAME" not in mpi[1]  # loopback would be wrong across hosts
 
 
 def test_an_unknown_host_is_a_clear_error():

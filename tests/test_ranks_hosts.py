@@ -120,8 +120,27 @@ def test_tf_config_names_the_hosts_and_each_task_runs_on_its_own(kernel, hosts):
     assert [w.rsplit(":", 1)[0] for w in workers] == hosts.addresses
     assert seen["[node 0 rank 0]"].startswith("node0 ") and seen["[node 0 rank 0]"].endswith(" 0")
     assert seen["[node 1 rank 1]"].startswith("node1 ") and seen["[node 1 rank 1]"].endswith(" 1")
+    reply, text, _ = kernel.run("%distcomp env tf_across")
+    assert reply["status"] == "ok" and all(f"{a}:" in text for a in hosts.addresses), text
     reply, text, _ = kernel.run("%distcomp stop tf_across")
     assert reply["status"] == "ok", text
+
+
+def test_an_interrupt_reaches_the_ranks_on_every_host(kernel, hosts):
+    define(kernel, "intr", MPI_SPEC, 2, 2)
+    reply, text, _ = kernel.run("%%distcomp run intr\nprint('warm')", timeout=240)
+    assert reply["status"] == "ok", text
+    msg_id = kernel.send(
+        "%%distcomp run intr\nimport time\nprint('sleeping', flush=True)\ntime.sleep(120)"
+    )
+    kernel.collect(msg_id, timeout=60, until=lambda t: t.count("sleeping") >= 4)
+    kernel.km.interrupt_kernel()
+    reply, text, _ = kernel.collect(msg_id, timeout=60)
+    assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", text
+    assert "sent SIGINT to ranks 0-3" in text, text
+    reply, text, _ = kernel.run("%%distcomp run intr\nprint('after')", timeout=120)
+    assert reply["status"] == "ok" and "[node 1 rank 3] after" in text, text
+    kernel.run("%distcomp stop intr")
 
 
 def test_a_timeout_shows_each_ranks_stack_taken_on_its_host(kernel, hosts):
@@ -152,10 +171,14 @@ def test_killing_one_hosts_ranks_marks_them_dead_and_restart_recovers(kernel, ho
         time.sleep(1)
     reply, text, _ = kernel.run("%%distcomp run victim\nprint('again')", timeout=120)
     assert reply["status"] == "error" and "dead" in text and "restart victim" in text, text
-    reply, text, _ = kernel.run("%distcomp restart victim", timeout=240)
+    swapped = f"{hosts.addresses[1]},{hosts.addresses[0]}"
+    reply, text, _ = kernel.run(f"%distcomp restart victim --hosts {swapped}", timeout=240)
     assert reply["status"] == "ok", text
-    reply, text, _ = kernel.run("%%distcomp run victim\nprint('again')", timeout=240)
-    assert reply["status"] == "ok" and "[node 1 rank 3] again" in text, text
+    reply, text, _ = kernel.run(
+        "%%distcomp run victim\nimport socket\nprint(socket.gethostname())", timeout=240
+    )
+    assert reply["status"] == "ok", text
+    assert "[node 0 rank 0] node1" in text and "[node 1 rank 3] node0" in text, text
 
 
 DDP_SPEC = """\
