@@ -221,6 +221,30 @@ def test_ddp_with_gloo_runs_across_the_hosts_through_distcomp_command(kernel, ho
         assert (host, node_rank, master) == (f"node{node}", node, hosts.addresses[0]), text
 
 
+HANG_SPEC = """\
+name: hang_across
+type: DistributedComponent
+code: {code}
+launcher:
+  type: torch.distributed
+  additional_arguments: python hang.py
+"""
+
+
+def test_a_command_that_hangs_is_stopped_on_every_host_at_its_timeout(kernel, hosts, tmp_path):
+    code = tmp_path / "src"
+    code.mkdir()
+    (code / "hang.py").write_text("import time\nprint('hanging', flush=True)\ntime.sleep(600)\n")
+    define(kernel, "hang_across", HANG_SPEC.format(code=code), 2, 1)
+    reply, text, _ = kernel.run("%distcomp command hang_across --timeout 8", timeout=240)
+    assert reply["status"] == "error" and "[node 1 rank 1] hanging" in text, text
+    assert "timed out" in text or "time-out" in text or "timeout" in text, text
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any("hang.py" in p for p in hosts.processes(1)):
+        time.sleep(0.5)
+    assert not [p for i in (0, 1) for p in hosts.processes(i) if "hang.py" in p]
+
+
 def test_stop_leaves_nothing_behind_on_any_host(kernel, hosts):
     ours = kernel.processes()
     reply, text, _ = kernel.run("%distcomp stop")
@@ -237,3 +261,25 @@ def _cmdline(pid: int) -> str:
         return " ".join(psutil.Process(pid).cmdline())
     except psutil.Error:
         return ""
+
+
+def test_a_killed_kernel_leaves_nothing_on_the_hosts(hosts):
+    k = Kernel()
+    try:
+        reply, text, _ = k.run(
+            "%load_ext jupyter_distcomp\n"
+            f"%config DistComp.hosts = {hosts.addresses!r}\n"
+            f"%config DistComp.ssh_command = {hosts.ssh_command!r}"
+        )
+        assert reply["status"] == "ok", text
+        define(k, "doomed", MPI_SPEC, 2, 1)
+        reply, text, _ = k.run("%%distcomp run doomed\nprint('up')", timeout=240)
+        assert reply["status"] == "ok" and "[node 1 rank 1] up" in text, text
+        assert hosts.processes(1), "the ranks run on the host"
+        psutil.Process(k.km.provisioner.process.pid).kill()  # SIGKILL: no atexit hook, no stop
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (hosts.processes(0) or hosts.processes(1)):
+            time.sleep(0.5)
+        assert hosts.processes(0) == [] and hosts.processes(1) == []
+    finally:
+        k.close()
