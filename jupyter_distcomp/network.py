@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import mpi
 from .errors import LayoutError
 
 LOOPBACK = "127.0.0.1"
@@ -50,6 +51,11 @@ class Placement:
     def master_addr(self, configured: str = LOOPBACK) -> str:
         """MASTER_ADDR of the ranks: the first host unless the user set another address."""
         return self.hosts[0] if self.hosts and configured in ("", LOOPBACK) else configured
+
+    def master_port(self, master_addr: str) -> int:
+        """A port for the rendezvous: free on ``master_addr`` here; with hosts, free here (a
+        guess: the first host's ports cannot be checked from this machine)."""
+        return mpi.free_port(self.listen() if self.hosts else master_addr)
 
     def for_layout(self, instance_count: int) -> Placement:
         """The hosts of nodes 0..instance_count-1 (an error when there are fewer hosts)."""
@@ -165,6 +171,16 @@ def is_loopback(address: str) -> bool:
 
 
 # -- Open MPI ---------------------------------------------------------------------------
+def mpiexec_flags(
+    placement: Placement, world_size: int, process_count_per_node: int, forward: Sequence[str] = ()
+) -> list[str]:
+    """Every flag of an mpiexec that starts ``world_size`` ranks so placed: on this machine,
+    :func:`mpi.mpiexec_args` (oversubscription); on hosts, ``process_count_per_node`` slots
+    each, so never oversubscribed. Then :func:`mpiexec_host_args`."""
+    own = mpi.mpiexec_args(world_size) if placement.local else ["--bind-to", "none"]
+    return [*own, *mpiexec_host_args(placement, process_count_per_node, forward)]
+
+
 def mpiexec_host_args(
     placement: Placement, process_count_per_node: int, forward: Sequence[str] = ()
 ) -> list[str]:

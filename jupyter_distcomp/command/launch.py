@@ -75,9 +75,8 @@ def mpiexec_argv(
     """mpiexec starting the rank supervisor on ``ranks`` ranks, with the shared MPI flags;
     with hosts, on them (the supervisor's plan then travels in a forwarded variable)."""
     placement = placement or network.Placement()
-    hosts = network.mpiexec_host_args(placement, process_count_per_node, [PLAN_VARIABLE])
-    flags = mpi.mpiexec_args(ranks) if placement.local else ["--bind-to", "none"]
-    return [mpi.mpiexec_path(), "-n", str(ranks), *flags, *hosts, *SUPERVISOR, envfile, "--", *argv]
+    flags = network.mpiexec_flags(placement, ranks, process_count_per_node, [PLAN_VARIABLE])
+    return [mpi.mpiexec_path(), "-n", str(ranks), *flags, *SUPERVISOR, envfile, "--", *argv]
 
 
 def pump(fd: int, rank: int | None, stream: str, events: queue.Queue) -> None:

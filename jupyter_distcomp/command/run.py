@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import RankError, SpecError
 from ..layout import MPI_LAUNCHERS
-from ..mpi import free_port, rank_label
+from ..mpi import rank_label
 from ..network import Placement, listen_environment
 from . import launch as launch_mod
 from .bindings import bind_inputs, bind_outputs
@@ -93,8 +93,7 @@ def run_command(
             layout.instance_count,
             layout.process_count_per_node,
             master_addr=placement.master_addr(master_addr),
-            # not Azure's 6105: local runs would collide; on other hosts a port free here
-            master_port=free_port(placement.listen() if placement.hosts else master_addr),
+            master_port=placement.master_port(master_addr),  # not Azure's 6105: runs collide
             worker_count=layout.worker_count,
             parameter_server_count=layout.parameter_server_count,
             node_hosts=placement.hosts or None,

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import RankError
 from ..layout import layout_text
-from ..mpi import free_port
 from ..network import Placement
 from ..ranges import format_ranks, parse_ranks
 from .connection import Connection
@@ -193,8 +192,7 @@ class RankBackend:
         master_addr = placement.master_addr(self.master_addr)
         envs = component.rank_environments(
             master_addr=master_addr,
-            # on other hosts, a port free here is a guess: the hosts' ports cannot be checked
-            master_port=free_port(placement.listen() if placement.hosts else master_addr),
+            master_port=placement.master_port(master_addr),
             node_hosts=placement.hosts or None,
         )
         world = World(

@@ -141,11 +141,9 @@ def cluster_config(
     config = Config()
     config.MPILauncher.mpi_cmd = [*GUARD, mpi.mpiexec_path()]
     config.LocalControllerLauncher.controller_cmd = [*GUARD, *ipcontroller_cmd_argv]
-    host_args = network.mpiexec_host_args(placement, process_count_per_node, FORWARDED)
-    if placement.local:
-        config.MPILauncher.mpi_args = [*mpi.mpiexec_args(world_size), *host_args]
-    else:  # each host has process_count_per_node slots: no oversubscription
-        config.MPILauncher.mpi_args = ["--bind-to", "none", *host_args]
+    config.MPILauncher.mpi_args = network.mpiexec_flags(
+        placement, world_size, process_count_per_node, FORWARDED
+    )
     config.MPIEngineSetLauncher.environment = engine_environment(listen)
     config.MPIEngineSetLauncher.engine_args = [
         "--log-level=WARN",
