@@ -127,27 +127,34 @@ def hosts_for_layout(hosts: Sequence[str], instance_count: int) -> list[str]:
 def listen_address(hosts: Sequence[str] = ()) -> str:
     """The address the ranks' controller (and every other listener for the ranks) binds to:
     loopback for ranks on this machine; with hosts, this machine's address on the route to
-    the first host."""
-    if not hosts:
+    the first host that is not this machine."""
+    targets = {host: _resolve(host) for host in hosts}
+    remote = [
+        (host, ip) for host, ip in targets.items() if not ipaddress.ip_address(ip).is_loopback
+    ]
+    if not remote:  # every host is this machine
         return LOOPBACK
-    try:
-        target = socket.getaddrinfo(hosts[0], 22, socket.AF_INET, socket.SOCK_DGRAM)[0][4][0]
-    except OSError as exc:
-        raise LayoutError(
-            f"cannot resolve the host {hosts[0]!r} ({exc}). Fix: a name this machine "
-            "resolves (ssh config aliases do not count), or the host's address."
-        ) from None
-    if ipaddress.ip_address(target).is_loopback:
-        return LOOPBACK
+    host, target = remote[0]
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         try:
             probe.connect((target, 22))  # UDP: picks the route, sends nothing
         except OSError as exc:
             raise LayoutError(
-                f"no route from this machine to the host {hosts[0]} ({target}): {exc}. "
+                f"no route from this machine to the host {host} ({target}): {exc}. "
                 "Fix: check the host's address and this machine's network."
             ) from None
         address: str = probe.getsockname()[0]
+    return address
+
+
+def _resolve(host: str) -> str:
+    try:
+        address = str(socket.getaddrinfo(host, 22, socket.AF_INET, socket.SOCK_DGRAM)[0][4][0])
+    except OSError as exc:
+        raise LayoutError(
+            f"cannot resolve the host {host!r} ({exc}). Fix: a name this machine resolves "
+            "(ssh config aliases do not count), or the host's address."
+        ) from None
     return address
 
 
