@@ -9,6 +9,7 @@ the controller, mpiexec's daemon and the ranks of ``%%distcomp run``, and the ra
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from pathlib import Path
@@ -73,6 +74,18 @@ def test_ranks_on_this_machine_listen_on_loopback_and_use_no_tcp_between_them():
     assert listen_address() == LOOPBACK
     assert listen_address(["127.0.0.1"]) == LOOPBACK
     assert mpiexec_host_args(Placement(), 2) == ["--mca", "btl", "^tcp"]
+
+
+def test_the_listen_address_routes_to_the_first_host_that_is_not_this_machine():
+    addresses = [
+        a.address
+        for addrs in psutil.net_if_addrs().values()
+        for a in addrs
+        if a.family == socket.AF_INET and not a.address.startswith("127.")
+    ]
+    if not addresses:
+        pytest.skip("this machine has no address besides loopback")
+    assert listen_address(["localhost", addresses[0]]) == addresses[0]
 
 
 def test_with_hosts_mpiexec_gets_them_node_by_node_and_ssh():
