@@ -24,9 +24,10 @@ from .netns_support import NamespaceHosts, unavailable
 from .ranks_support import MPI_SPEC, TF_SPEC, wait_gone
 from .test_ranks_kernel import Kernel
 
+WHY_NOT = unavailable()
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(unavailable() is not None, reason=f"no namespaced hosts: {unavailable()}"),
+    pytest.mark.skipif(WHY_NOT is not None, reason=f"no namespaced hosts: {WHY_NOT}"),
 ]
 
 
