@@ -33,7 +33,20 @@ $(CHROMIUM):
 		echo "Fix: sudo apt-get install -y chromium (or run make test as root)." >&2; exit 1; \
 	fi
 
-test: lint $(CHROMIUM)
+# The multi-host tests (tests/test_ranks_hosts.py) run Debian's sshd in network namespaces;
+# local ranks listen on loopback through a small preloaded library built with the C compiler.
+SSHD := /usr/sbin/sshd
+$(SSHD):
+	@if [ "$$(id -u)" = 0 ]; then \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q openssh-server gcc; \
+	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then \
+		sudo apt-get update -q && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -q openssh-server gcc; \
+	else \
+		echo "make test needs Debian's openssh-server ($(SSHD)) for the multi-host tests." >&2; \
+		echo "Fix: sudo apt-get install -y openssh-server gcc (or run make test as root)." >&2; exit 1; \
+	fi
+
+test: lint $(CHROMIUM) $(SSHD)
 	$(PY) -m pytest
 
 # the edit loop: no test that starts ranks, kernels, servers or browsers

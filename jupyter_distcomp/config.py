@@ -12,7 +12,7 @@ import warnings
 from typing import Any
 
 from traitlets import Any as AnyTrait
-from traitlets import Bool, Dict, Float, Int, Unicode, observe
+from traitlets import Bool, Dict, Float, Int, List, Unicode, observe
 from traitlets.config import Config, Configurable
 
 
@@ -72,6 +72,21 @@ class DistComp(_Settings):
     )
     cluster_id = Unicode(
         None, allow_none=True, config=True, help="Cluster id of your own cluster (with a profile)."
+    )
+    hosts = List(
+        Unicode(),
+        config=True,
+        help='Nodes that are real hosts: node i of a layout runs on host i, e.g. ["node0", '
+        '"node1"]; mpiexec reaches them with ssh_command (empty: every node on this machine).',
+    )
+    hostfile = Unicode(
+        None,
+        allow_none=True,
+        config=True,
+        help="A file with one host a line (`node0 slots=4` allowed), used when hosts is empty.",
+    )
+    ssh_command = Unicode(
+        "ssh", config=True, help='How mpiexec and the kernel reach the hosts, e.g. "ssh -F cfg".'
     )
 
 

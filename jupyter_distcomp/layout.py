@@ -38,6 +38,7 @@ is bound: the given port (else Azure's) is used as it is.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from .contracts import LAUNCHERS, launcher_name
@@ -153,8 +154,13 @@ def rank_environments(
     master_port: Port | None = None,
     worker_count: int | None = None,
     parameter_server_count: int = 0,
+    node_hosts: Sequence[str] | None = None,
 ) -> list[RankEnv]:
     """One dict of variables per global rank, in rank order (see the module docstring).
+
+    ``node_hosts``: the host of each node when nodes are real hosts (``TF_CONFIG`` and
+    ``AZ_BATCH_HOST_LIST`` name them; NCCL then finds its interface itself); None: every
+    node on ``master_addr``. Their ports are picked free on this machine: a guess from here.
 
     ``master_port``: None picks free ports on an address of this machine (Azure's port on
     another one); ``PORT_AT_START`` (any string) is shown in place of every port.
@@ -166,23 +172,26 @@ def rank_environments(
         kind, instance_count, process_count_per_node, worker_count, parameter_server_count
     )
     nodes = positive("instance_count", instance_count)
+    hosts = list(node_hosts[:nodes]) if node_hosts else [master_addr] * nodes
+    port_addr = "127.0.0.1" if node_hosts else master_addr
     runtime = [
         {
             "AZUREML_EXPERIMENT_ID": LOCAL_EXPERIMENT_ID,
             "AZUREML_PROCESS_NAME": f"rank_{rank}",
             "AZUREML_CR_NODE_RANK": str(node),
-            "AZ_BATCH_HOST_LIST": ",".join([master_addr] * nodes),
+            "AZ_BATCH_HOST_LIST": ",".join(hosts),
         }
         for rank, (node, _) in enumerate(places)
     ]
     if kind == "tensorflow":
         workers, _ = tensorflow_tasks(nodes, worker_count, parameter_server_count)
-        ports = _ports(master_addr, len(places), master_port, AZURE_TF_PORT)
+        ports = _ports(port_addr, len(places), master_port, AZURE_TF_PORT)
+        addrs = [hosts[node] for node, _ in places]
         return [
             {**extra, **env}
-            for env, extra in zip(runtime, _tf_configs(master_addr, ports, workers), strict=True)
+            for env, extra in zip(runtime, _tf_configs(addrs, ports, workers), strict=True)
         ]
-    port = str(_ports(master_addr, 1, master_port, AZURE_MASTER_PORT)[0])
+    port = str(_ports(port_addr, 1, master_port, AZURE_MASTER_PORT)[0])
     world, ppn = len(places), positive("process_count_per_node", process_count_per_node)
     envs = []
     for rank, (node, local) in enumerate(places):
@@ -197,7 +206,8 @@ def rank_environments(
             if nodes > 1:
                 env["AZ_BATCH_MASTER_NODE"] = f"{master_addr}:{port}"
             env["AZ_BATCHAI_MPI_MASTER_NODE"] = master_addr
-            env["NCCL_SOCKET_IFNAME"] = loopback_interface()
+            if not node_hosts:
+                env["NCCL_SOCKET_IFNAME"] = loopback_interface()
         else:  # torch.distributed and deepspeed: Azure ML's PyTorch distribution
             env = {
                 "MASTER_ADDR": master_addr,
@@ -211,10 +221,10 @@ def rank_environments(
     return envs
 
 
-def _tf_configs(addr: str, ports: list[Port], workers: int) -> list[RankEnv]:
-    """TF_CONFIG of every task: workers first, then parameter servers; ``"ps": []`` is
-    there even without parameter servers, as Azure ML sends it."""
-    hosts = [f"{addr}:{port}" for port in ports]
+def _tf_configs(addrs: list[str], ports: list[Port], workers: int) -> list[RankEnv]:
+    """TF_CONFIG of every task (``addrs``: the host of each): workers first, then parameter
+    servers; ``"ps": []`` is there even without parameter servers, as Azure ML sends it."""
+    hosts = [f"{addr}:{port}" for addr, port in zip(addrs, ports, strict=True)]
     cluster: dict[str, Any] = {"worker": hosts[:workers], "ps": hosts[workers:]}
     envs = []
     for task in range(len(hosts)):

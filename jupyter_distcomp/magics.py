@@ -6,7 +6,7 @@ Forms::
     %%distcomp run NAME [--ranks 0,2-3] [--timeout S] [--group-output]
     %distcomp env NAME [--instance-count N] [--process-count-per-node P]
     %distcomp command NAME [--input k=v ...] [--output k=path ...] [--timeout S]
-    %distcomp status [NAME] | stop [NAME] | restart NAME | interrupt NAME | list
+    %distcomp status [NAME] | stop [NAME] | restart NAME [--hosts H] | interrupt NAME | list
     %distcomp connect NAME [--profile P] [--profile-dir D] [--cluster-id C] [--local]
     %distcomp export NAME PATH [--component] [--input k=v ...]
     %distcomp submit NAME --compute TARGET [...]
@@ -88,6 +88,9 @@ def _build_parser() -> _Parser:
     stop.add_argument("name", nargs="?")
     restart = sub.add_parser("restart", help="restart the ranks of NAME")
     restart.add_argument("name")
+    restart.add_argument(
+        "--hosts", default=None, help='node i on host i: "node0,node1", a hostfile, or "local"'
+    )
     interrupt = sub.add_parser("interrupt", help="send SIGINT to the busy ranks of NAME")
     interrupt.add_argument("name")
     connect = sub.add_parser("connect", help="run NAME on your own ipyparallel cluster")
@@ -255,7 +258,7 @@ class DistCompMagics(Magics):
         print(f"Stopped the ranks of {', '.join(stopped)}." if stopped else "No ranks running.")
 
     def _handle_restart(self, args: argparse.Namespace, cell: str | None) -> None:
-        world = self.session.restart(args.name)
+        world = self.session.restart(args.name, hosts=args.hosts)
         print(f"Restarted {args.name}: {world.describe_layout()}.")
 
     def _handle_interrupt(self, args: argparse.Namespace, cell: str | None) -> None:

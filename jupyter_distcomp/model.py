@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .settings import RunSettings
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from types import ModuleType
 
     from .layout import RankEnv
@@ -157,10 +158,13 @@ class Component:
 
     # -- layout -------------------------------------------------------------------------
     def rank_environments(
-        self, master_addr: str = "127.0.0.1", master_port: int | str | None = None
+        self,
+        master_addr: str = "127.0.0.1",
+        master_port: int | str | None = None,
+        node_hosts: Sequence[str] | None = None,
     ) -> list[RankEnv]:
         """The variables of each rank for the current run settings (see layout.py for
-        ``master_port``)."""
+        ``master_port``; ``node_hosts``: the host of each node, when nodes are real hosts)."""
         from .layout import rank_environments
 
         layout = self.runsettings.resource_layout
@@ -172,6 +176,7 @@ class Component:
             master_port=master_port,
             worker_count=layout.worker_count,
             parameter_server_count=layout.parameter_server_count,
+            node_hosts=node_hosts,
         )
 
     @property

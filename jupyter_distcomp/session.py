@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .command import CommandResult
     from .display import EnvTable
     from .model import Component
+    from .network import Placement
     from .ranks.backend import RankBackend
     from .ranks.connection import Connection
     from .ranks.world import World
@@ -82,6 +83,20 @@ class Session:
     @property
     def master_addr(self) -> str:
         return self.local.master_addr or "127.0.0.1"
+
+    @property
+    def placement(self) -> Placement:
+        """Where the nodes run: ``DistComp.hosts`` (or its hostfile), reached by ssh."""
+        from .network import Placement, check_hosts, read_hostfile
+
+        hosts = self.local.hosts
+        if hosts:
+            clean = check_hosts(hosts)
+        elif self.local.hostfile:
+            clean = read_hostfile(self.local.hostfile)
+        else:
+            clean = []
+        return Placement(tuple(clean), self.local.ssh_command or "ssh")
 
     @property
     def in_kernel(self) -> bool:
@@ -161,7 +176,15 @@ class Session:
             envs = backend.current_envs(name, component)
             if envs is not None:
                 return envs, True
-        return component.rank_environments(self.master_addr, PORT_AT_START), False
+        placement = self._placement_of(component).for_layout(
+            component.runsettings.resource_layout.instance_count
+        )
+        envs = component.rank_environments(
+            placement.master_addr(self.master_addr),
+            PORT_AT_START,
+            node_hosts=placement.hosts or None,
+        )
+        return envs, False
 
     def panel(self, name: str, component: Component | None = None) -> RunSettingsPanel:
         """The run-settings panel of ``name`` (one per component object), acting through
@@ -179,6 +202,7 @@ class Session:
         if self._backend is None:
             self._backend = get_backend()
         self._backend.master_addr = self.master_addr
+        self._backend.placement = self.placement
         self._backend.default_connection = Connection(
             profile=self.local.cluster_profile or None, cluster_id=self.local.cluster_id or None
         )
@@ -226,7 +250,14 @@ class Session:
             timeout=timeout,
             stream=stream,
             master_addr=self.master_addr,
+            placement=self._placement_of(component),
         )
+
+    def _placement_of(self, component: Component) -> Placement:
+        """The hosts of ``component``: its own (``restart --hosts``), else DistComp.hosts."""
+        names = [name for name, known in self.components.items() if known is component]
+        backend = self.backend
+        return backend.placement_of(names[0]) if names else backend.placement
 
     def status(self, name: str | None = None) -> list[dict]:
         if name is not None:
@@ -238,8 +269,21 @@ class Session:
             self.component(name)
         return self.backend.stop(name)
 
-    def restart(self, name: str) -> World:
-        return self.backend.restart(name, self.component(name))
+    def restart(self, name: str, hosts: str | None = None) -> World:
+        """Restart the ranks of ``name``; ``hosts`` (names, or a hostfile) places its nodes
+        on those hosts from now on ("local": back to this machine)."""
+        component = self.component(name)
+        if hosts is not None:
+            from .network import Placement, check_hosts, read_hostfile
+
+            if hosts.strip() == "local":
+                chosen: list[str] = []
+            elif Path(hosts).expanduser().is_file():
+                chosen = read_hostfile(hosts)
+            else:
+                chosen = check_hosts(hosts, "--hosts")
+            self.backend.place(name, Placement(tuple(chosen), self.local.ssh_command or "ssh"))
+        return self.backend.restart(name, component)
 
     def interrupt(self, name: str) -> list[int]:
         self.component(name)

@@ -31,7 +31,7 @@ import threading
 from pathlib import Path
 from typing import IO
 
-from .. import mpi, scratch
+from .. import mpi, network, scratch
 from ..standalone import reaper
 
 #: a line with no newline yet is shown after this many seconds (progress output)
@@ -39,6 +39,7 @@ PARTIAL_LINE_SECONDS = 0.5
 _STRIPPED_PREFIXES = ("PMIX_", "OMPI_COMM_WORLD_", "PRTE_")
 #: rank_exec.py uses the standard library only: run as a file, isolated (-I), it starts fast,
 #: needs no import of this package (nor its install) and ignores the user's PYTHON* settings
+PLAN_VARIABLE = "DISTCOMP_RANK_PLAN"  # rank_exec.PLAN_VARIABLE (it imports nothing of ours)
 SUPERVISOR = [
     sys.executable,
     "-I",
@@ -65,18 +66,18 @@ def base_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def mpiexec_argv(ranks: int, envfile: str, argv: list[str]) -> list[str]:
-    """mpiexec starting the rank supervisor on ``ranks`` ranks, with the shared MPI flags."""
-    return [
-        mpi.mpiexec_path(),
-        "-n",
-        str(ranks),
-        *mpi.mpiexec_args(ranks),
-        *SUPERVISOR,
-        envfile,
-        "--",
-        *argv,
-    ]
+def mpiexec_argv(
+    ranks: int,
+    envfile: str,
+    argv: list[str],
+    placement: network.Placement | None = None,
+    process_count_per_node: int = 1,
+) -> list[str]:
+    """mpiexec starting the rank supervisor on ``ranks`` ranks, with the shared MPI flags;
+    with hosts, on them (the supervisor's plan then travels in a forwarded variable)."""
+    placement = placement or network.Placement()
+    flags = network.mpiexec_flags(placement, ranks, process_count_per_node, [PLAN_VARIABLE])
+    return [mpi.mpiexec_path(), "-n", str(ranks), *flags, *SUPERVISOR, envfile, "--", *argv]
 
 
 def pump(fd: int, rank: int | None, stream: str, events: queue.Queue) -> None:
@@ -180,26 +181,48 @@ class DirectLaunch:
 class MpiLaunch:
     """All ranks under one mpiexec; see rank_exec for how each rank reports back."""
 
-    def __init__(self, argv, envs, cwd, events, base_env):
+    def __init__(
+        self,
+        argv,
+        envs,
+        cwd,
+        events,
+        base_env,
+        placement: network.Placement | None = None,
+        process_count_per_node: int = 1,
+        drop_mpi: bool = False,
+    ):
         self.events = events
         self.threads: list[threading.Thread] = []
         self.supervisors: dict[int, int] = {}
+        self.controls: dict[int, socket.socket] = {}
         self.exited: set[int] = set()
+        self.placement = placement = placement or network.Placement()
         self.tmp = scratch.make_folder("distcomp-")
-        sock_path = os.path.join(self.tmp, "s")
-        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.server.bind(sock_path)
+        listen = placement.listen()
+        env = {**mpi.mpiexec_environment(base_env), **network.listen_environment(listen)}
+        plan: dict = {"ranks": envs, "drop_mpi": drop_mpi}
+        if placement.local:
+            plan["socket"] = os.path.join(self.tmp, "s")
+            self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.server.bind(plan["socket"])
+            envfile = os.path.join(self.tmp, "ranks.json")
+            with open(envfile, "w", encoding="utf-8") as handle:
+                json.dump(plan, handle)
+        else:  # ranks on other hosts connect back over TCP, to the address that reaches them
+            self.server = socket.create_server((listen, 0))
+            plan["socket"] = f"tcp:{listen}:{self.server.getsockname()[1]}"
+            plan["base"] = {k: v for k, v in base_env.items() if os.environ.get(k) != v}
+            env[PLAN_VARIABLE] = json.dumps(plan)
+            envfile = "--plan-in-env"
         self.server.listen(3 * len(envs) + 8)
-        envfile = os.path.join(self.tmp, "ranks.json")
-        with open(envfile, "w", encoding="utf-8") as handle:
-            json.dump({"socket": sock_path, "ranks": envs}, handle)
         self.conns: list[socket.socket] = []
         self.acceptor = _thread(self._accept)
         try:
             self.proc = subprocess.Popen(
-                mpiexec_argv(len(envs), envfile, argv),
+                mpiexec_argv(len(envs), envfile, argv, placement, process_count_per_node),
                 cwd=cwd,
-                env=mpi.mpiexec_environment(base_env),
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -241,6 +264,7 @@ class MpiLaunch:
             pump(conn.fileno(), rank, {"out": "stdout", "err": "stderr"}[kind], self.events)
             return
         self.supervisors[rank] = int(words[2])
+        self.controls[rank] = conn
         code = None
         with conn.makefile("r", encoding="utf-8") as lines:
             for line in lines:
@@ -256,9 +280,14 @@ class MpiLaunch:
         """Signal each rank's supervisor, which passes it on to the rank (exactly once)."""
         for rank in ranks:
             pid = self.supervisors.get(rank)
-            if pid is not None and rank not in self.exited:
+            if pid is None or rank in self.exited:
+                continue
+            if self.placement.local:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, sig)
+            else:  # the supervisor runs on another host: it signals its rank there
+                with contextlib.suppress(OSError):
+                    self.controls[rank].sendall(f"signal {int(sig)}\n".encode())
         if self.proc.poll() is None and not [r for r in ranks if r in self.supervisors]:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.send_signal(sig)  # no rank has started yet: stop mpiexec itself

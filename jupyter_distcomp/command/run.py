@@ -23,6 +23,7 @@ from typing import Any
 from ..errors import RankError, SpecError
 from ..layout import MPI_LAUNCHERS, env_places
 from ..mpi import rank_label
+from ..network import Placement, listen_environment
 from ..tf_config import empty_ps_hint
 from . import launch as launch_mod
 from .bindings import bind_inputs, bind_outputs
@@ -53,6 +54,7 @@ def run_command(
     stream: Callable[..., Any] | None = print,
     *,
     master_addr: str = "127.0.0.1",
+    placement: Placement | None = None,
     grace: float = 3.0,
     cwd: str | Path | None = None,
     check: bool = True,
@@ -64,7 +66,9 @@ def run_command(
     fails or the run times out, unless ``check`` is False; re-raises KeyboardInterrupt after
     stopping every rank. ``inputs`` / ``outputs`` override the run settings for this run only.
     ``cwd`` is where relative input and output paths start (default: the current folder, the
-    notebook's); the ranks themselves run in the component's code folder.
+    notebook's); the ranks themselves run in the component's code folder. ``placement``:
+    the hosts the nodes run on (node i on host i, started by mpiexec over ssh, whatever the
+    launcher; the code folder must exist at the same path there).
     """
     cwd = Path(cwd or Path.cwd()).resolve()
     bound_inputs = bind_inputs(component, inputs, cwd)
@@ -76,10 +80,17 @@ def run_command(
             f"the component's code folder {code_dir} does not exist. Fix: create it, or set "
             "`code:` in the spec to the folder that holds the scripts."
         )
-    nodes = component.runsettings.resource_layout.instance_count
+    layout = component.runsettings.resource_layout
+    nodes = layout.instance_count
     launcher = component.launcher_type
-    # free ports, not Azure's fixed ones: local runs share one machine and would collide
-    envs = [{}] if launcher is None else component.rank_environments(master_addr=master_addr)
+    placement = (placement or Placement()).for_layout(nodes)
+    if launcher is None:  # a CommandComponent: one process, no rank variables
+        envs: list[dict[str, str]] = [{}]
+        placement = Placement(placement.hosts[:1], placement.ssh_command)
+    else:  # free ports, not Azure's fixed ones: local runs share one machine and would collide
+        envs = component.rank_environments(
+            master_addr=placement.master_addr(master_addr), node_hosts=placement.hosts or None
+        )
     base_env = launch_mod.base_environment(component.environment_variables)
     _check_program(argv, base_env, code_dir)
     ranks = [RankResult(rank=r, node=node) for r, (node, _) in enumerate(env_places(envs))]
@@ -98,10 +109,20 @@ def run_command(
     run = _Run(result, labels, stream, timeout, grace)
     started = time.monotonic()
     try:
-        if launcher in MPI_LAUNCHERS:
-            run.launch = launch_mod.MpiLaunch(argv, envs, code_dir, run.events, base_env)
+        if launcher in MPI_LAUNCHERS or placement.hosts:  # mpiexec reaches the hosts
+            run.launch = launch_mod.MpiLaunch(
+                argv,
+                envs,
+                code_dir,
+                run.events,
+                base_env,
+                placement,
+                layout.process_count_per_node if launcher else 1,
+                drop_mpi=launcher not in MPI_LAUNCHERS,
+            )
         else:
-            rank_envs = [{**base_env, **env} for env in envs]
+            listen = listen_environment()  # their servers (a rendezvous) on loopback only
+            rank_envs = [{**base_env, **listen, **env} for env in envs]
             run.launch = launch_mod.DirectLaunch(argv, rank_envs, code_dir, run.events)
         run.wait()
     finally:

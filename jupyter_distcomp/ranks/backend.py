@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import RankError
 from ..layout import layout_text
+from ..network import Placement
 from ..ranges import format_ranks, parse_ranks
 from .connection import Connection
 from .status import StartProgress
@@ -33,6 +34,8 @@ class RankBackend:
         self.master_addr = "127.0.0.1"
         self.default_connection = Connection()
         self.connections: dict[str, Connection] = {}
+        self.placement = Placement()  # DistComp.hosts: where the nodes of every layout run
+        self.placements: dict[str, Placement] = {}  # per component (restart --hosts)
         self._signatures: dict[str, tuple] = {}
         self._components: dict[str, Component] = {}
         self._listeners: list[Listener] = []
@@ -98,8 +101,20 @@ class RankBackend:
             layout.worker_count,
             layout.parameter_server_count,
             self.master_addr,
+            self.placement_of(name),
             self.connections.get(name, self.default_connection),
         )
+
+    def placement_of(self, name: str) -> Placement:
+        """Where the nodes of ``name`` run: its own hosts, else the notebook's."""
+        return self.placements.get(name, self.placement)
+
+    def place(self, name: str, placement: Placement | None) -> None:
+        """Run ``name``'s nodes on ``placement``'s hosts (None: follow DistComp.hosts)."""
+        if placement is None:
+            self.placements.pop(name, None)
+        else:
+            self.placements[name] = placement
 
     def prestart(self, name: str, component: Component, delay: float = PRESTART_DELAY) -> World:
         """Start the ranks of a just-defined component in the background.
@@ -174,7 +189,11 @@ class RankBackend:
     def _new_world(self, name: str, component: Component, signature: tuple) -> World:
         layout = component.runsettings.resource_layout
         # the ports are chosen here, once per world; every view shows these values
-        envs = component.rank_environments(master_addr=self.master_addr)
+        placement = self.placement_of(name).for_layout(layout.instance_count)
+        master_addr = placement.master_addr(self.master_addr)
+        envs = component.rank_environments(
+            master_addr=master_addr, node_hosts=placement.hosts or None
+        )
         world = World(
             name,
             envs,
@@ -182,6 +201,7 @@ class RankBackend:
             instance_count=layout.instance_count,
             process_count_per_node=layout.process_count_per_node,
             connection=signature[-1],
+            placement=placement,
             on_change=self._notify,
         )
         self.worlds[name] = world

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..mpi import is_local_host, rank_label
-from . import ipp
+from . import ipp, remote
 from .failures import collect_stacks, file_size, mpiexec_messages
 
 if TYPE_CHECKING:
     import psutil
 
+    from ..network import Placement
     from .ipp import Client, LocalCluster
 
 
@@ -44,6 +45,7 @@ class WorldHealth:
     ranks: list[RankInfo]
     cluster: LocalCluster | None  # ours; None before the start and for the user's own cluster
     client: Client | None
+    placement: Placement
     error: BaseException | None
     _on_change: Callable[[Any], None]
     _done: threading.Event
@@ -144,11 +146,29 @@ class WorldHealth:
             ipp.send_signal(self.client, sig, remote)
 
     def stacks(self, ranks: list[int], wait: float = 1.0) -> dict[int, str]:
-        """Each rank's current main-thread Python stack (via faulthandler on SIGUSR1)."""
+        """Each rank's current main-thread Python stack (via faulthandler on SIGUSR1), taken
+        on the host that runs the rank."""
         local = [r for r in ranks if is_local_host(self.ranks[r].host)]
         paths = {r: os.path.join(self._tmp, f"rank-{r}.stack") for r in local}
         threads = {r: self.ranks[r].main_thread for r in local}
         result = collect_stacks(paths, threads, lambda: self.signal(local, signal.SIGUSR1), wait)
+        result.update(self._remote_stacks([r for r in ranks if r not in local], wait))
         for rank in ranks:
             result.setdefault(rank, "(no stack: the rank did not answer SIGUSR1)")
         return result
+
+    def _remote_stacks(self, ranks: list[int], wait: float) -> dict[int, str]:
+        """Stacks of ranks on the placement's hosts, over ssh (none for a user's cluster)."""
+        hosts = self.placement.hosts
+        targets = [
+            remote.RemoteRank(
+                r,
+                hosts[self.ranks[r].node],
+                self.ranks[r].pid or 0,
+                os.path.join(self._tmp, f"rank-{r}.stack"),
+                self.ranks[r].main_thread,
+            )
+            for r in ranks
+            if self.ranks[r].pid and self.ranks[r].node < len(hosts)
+        ]
+        return remote.stacks(self.placement.ssh_command, targets, wait) if targets else {}

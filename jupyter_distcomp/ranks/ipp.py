@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .. import mpi
+from .. import mpi, network
 
 if TYPE_CHECKING:
     import logging
@@ -112,9 +112,15 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
 
 # -- a cluster of our own ---------------------------------------------------------------
-def engine_environment() -> dict[str, str]:
-    """Variables mpiexec and the engines need besides the kernel's own."""
+#: what every engine on another host needs of the engine set's environment
+FORWARDED = ("IPP_CLUSTER_ID", "IPP_PROFILE_DIR", "IPP_CONNECTION_INFO", "MPLBACKEND")
+
+
+def engine_environment(listen: str = network.LOOPBACK) -> dict[str, str]:
+    """Variables mpiexec and the engines need besides the kernel's own; the processes on
+    this machine listen on ``listen`` only."""
     env = mpi.mpiexec_environment()
+    env.update(network.listen_environment(listen))
     if "MPLBACKEND" not in os.environ:
         # figures made on ranks come back as images, as in a notebook
         env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
@@ -122,16 +128,23 @@ def engine_environment() -> dict[str, str]:
     return env
 
 
-def cluster_config(world_size: int) -> Config:
-    """traitlets config for ``Cluster(engines="mpi")``: our mpiexec, flags, heartbeat."""
+def cluster_config(
+    world_size: int, placement: network.Placement | None = None, process_count_per_node: int = 1
+) -> Config:
+    """traitlets config for ``Cluster(engines="mpi")``: our mpiexec, flags, heartbeat; with
+    hosts, the engines run there and the controller listens on the address reaching them."""
     from ipyparallel.cluster.launcher import ipcontroller_cmd_argv
     from traitlets.config import Config
 
+    placement = placement or network.Placement()
+    listen = placement.listen()
     config = Config()
     config.MPILauncher.mpi_cmd = [*GUARD, mpi.mpiexec_path()]
     config.LocalControllerLauncher.controller_cmd = [*GUARD, *ipcontroller_cmd_argv]
-    config.MPILauncher.mpi_args = mpi.mpiexec_args(world_size)
-    config.MPIEngineSetLauncher.environment = engine_environment()
+    config.MPILauncher.mpi_args = network.mpiexec_flags(
+        placement, world_size, process_count_per_node, FORWARDED
+    )
+    config.MPIEngineSetLauncher.environment = engine_environment(listen)
     config.MPIEngineSetLauncher.engine_args = [
         "--log-level=WARN",
         f"--IPEngine.max_heartbeat_misses={ENGINE_MISSES}",
@@ -140,7 +153,7 @@ def cluster_config(world_size: int) -> Config:
         "--log-level=WARN",
         f"--HeartMonitor.period={HEARTBEAT_MS}",
         f"--HeartMonitor.max_heartmonitor_misses={HUB_MISSES}",
-        "--ip=127.0.0.1",
+        f"--ip={listen}",
     ]
     return config
 
@@ -151,7 +164,14 @@ class LocalCluster:
     Keeps mpiexec's launcher after the stop: it holds what mpiexec printed.
     """
 
-    def __init__(self, world_size: int, profile_dir: str, timeout: float):
+    def __init__(
+        self,
+        world_size: int,
+        profile_dir: str,
+        timeout: float,
+        placement: network.Placement | None = None,
+        process_count_per_node: int = 1,
+    ):
         import ipyparallel
 
         self.world_size = world_size
@@ -159,7 +179,7 @@ class LocalCluster:
             engines="mpi",
             n=world_size,
             profile_dir=profile_dir,
-            config=cluster_config(world_size),
+            config=cluster_config(world_size, placement, process_count_per_node),
             load_profile=False,
             delay=0,  # engines wait for the controller's connection info anyway
             engine_timeout=int(timeout),

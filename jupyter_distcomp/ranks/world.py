@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any
 from .. import scratch
 from ..errors import RankError
 from ..layout import env_places, layout_text
+from ..network import Placement
 from ..ranges import format_ranks
 from ..standalone.rank_setup import OPEN_MPI_WORLD_KEYS, setup_rank
-from . import ipp
+from . import ipp, remote
 from .connection import Connection, connect_client
 from .health import RankInfo, WorldHealth
 
@@ -43,6 +44,7 @@ class World(WorldHealth):
         instance_count: int,
         process_count_per_node: int,
         connection: Connection | None = None,
+        placement: Placement | None = None,
         on_change: Callable[[World], None] | None = None,
     ):
         self.name = name
@@ -52,6 +54,7 @@ class World(WorldHealth):
         self.process_count_per_node = process_count_per_node
         self.world_size = len(self.envs)
         self.connection = connection or Connection()
+        self.placement = placement or Placement()
         self.ranks = [
             RankInfo(r, node, local) for r, (node, local) in enumerate(env_places(self.envs))
         ]
@@ -135,7 +138,13 @@ class World(WorldHealth):
 
     def _start_embedded(self) -> None:
         profile_dir = os.path.join(self._tmp, "profile")
-        self.cluster = cluster = ipp.LocalCluster(self.world_size, profile_dir, START_TIMEOUT)
+        self.cluster = cluster = ipp.LocalCluster(
+            self.world_size,
+            profile_dir,
+            START_TIMEOUT,
+            self.placement,
+            self.process_count_per_node,
+        )
         cluster.start()
         if self._stopped:
             raise _Stopped
@@ -248,13 +257,20 @@ class World(WorldHealth):
             ipp.close(client)
         if self.cluster is not None:
             self.cluster.stop()  # keeps what mpiexec printed, for the reports
+            if not self.placement.local:  # the ranks' stack files on their hosts
+                remote.remove(self.placement.ssh_command, self.placement.hosts, self._tmp)
         shutil.rmtree(self._tmp, ignore_errors=True)
 
     def describe_layout(self) -> str:
         return (
             f"{self.launcher}, {layout_text(self.instance_count, self.process_count_per_node)}"
-            f" = {self.world_size} rank(s) on {self.connection.describe()}"
+            f" = {self.world_size} rank(s) on {self._where()}"
         )
+
+    def _where(self) -> str:
+        if self.connection.embedded and not self.placement.local:
+            return f"mpiexec over ssh on {self.placement.describe()}"
+        return self.connection.describe()
 
     def __repr__(self) -> str:
         states = ", ".join(f"{format_ranks([i.rank])}: {i.state}" for i in self.ranks[:8]) + (

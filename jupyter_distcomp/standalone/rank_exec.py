@@ -1,6 +1,7 @@
 """The small supervisor each rank of ``%distcomp command`` runs under.
 
     python -I .../standalone/rank_exec.py ENVFILE -- ARGV...    (each rank under mpiexec)
+    python -I .../standalone/rank_exec.py --plan-in-env -- ARGV...  (ranks on other hosts)
     python -I .../standalone/rank_exec.py --direct -- ARGV...   (one process per rank)
 
 Standard library only, so it runs as a file without importing (or needing) this package.
@@ -41,12 +42,21 @@ import time
 from types import ModuleType
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
-USAGE = "usage: python -I rank_exec.py (ENVFILE | --direct) -- ARGV..."
+USAGE = "usage: python -I rank_exec.py (ENVFILE | --plan-in-env | --direct) -- ARGV..."
+#: the variable that carries the plan (socket, each rank's variables) to ranks on other hosts
+PLAN_VARIABLE = "DISTCOMP_RANK_PLAN"
+_MPI_PREFIXES = ("OMPI_", "PMIX_", "PRTE_")
 
 
 def _connect(path: str, header: str) -> socket.socket:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.connect(path)
+    """A connection to the kernel: a Unix socket path, or ``tcp:ADDRESS:PORT`` for a rank on
+    another host."""
+    if path.startswith("tcp:"):
+        host, port = path[4:].rsplit(":", 1)
+        sock = socket.create_connection((host, int(port)))
+    else:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(path)
     sock.sendall(header.encode() + b"\n")
     return sock
 
@@ -90,14 +100,23 @@ def _kill_when(gone, child: int) -> None:
         pass
 
 
-def _until_closed(ctl: socket.socket):
+def _until_closed(ctl: socket.socket, child: int):
     """The kernel closes the control connection only once the rank is over; if it closes
-    while the rank runs, the kernel is gone."""
+    while the rank runs, the kernel is gone. ``signal N`` lines on it are passed on to the
+    child (how the kernel signals a rank on another host)."""
 
     def wait() -> None:
+        pending = b""
         try:
-            while ctl.recv(64):
-                pass
+            while chunk := ctl.recv(64):
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    words = line.split()
+                    if len(words) == 2 and words[0] == b"signal" and words[1].isdigit():
+                        try:
+                            os.kill(child, int(words[1]))
+                        except ProcessLookupError:
+                            pass
         except OSError:
             pass
 
@@ -152,17 +171,24 @@ def main(args: list[str]) -> int:
         ).start()
         return _exit_like(_supervise(child))
 
-    with open(args[0], encoding="utf-8") as handle:
-        plan = json.load(handle)
+    if args[0] == "--plan-in-env":  # on another host: mpiexec forwarded the plan
+        plan = json.loads(os.environ.pop(PLAN_VARIABLE))
+    else:
+        with open(args[0], encoding="utf-8") as handle:
+            plan = json.load(handle)
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMIX_RANK", "0")))
-    env = {**os.environ, **plan["ranks"][rank]}
+    env = {**os.environ, **plan.get("base", {}), **plan["ranks"][rank]}
+    if plan.get("drop_mpi"):  # a launcher without MPI: Azure ML gives its ranks no MPI variables
+        env = {k: v for k, v in env.items() if not k.startswith(_MPI_PREFIXES)}
     out = _connect(plan["socket"], f"{rank} out")
     err = _connect(plan["socket"], f"{rank} err")
     ctl = _connect(plan["socket"], f"{rank} ctl {os.getpid()}")
     child = _start_child(argv, env, (out, err))
     out.close()
     err.close()
-    threading.Thread(target=_kill_when, args=(_until_closed(ctl), child), daemon=True).start()
+    threading.Thread(
+        target=_kill_when, args=(_until_closed(ctl, child), child), daemon=True
+    ).start()
     code = _supervise(child)
     try:
         ctl.sendall(f"exit {code}\n".encode())

@@ -37,6 +37,8 @@ def setup_rank(env: dict, drop: list, stack_path: str | None) -> dict:
             os.environ.pop(key, None)
     os.environ.update(env)
     if stack_path:
+        # on another host the folder is new: it is the kernel's, named the same there
+        os.makedirs(os.path.dirname(stack_path) or ".", exist_ok=True)
         stack_file = open(stack_path, "a")  # noqa: SIM115 - must outlive this call
         faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
         sys._distcomp_stack_file = stack_file  # type: ignore[attr-defined]  # kept alive
