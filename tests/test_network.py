@@ -99,9 +99,10 @@ def test_with_hosts_mpiexec_gets_them_node_by_node_and_ssh():
 def test_variables_follow_the_hosts_node_by_node():
     from jupyter_distcomp.layout import rank_environments
 
-    tf = rank_environments("tensorflow", 2, 2, node_hosts=["node0", "node1"])
+    tf = rank_environments("tensorflow", 2, 1, worker_count=4, node_hosts=["node0", "node1"])
     workers = json.loads(tf[0]["TF_CONFIG"])["cluster"]["worker"]
     assert [w.rsplit(":", 1)[0] for w in workers] == ["node0", "node0", "node1", "node1"]
+    assert {e["AZ_BATCH_HOST_LIST"] for e in tf} == {"node0,node1"}
     torch = rank_environments("torch.distributed", 2, 2, "node0", node_hosts=["node0", "node1"])
     assert [(e["MASTER_ADDR"], e["NODE_RANK"]) for e in torch] == [
         ("node0", "0"),
