@@ -120,6 +120,25 @@ class RankError(DistcompError, RuntimeError):
         return lines
 
 
+class RankInterrupt(RankError, KeyboardInterrupt):
+    """The user interrupted a cell on the ranks (Ctrl-C, the toolbar, the ranks panel).
+
+    A ``KeyboardInterrupt``, so code that handles Ctrl-C still does; shown as a
+    :class:`RankError`: the line, then where each rank was when it stopped, grouped.
+    """
+
+
+class InternalError(DistcompError, RuntimeError):
+    """An unexpected error inside jupyter-distcomp: shown as its message alone; the full
+    traceback stays on ``__cause__`` (``%tb`` shows it) for a bug report."""
+
+    def __init__(self, exc: BaseException):
+        super().__init__(
+            f"{type(exc).__name__}: {exc}\n(an unexpected error inside jupyter-distcomp; "
+            "`%tb` shows where. Please report it with that traceback.)"
+        )
+
+
 class AzureMLError(DistcompError, RuntimeError):
     """Export or submission to Azure ML failed.
 

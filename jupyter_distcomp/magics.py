@@ -27,7 +27,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from .contracts import SUBCOMMANDS
-from .errors import DistcompError, RankError
+from .errors import DistcompError, InternalError, RankError, RankInterrupt
 
 if TYPE_CHECKING:
     from .session import Session
@@ -155,11 +155,15 @@ class DistCompMagics(Magics):
                     f"Subcommands are: {', '.join(SUBCOMMANDS)}."
                 )
             self._handle_define(words[0], cell)
-        except RankError:
-            raise  # its _render_traceback_ shows each failing rank's traceback
+        except (RankError, UsageError):
+            raise  # RankError's _render_traceback_ shows each failing rank's traceback
         except DistcompError as exc:
             # Shown as the message alone (IPython hides tracebacks only for UsageError).
             raise UsageError(str(exc)) from None
+        except KeyboardInterrupt:
+            raise RankInterrupt(f"%distcomp {line}: interrupted.") from None
+        except Exception as exc:  # the package's own frames are no help to the user
+            raise InternalError(exc) from exc
 
     # -- definition ---------------------------------------------------------------------
     def _handle_define(self, name: str, cell: str | None) -> None:
@@ -215,7 +219,12 @@ class DistCompMagics(Magics):
                 "this line (it is a cell magic)."
             )
         self.session.run_cell(
-            args.name, cell, ranks=args.ranks, timeout=args.timeout, group_output=args.group_output
+            args.name,
+            cell,
+            ranks=args.ranks,
+            timeout=args.timeout,
+            group_output=args.group_output,
+            first_line=2,  # below the `%%distcomp run` line
         )
 
     def _handle_command(self, args: argparse.Namespace, cell: str | None) -> None:

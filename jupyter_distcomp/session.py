@@ -175,8 +175,10 @@ class Session:
         ranks: str | None = None,
         timeout: float | None = None,
         group_output: bool = False,
+        first_line: int = 1,
     ) -> None:
-        """Run ``code`` on the ranks of ``name``; ``timeout`` defaults to the setting."""
+        """Run ``code`` on the ranks of ``name``; ``timeout`` defaults to the setting;
+        ``first_line``: the cell's line where ``code`` starts."""
         component = self.component(name)
         self.backend.run_cell(
             name,
@@ -185,6 +187,7 @@ class Session:
             ranks=ranks,
             timeout=timeout if timeout is not None else self.local.default_timeout,
             group_output=group_output,
+            first_line=first_line,
         )
 
     def run_command(

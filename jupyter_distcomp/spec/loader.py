@@ -24,6 +24,7 @@ from ..values import PARAM_TYPE_NAMES, PARAM_TYPES, coerce_value
 from .positions import Context, DuplicateKey, Positions, compose_positions
 from .schema import kind_of, validate
 
+
 def load_component(
     source: str | os.PathLike | IO[str],
     base_dir: str | os.PathLike | None = None,
