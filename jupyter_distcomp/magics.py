@@ -180,7 +180,7 @@ class DistCompMagics(Magics):
                 f"Fix: put the spec below the `%%distcomp {name}` line."
             )
         session = self.session
-        display(session.define(name, cell))
+        display(session.define(name, cell, first_line=2))  # below the `%%distcomp` line
         if session.in_kernel:
             # a terminal has the summary above; nbconvert gets the panel's text fallback
             if session.local.show_widget:
@@ -203,8 +203,10 @@ class DistCompMagics(Magics):
         )
 
     def _handle_list(self, args: argparse.Namespace, cell: str | None) -> None:
+        from .display import component_line
+
         for name, component in self.session.components.items():
-            print(f"{name}: {component!r}")
+            print(f"{name}: {component_line(component)}")
 
     def _handle_widget(self, args: argparse.Namespace, cell: str | None) -> None:
         from IPython.display import display

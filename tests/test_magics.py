@@ -67,7 +67,7 @@ def test_invalid_spec_fails_the_cell_with_the_message_only(ip):
     assert not result.success
     assert isinstance(result.error_in_exec, UsageError)
     message = str(result.error_in_exec)
-    assert "line 8, column 9" in message and "horovod" in message
+    assert "line 9, column 9" in message and "horovod" in message  # as the cell counts
     assert "Traceback" not in captured.stdout + captured.stderr
     assert "demo_bad" not in ip.user_ns
 
@@ -109,9 +109,16 @@ def test_env_table_per_rank(ip):
     result, captured = run_cell(ip, "env envdemo --instance-count 2 --process-count-per-node 2")
     assert result.success, result.error_in_exec
     text = captured.outputs[0].data["text/plain"].splitlines()
-    header = text[0].split()
+    # what every rank shares, once; then a row per rank with what varies
+    shared = text[text.index("on every rank:") + 1 : -5]
+    assert [line.split()[0] for line in shared if "OMPI_COMM_WORLD_SIZE" in line] == [
+        "OMPI_COMM_WORLD_SIZE"
+    ]
+    assert any(line.split() == ["OMPI_COMM_WORLD_SIZE", "4"] for line in shared)
+    header = text[-5].split()
     assert header[:4] == ["rank", "node", "local", "rank"]
-    rows = [line.split() for line in text[1:]]
+    assert "OMPI_COMM_WORLD_SIZE" not in header
+    rows = [line.split() for line in text[-4:]]
     assert [r[:3] for r in rows] == [
         ["0", "0", "0"],
         ["1", "0", "1"],
