@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from html import escape
 from typing import TYPE_CHECKING, Any
 
@@ -131,6 +132,31 @@ def component_line(component: Component) -> str:
     return f"{component.name} ({component.type}, {launcher}, {_layout_text(component)})" + (
         f"; {'; '.join(ports)}" if ports else ""
     )
+
+
+def show_summary(component: Component, live: bool) -> None:
+    """Display the component's summary; ``live`` (in a kernel): it follows the layout as the
+    panel, ``configure()`` or a flag changes it, so it never contradicts the panel below."""
+    from IPython.display import display
+
+    if not live:
+        display(component)
+        return
+    handle = display(component, display_id=True)
+
+    def update(change: Any) -> None:
+        handle.update(component)
+
+    layout = component.runsettings.resource_layout
+    previous = _live_summaries.get(layout)
+    if previous is not None:  # a redefinition: only the newest summary follows the layout
+        layout.unobserve(previous)
+    layout.observe(update)
+    _live_summaries[layout] = update
+
+
+#: layout -> the observer of its live summary
+_live_summaries: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 class EnvTable:

@@ -179,8 +179,11 @@ class DistCompMagics(Magics):
                 f"%%distcomp {name}: the cell body must hold the component's YAML spec. "
                 f"Fix: put the spec below the `%%distcomp {name}` line."
             )
+        from .display import show_summary
+
         session = self.session
-        display(session.define(name, cell, first_line=2))  # below the `%%distcomp` line
+        component = session.define(name, cell, first_line=2)  # below the `%%distcomp` line
+        show_summary(component, live=session.in_kernel)
         if session.in_kernel:
             # a terminal has the summary above; nbconvert gets the panel's text fallback
             if session.local.show_widget:

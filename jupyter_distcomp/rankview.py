@@ -37,7 +37,10 @@ def rank_view(
     launcher: str, envs: Sequence[Mapping[str, str]], process_count_per_node: int
 ) -> RankView:
     """The view of ``envs`` (one mapping per rank, in rank order)."""
-    table = [_readable(row) for row in rank_table(launcher, list(envs), process_count_per_node)]
+    table = [
+        _readable(row)
+        for row in rank_table(launcher, [dict(e) for e in envs], process_count_per_node)
+    ]
     names = list(dict.fromkeys(k for row in table for k in row if k not in FIXED))
     shared = {
         k: table[0][k] for k in names if len({row.get(k) for row in table}) == 1 and len(table)

@@ -135,6 +135,7 @@ class RankBackend:
             world = self._new_world(name, component, signature)
             world.start_async(delay=delay)
             self._follow_layout(name, component)
+        self._notify(world)  # the views show "starting 0 of N" at once, not "no ranks"
         if wait:
             self._wait(world, reason)
         elif reason:
