@@ -21,7 +21,10 @@ export interface IInputSink {
 }
 
 /** Check every input of `data` (a parsed spec) by the kernel's rules. */
-export function inputRules(data: Record<string, unknown>, sink: IInputSink): void {
+export function inputRules(
+  data: Record<string, unknown>,
+  sink: IInputSink
+): void {
   const inputs = data.inputs;
   if (!isMapping(inputs)) {
     return;
@@ -72,7 +75,11 @@ function checkInput(
   }
   const min = typeof spec.min === 'number' ? spec.min : null;
   const max = typeof spec.max === 'number' ? spec.max : null;
-  if ((min !== null || max !== null) && param !== 'integer' && param !== 'number') {
+  if (
+    (min !== null || max !== null) &&
+    param !== 'integer' &&
+    param !== 'number'
+  ) {
     const key = min !== null ? 'min' : 'max';
     sink.error(
       [...path, key],
@@ -148,7 +155,8 @@ function valueProblem(
     }
     const number = toNumber(value, param === 'integer');
     if (number === null) {
-      const [type, example] = param === 'integer' ? ['Integer', '3'] : ['Float', '0.01'];
+      const [type, example] =
+        param === 'integer' ? ['Integer', '3'] : ['Float', '0.01'];
       return (
         `input '${name}' is ${type}: ${pyRepr(value)} is not a number. ` +
         `Fix: give a value such as ${example}.`
@@ -177,12 +185,19 @@ function toNumber(value: unknown, integer: boolean): number | null {
   }
   const text = String(value).trim();
   if (integer) {
-    return /^[+-]?\d+(_\d+)*$/.test(text) ? Number(text.replace(/_/g, '')) : null;
+    return /^[+-]?\d+(_\d+)*$/.test(text)
+      ? Number(text.replace(/_/g, ''))
+      : null;
   }
   if (/^[+-]?(inf(inity)?|nan)$/i.test(text)) {
-    return text.toLowerCase().includes('nan') ? NaN : text.startsWith('-') ? -Infinity : Infinity;
+    return text.toLowerCase().includes('nan')
+      ? NaN
+      : text.startsWith('-')
+        ? -Infinity
+        : Infinity;
   }
-  return /^[+-]?(\d+(_\d+)*)?(\.\d*)?([eE][+-]?\d+)?$/.test(text) && /\d/.test(text)
+  return /^[+-]?(\d+(_\d+)*)?(\.\d*)?([eE][+-]?\d+)?$/.test(text) &&
+    /\d/.test(text)
     ? Number(text.replace(/_/g, ''))
     : null;
 }

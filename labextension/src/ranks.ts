@@ -11,9 +11,11 @@ import {
   COMM_TARGET,
   CommMessageType,
   RANK_ACTION,
+  RANK_STATE,
   RankAction,
   RankState
 } from './contracts';
+import { markStalePanels } from './stalePanels';
 
 export interface IRank {
   rank: number;
@@ -123,6 +125,13 @@ export class KernelRanks {
         this.worlds.set(world.name, world)
       );
     } else if (message.type === COMM_MESSAGE.world && message.world) {
+      if (
+        this.message &&
+        !this.message.startsWith('Interrupting') &&
+        message.world.ranks.some(r => r.state !== RANK_STATE.idle)
+      ) {
+        this.message = ''; // the ranks moved on: the last action's result is history
+      }
       if (message.world.stopped) {
         this.worlds.delete(message.world.name);
       } else {
@@ -168,7 +177,21 @@ export class RanksService {
         this.follow();
       }
     };
-    context.kernelChanged.connect(attach);
+    context.kernelChanged.connect((_, change) => {
+      if (change.oldValue) {
+        markStalePanels(panel.node); // another kernel: the panels' widgets are gone
+      }
+      attach();
+    });
+    context.statusChanged.connect((_, status) => {
+      if (
+        status === 'restarting' ||
+        status === 'autorestarting' ||
+        status === 'dead'
+      ) {
+        markStalePanels(panel.node);
+      }
+    });
     void context.ready.then(attach);
     attach();
   }
