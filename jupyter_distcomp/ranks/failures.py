@@ -196,10 +196,8 @@ def stack_sections(
     ``stacks`` maps a rank to its faulthandler stack; ranks without a stack are left out;
     ``cell`` names the cell's frames (``"Cell In[12]"``).
     """
-    by_stack: dict[str, list[int]] = {}
+    # grouped as shown: the raw stacks differ in each rank's own file name for the cell
+    by_stack: dict[tuple[str, ...], list[int]] = {}
     for rank in sorted(stacks):
-        by_stack.setdefault(stacks[rank], []).append(rank)
-    return [
-        (f"{format_ranks(ranks)}: {label}", render_stack(stack, code, cell))
-        for stack, ranks in by_stack.items()
-    ]
+        by_stack.setdefault(tuple(render_stack(stacks[rank], code, cell)), []).append(rank)
+    return [(f"{format_ranks(ranks)}: {label}", list(lines)) for lines, ranks in by_stack.items()]

@@ -32,6 +32,21 @@ OUTPUT_GRACE = 1.0  # seconds to wait for the last output after a rank's reply
 ALIVE_CHECK = 0.2  # seconds between checks that every rank's process still exists
 
 
+def cell_name(shell: Any, code: str) -> str:
+    """``Cell In[12]`` for the notebook's cell 12 that runs ``code`` (``Cell`` outside IPython).
+
+    IPython counts past a cell it stores in its history before running it; a cell run
+    without history (``run_cell(store_history=False)``) keeps the count.
+    """
+    count = getattr(shell, "execution_count", None)
+    if not isinstance(count, int):
+        return "Cell"
+    history = getattr(getattr(shell, "history_manager", None), "input_hist_raw", None)
+    if history and len(history) == count and code.strip() and code.strip() in history[-1]:
+        count -= 1
+    return f"Cell In[{count}]"
+
+
 class CellRun:
     def __init__(
         self,
@@ -50,9 +65,8 @@ class CellRun:
         # ranks' line numbers are the cell's; a cell magic must stay the first line
         pad = 0 if code.lstrip().startswith("%%") else first_line - 1
         self.code = "#\n" * pad + code
-        count = getattr(shell, "execution_count", None)
         #: how tracebacks name the cell: the notebook's own name for it
-        self.cell = f"Cell In[{count}]" if isinstance(count, int) else "Cell"
+        self.cell = cell_name(shell, code)
         self.timeout = timeout
         self.out = RankOutput(world.label, group=group_output, shell=shell)
         self.wake = threading.Event()
