@@ -205,3 +205,25 @@ def screenshot(page, name: str) -> Path:
 
 def clean(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+DOCS_SCREENSHOTS = ROOT / "docs" / "screenshots"
+
+
+def doc_screenshot(locator, name: str) -> Path:
+    """A screenshot for the README (docs/screenshots/), retaken by every run of the test."""
+    DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = DOCS_SCREENSHOTS / f"{name}.png"
+    locator.screenshot(path=str(path))
+    return path
+
+
+def run_cell_at(page, index: int) -> None:
+    """Make cell ``index`` the active one and run it (without waiting for it to end)."""
+    page.evaluate(
+        """index => {
+            window.jupyterapp.shell.currentWidget.content.activeCellIndex = index;
+            void window.jupyterapp.commands.execute('notebook:run-cell');
+        }""",
+        index,
+    )
