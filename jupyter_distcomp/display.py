@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import weakref
 from html import escape
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +15,8 @@ _STYLE = (
     ".distcomp-summary td,.distcomp-summary th{padding:2px 8px;text-align:left;"
     "border-bottom:1px solid #ddd;vertical-align:top}"
     ".distcomp-env code{white-space:pre-wrap;word-break:break-all}"
+    ".jp-RenderedHTMLCommon .distcomp-env td,.jp-RenderedHTMLCommon .distcomp-env th"
+    "{text-align:left}"
     ".distcomp-summary code{white-space:pre-wrap}</style>"
 )
 
@@ -134,29 +135,9 @@ def component_line(component: Component) -> str:
     )
 
 
-def show_summary(component: Component, live: bool) -> None:
-    """Display the component's summary; ``live`` (in a kernel): it follows the layout as the
-    panel, ``configure()`` or a flag changes it, so it never contradicts the panel below."""
-    from IPython.display import display
-
-    if not live:
-        display(component)
-        return
-    handle = display(component, display_id=True)
-
-    def update(change: Any) -> None:
-        handle.update(component)
-
-    layout = component.runsettings.resource_layout
-    previous = _live_summaries.get(layout)
-    if previous is not None:  # a redefinition: only the newest summary follows the layout
-        layout.unobserve(previous)
-    layout.observe(update)
-    _live_summaries[layout] = update
-
-
-#: layout -> the observer of its live summary
-_live_summaries: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+def _breakable(name: str) -> str:
+    """A variable name that may wrap after each underscore (a narrow output stays narrow)."""
+    return escape(name).replace("_", "_<wbr>")
 
 
 class EnvTable:
@@ -195,10 +176,10 @@ class EnvTable:
     def _repr_html_(self) -> str:
         view = self.view
         shared = "".join(
-            f"<tr><th>{escape(k)}</th><td><code>{escape(v)}</code></td></tr>"
+            f"<tr><th>{_breakable(k)}</th><td><code>{escape(v)}</code></td></tr>"
             for k, v in view.shared.items()
         )
-        head = "".join(f"<th>{escape(h)}</th>" for h in view.header)
+        head = "".join(f"<th>{_breakable(h)}</th>" for h in view.header)
         body = "".join(
             "<tr>" + "".join(f"<td><code>{escape(c)}</code></td>" for c in row) + "</tr>"
             for row in view.rows

@@ -179,7 +179,7 @@ class DistCompMagics(Magics):
                 f"%%distcomp {name}: the cell body must hold the component's YAML spec. "
                 f"Fix: put the spec below the `%%distcomp {name}` line."
             )
-        from .display import show_summary
+        from .live_summary import show_summary
 
         session = self.session
         component = session.define(name, cell, first_line=2)  # below the `%%distcomp` line

@@ -214,7 +214,16 @@ def doc_screenshot(locator, name: str) -> Path:
     """A screenshot for the README (docs/screenshots/), retaken by every run of the test."""
     DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = DOCS_SCREENSHOTS / f"{name}.png"
-    locator.screenshot(path=str(path))
+    page = locator.page
+    viewport = page.viewport_size
+    height = locator.evaluate("el => el.getBoundingClientRect().height")
+    if height + 200 > viewport["height"]:  # the whole element, not what fits the window
+        page.set_viewport_size({"width": viewport["width"], "height": int(height) + 200})
+    try:
+        locator.scroll_into_view_if_needed()
+        locator.screenshot(path=str(path))
+    finally:
+        page.set_viewport_size(viewport)
     return path
 
 

@@ -1,7 +1,8 @@
 """The JupyterLab extension in a real JupyterLab, driven in headless Debian Chromium.
 
-One server and one browser for the module (a cold start costs ~10 s); each test opens its
-own notebook with ``?reset`` and saves a screenshot under test-output/browser/.
+One server and one browser for the module (a cold start costs ~10 s; the ``lab``,
+``browser`` and ``page`` fixtures are in conftest.py); each test opens its own notebook with
+``?reset`` and saves a screenshot under test-output/browser/.
 """
 
 from __future__ import annotations
@@ -12,11 +13,9 @@ import psutil
 import pytest
 
 from .browser_support import (
-    LabServer,
     cell,
     command,
     languages,
-    launch_browser,
     open_notebook,
     screenshot,
     wait_kernel_idle,
@@ -41,35 +40,6 @@ launcher:
   type: mpi
   additional_arguments: python train.py --n {inputs.n} --out {outputs.out}
 """
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    server = LabServer(tmp_path_factory.mktemp("lab"))
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        context = launch_browser(playwright, tmp_path_factory.mktemp("chromium"))
-        try:
-            yield context
-        finally:
-            context.close()
-
-
-@pytest.fixture
-def page(browser, request):
-    page = browser.new_page()
-    yield page
-    screenshot(page, f"{request.node.name}-final")
-    page.close()
 
 
 def test_spec_cell_is_yaml_and_run_cell_stays_python(lab, page):

@@ -21,7 +21,7 @@ from .browser_support import (
     screenshot,
     wait_kernel_idle,
 )
-from .test_browser import SPEC, browser, lab, page, wait_linted  # noqa: F401 - fixtures
+from .test_browser import SPEC, wait_linted
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -112,13 +112,30 @@ def test_states_errors_and_views_a_person_sees(lab, page):
         assert internal not in text, (internal, text)
     doc_screenshot(cell(page, 3), "error-across-ranks")
 
-    # %distcomp env fits the output area: shared values once, a compact row per rank
+    # %distcomp env fits a narrow output (716 px, as in the issue): shared values once,
+    # then a compact row per rank
     wait_kernel_idle(page)
     run_cell_at(page, 4)
     env = output_of(page, 4).locator(".distcomp-env")
     env.wait_for(timeout=60_000)
-    area_width = output_of(page, 4).evaluate("el => el.clientWidth")
-    assert env.evaluate("el => el.scrollWidth") <= area_width
+    fits = """el => {
+        const box = el.closest('.jp-OutputArea-output');
+        return [el.scrollWidth, box.clientWidth];
+    }"""
+    viewport = page.viewport_size
+    _, room = env.evaluate(fits)
+    page.set_viewport_size(
+        {"width": viewport["width"] - (room - 716), "height": viewport["height"]}
+    )
+    page.wait_for_function(
+        "el => el.closest('.jp-OutputArea-output').clientWidth <= 720",
+        arg=env.element_handle(),
+        timeout=10_000,
+    )
+    width, room = env.evaluate(fits)
+    assert width <= room, (width, room)
+    doc_screenshot(cell(page, 4), "env-table")
+    page.set_viewport_size(viewport)
     assert env.locator(".distcomp-env-ranks tr").count() == 5  # the header and 4 ranks
     shared = env.locator(".distcomp-env-shared").inner_text()
     assert "OMPI_COMM_WORLD_SIZE" in shared and "AZ_BATCH_MASTER_NODE" in shared
