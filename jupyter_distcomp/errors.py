@@ -129,14 +129,19 @@ class RankInterrupt(RankError, KeyboardInterrupt):
 
 
 class InternalError(DistcompError, RuntimeError):
-    """An unexpected error inside jupyter-distcomp: shown as its message alone; the full
-    traceback stays on ``__cause__`` (``%tb`` shows it) for a bug report."""
+    """An error raised inside jupyter-distcomp that is not one of ours: shown as its message
+    alone, never the package's frames; the full traceback stays on ``__cause__``, which
+    ``%tb`` shows. A system error (a path that does not exist, a full disk) is the user's to
+    fix and says only what the system said; anything else is a bug to report."""
 
     def __init__(self, exc: BaseException):
-        super().__init__(
-            f"{type(exc).__name__}: {exc}\n(an unexpected error inside jupyter-distcomp; "
-            "`%tb` shows where. Please report it with that traceback.)"
-        )
+        message = f"{type(exc).__name__}: {exc}"
+        if not isinstance(exc, OSError):
+            message += (
+                "\n(an unexpected error inside jupyter-distcomp: please report it with the "
+                "traceback that `%tb` shows)"
+            )
+        super().__init__(message)
 
 
 class AzureMLError(DistcompError, RuntimeError):

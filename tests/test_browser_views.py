@@ -13,6 +13,7 @@ import time
 import pytest
 
 from .browser_support import (
+    NOTEBOOK,
     cell,
     command,
     doc_screenshot,
@@ -29,18 +30,20 @@ INTERNALS = ("magics.py", "backend.py", "run.py", "threading.py", "site-packages
 STATUS = ".distcomp-ranks-status"
 
 
-def status_texts_until(page, final: str, timeout: float) -> list[str]:
-    """The status bar item's texts, in order, until it reads ``final``."""
-    seen: list[str] = []
+def texts_until(page, selectors: list[str], final: str, timeout: float) -> list[list[str]]:
+    """Each element's texts, in order, until the first one reads ``final``."""
+    seen: list[list[str]] = [[] for _ in selectors]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        text = page.locator(STATUS).inner_text()
-        if not seen or seen[-1] != text:
-            seen.append(text)
-        if text == final:
+        for texts, selector in zip(seen, selectors, strict=True):
+            found = page.locator(selector)
+            text = found.first.inner_text() if found.count() else ""
+            if not texts or texts[-1] != text:
+                texts.append(text)
+        if seen[0][-1] == final:
             return seen
         time.sleep(0.05)
-    raise AssertionError(f"the status bar never read {final!r}: {seen}")
+    raise AssertionError(f"{selectors[0]} never read {final!r}: {seen}")
 
 
 def output_of(page, index: int):
@@ -83,10 +86,14 @@ def test_states_errors_and_views_a_person_sees(lab, page):
     # the background start after a definition: "starting k of 4" until the ranks are up
     wait_kernel_idle(page)
     run_cell_at(page, 1)
-    seen = status_texts_until(page, "distcomp: 4 ranks", timeout=180)
+    seen, widget = texts_until(
+        page, [STATUS, f"{NOTEBOOK} .distcomp-ranks"], "distcomp: 4 ranks", timeout=180
+    )
     starting = [i for i, t in enumerate(seen) if re.fullmatch(r"distcomp: starting \d of 4", t)]
     assert starting, seen
     assert "distcomp: 0 ranks" not in seen[starting[0] :], seen
+    # the widget says the ranks are starting, not "not started"
+    assert any(re.search(r"\b4 starting\b", t) for t in widget), widget
     panel = cell(page, 1).locator(".distcomp-panel")
     panel.locator(".distcomp-ranks", has_text="4 idle").wait_for(timeout=30_000)
     panel.locator(".distcomp-progress-text", has_text="4 of 4").wait_for(timeout=30_000)

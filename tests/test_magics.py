@@ -215,3 +215,15 @@ def test_config_azureml_compute_reaches_the_export(ip, tmp_path, monkeypatch):
     finally:
         ip.run_line_magic("config", "AzureML.compute = None")
         ip.run_line_magic("config", "AzureML.experiment_name = None")
+
+
+def test_an_error_from_inside_the_package_shows_no_package_frames(ip, tmp_path):
+    assert run_cell(ip, "inside", SPEC)[0].success
+    target = tmp_path / "missing" / "deeper" / "job.yml"
+    target.parent.parent.write_text("a file, not a folder")
+    result, captured = run_cell(ip, f"export inside {target}")
+    assert not result.success
+    shown = "\n".join(result.error_in_exec._render_traceback_())
+    assert "Error" in shown and str(target.parent.parent) in shown, shown
+    assert "File " not in shown and ".py" not in shown, shown
+    assert "Traceback" not in captured.stdout + captured.stderr
