@@ -107,7 +107,14 @@ def test_states_errors_and_views_a_person_sees(lab, page):
     for rank in range(4):
         assert f"[node {rank // 2} rank {rank}] hello from {rank} of 4" in text, text
     doc_screenshot(cell(page, 2), "run-labelled-output")
-    doc_screenshot(page.locator(".distcomp-ranks-panel"), "ranks-panel")
+    # the ranks panel: its three buttons on one row, none wrapped
+    tops = page.locator(".distcomp-world-actions button").evaluate_all(
+        "buttons => buttons.map(b => [b.getBoundingClientRect().top, b.scrollHeight,"
+        " b.clientHeight])"
+    )
+    assert len({top for top, _, _ in tops}) == 1, tops
+    assert all(scroll <= client for _, scroll, client in tops), tops
+    doc_screenshot(page.locator(".distcomp-ranks-panel .distcomp-world"), "ranks-panel")
 
     # an error on three ranks: one section, in the notebook's cell and lines, no internals
     wait_kernel_idle(page)

@@ -128,7 +128,7 @@ export class KernelRanks {
       if (
         this.message &&
         !this.message.startsWith('Interrupting') &&
-        message.world.ranks.some(r => r.state !== RANK_STATE.idle)
+        movedOn(this.worlds.get(message.world.name), message.world)
       ) {
         this.message = ''; // the ranks moved on: the last action's result is history
       }
@@ -142,6 +142,23 @@ export class KernelRanks {
     }
     this._changed.emit();
   }
+}
+
+/**
+ * A new world, or a rank that was idle and is not any more: what the panel said of the
+ * last action no longer holds. Late events of a cell that ended (busy -> idle) do not count.
+ */
+function movedOn(before: IWorld | undefined, after: IWorld): boolean {
+  if (after.stopped) {
+    return false;
+  }
+  if (!before) {
+    return true;
+  }
+  const was = new Map(before.ranks.map(r => [r.rank, r.state]));
+  return after.ranks.some(
+    r => r.state !== RANK_STATE.idle && was.get(r.rank) === RANK_STATE.idle
+  );
 }
 
 /** Connects to the distcomp comm of every notebook kernel; follows the active notebook. */
