@@ -111,7 +111,7 @@ class RankError(DistcompError, RuntimeError):
     def _render_traceback_(self) -> list[str]:
         if not self.sections:
             return super()._render_traceback_()
-        lines = [f"\x1b[0;31mRankError\x1b[0m: {self.summary}"]
+        lines = [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self.summary}"]
         for heading, body in self.sections:
             lines.append(f"\x1b[1m--- {heading} ---\x1b[0m")
             lines.extend(body)
