@@ -21,6 +21,12 @@ LAUNCHER_ALIASES: dict[str, str] = dict(_DATA["launcher_aliases"])
 V2_DISTRIBUTIONS: dict[str, str] = dict(_DATA["v2_distributions"])
 #: the ``type:`` of a component spec (v1.5 names, then v2's ``command``)
 COMPONENT_TYPES: tuple[str, ...] = tuple(_DATA["component_types"])
+#: how a spec may spell a parameter type (lower case) -> the normalised type
+PARAMETER_TYPES: dict[str, str] = dict(_DATA["parameter_types"])
+#: the parameter types as messages name them
+PARAMETER_TYPE_NAMES: tuple[str, ...] = tuple(_DATA["parameter_type_names"])
+#: v2 data types that are not parameters (besides names ending in directory, file, folder, path)
+V2_DATA_TYPES: frozenset[str] = frozenset(_DATA["v2_data_types"])
 #: the JupyterLab ranks panel's comm: target name, actions, message types, rank states
 COMM_TARGET: str = _DATA["comm"]["target"]
 COMM_ACTIONS: tuple[str, ...] = tuple(_DATA["comm"]["actions"])

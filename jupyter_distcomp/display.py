@@ -5,7 +5,7 @@ from __future__ import annotations
 from html import escape
 from typing import TYPE_CHECKING, Any
 
-from .layout import env_places, layout_text, tensorflow_tasks
+from .layout import layout_text, tensorflow_tasks
 
 if TYPE_CHECKING:
     from .model import Component, Input
@@ -14,6 +14,9 @@ _STYLE = (
     "<style>.distcomp-summary table{border-collapse:collapse;margin:4px 0}"
     ".distcomp-summary td,.distcomp-summary th{padding:2px 8px;text-align:left;"
     "border-bottom:1px solid #ddd;vertical-align:top}"
+    ".distcomp-env code{white-space:pre-wrap;word-break:break-all}"
+    ".jp-RenderedHTMLCommon .distcomp-env td,.jp-RenderedHTMLCommon .distcomp-env th"
+    "{text-align:left}"
     ".distcomp-summary code{white-space:pre-wrap}</style>"
 )
 
@@ -28,10 +31,12 @@ def _input_attrs(inp: Input) -> str:
         parts.append("optional")
     if inp.default is not None:
         parts.append(f"default {inp.default!r}")
-    if inp.min is not None or inp.max is not None:
-        parts.append(
-            f"range [{'' if inp.min is None else inp.min}, {'' if inp.max is None else inp.max}]"
-        )
+    if inp.min is not None and inp.max is not None:
+        parts.append(f"{inp.min} to {inp.max}")
+    elif inp.min is not None:
+        parts.append(f"at least {inp.min}")
+    elif inp.max is not None:
+        parts.append(f"at most {inp.max}")
     if inp.enum:
         parts.append("one of " + ", ".join(inp.enum))
     return "; ".join(parts)
@@ -81,12 +86,14 @@ def component_text(component: Component) -> str:
         f"  launcher:    {launcher}",
         f"  layout:      {layout_caption(component)}",
         f"  environment: {_environment_text(component)}",
-        "  inputs:",
     ]
+    if component.inputs:
+        lines.append("  inputs:")
     for inp in component.inputs.values():
         attrs = _input_attrs(inp)
         lines.append(f"    {inp.name}: {_type_text(inp.type)}" + (f" ({attrs})" if attrs else ""))
-    lines.append("  outputs:")
+    if component.outputs:
+        lines.append("  outputs:")
     for out in component.outputs.values():
         lines.append(f"    {out.name}: {_type_text(out.type)}")
     lines.append("  command:     " + " ".join(component.command_template.split()))
@@ -111,35 +118,52 @@ def component_html(component: Component) -> str:
         f"<div style='color:#a60'>&#9888; {escape(w)}</div>" for w in component.warnings
     )
     title = escape(component.display_name or component.name)
+    sections = [("inputs", rows), ("outputs", outs)]
+    ports = "".join(f"<tr><th colspan=4>{h}</th></tr>{r}" for h, r in sections if r)
     return (
         f"{_STYLE}<div class='distcomp-summary'>"
         f"<div><b>{title}</b> <code>{escape(component.name)}</code> "
         f"{escape(component.version or '')} &middot; {escape(component.type)} &middot; "
         f"launcher <b>{escape(launcher)}</b> &middot; {escape(layout_caption(component))}</div>"
-        f"{warnings}"
-        f"<table><tr><th colspan=4>inputs</th></tr>{rows}"
-        f"<tr><th colspan=4>outputs</th></tr>{outs}</table>"
+        f"{warnings}{f'<table>{ports}</table>' if ports else ''}"
         f"<div>command: <code>{escape(' '.join(component.command_template.split()))}</code></div>"
         f"<div>environment: {escape(_environment_text(component))}</div></div>"
     )
 
 
+def component_line(component: Component) -> str:
+    """One line: name, type, launcher, layout, ports (for ``%distcomp list``)."""
+    launcher = component.launcher.type if component.launcher else "no launcher"
+    ports = [
+        f"{what} {', '.join(names)}"
+        for what, names in (("inputs", component.inputs), ("outputs", component.outputs))
+        if names
+    ]
+    return f"{component.name} ({component.type}, {launcher}, {layout_caption(component)})" + (
+        f"; {'; '.join(ports)}" if ports else ""
+    )
+
+
+def _breakable(name: str) -> str:
+    """A variable name that may wrap after each underscore (a narrow output stays narrow)."""
+    return escape(name).replace("_", "_<wbr>")
+
+
 class EnvTable:
-    """The variables each rank sees: rank, node, local rank, then the variables.
+    """The variables each rank sees: those every rank shares once, then one compact row per
+    rank (rank, node, local rank and what varies); TF_CONFIG in readable parts.
 
     ``envs`` come from ``Session.rank_values``; ``held`` says they are the running ranks' own
-    (else the ports read ``PORT_AT_START``)."""
+    (else the ports read ``PORT_AT_START``).
+    """
 
     def __init__(self, component: Component, envs: list[dict[str, str]], held: bool = False):
+        from .rankview import rank_view
+
         self.component = component
         self.envs = envs
         self.held = held
-        self.columns = list(dict.fromkeys(k for env in self.envs for k in env))
-        self.rows = [
-            [str(rank), str(node), str(local)] + [env.get(c, "") for c in self.columns]
-            for rank, ((node, local), env) in enumerate(zip(env_places(envs), envs, strict=True))
-        ]
-        self.header = ["rank", "node", "local rank", *self.columns]
+        self.view = rank_view(component.launcher_type or "mpi", envs)
 
     @property
     def caption(self) -> str:
@@ -149,19 +173,26 @@ class EnvTable:
         )
 
     def __repr__(self) -> str:
-        widths = [max(len(h), *(len(r[i]) for r in self.rows)) for i, h in enumerate(self.header)]
-        fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-        return "\n".join(
-            [self.caption, fmt.format(*self.header)] + [fmt.format(*r) for r in self.rows]
-        )
+        from .rankview import text_lines
+
+        return "\n".join([self.caption, *text_lines(self.view)])
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{escape(h)}</th>" for h in self.header)
+        view = self.view
+        shared = "".join(
+            f"<tr><th>{_breakable(k)}</th><td><code>{escape(v)}</code></td></tr>"
+            for k, v in view.shared.items()
+        )
+        head = "".join(f"<th>{_breakable(h)}</th>" for h in view.header)
         body = "".join(
             "<tr>" + "".join(f"<td><code>{escape(c)}</code></td>" for c in row) + "</tr>"
-            for row in self.rows
+            for row in view.rows
         )
-        return (
-            f"{_STYLE}<div class='distcomp-summary distcomp-env'><div>{escape(self.caption)}</div>"
-            f"<table><tr>{head}</tr>{body}</table></div>"
-        )
+        parts = [f"<div>{escape(self.caption)}</div>"]
+        if shared:
+            parts.append(
+                f"<div>on every rank:</div><table class='distcomp-env-shared'>{shared}</table>"
+            )
+        if len(view.rows) > 1 or len(view.header) > 3:
+            parts.append(f"<table class='distcomp-env-ranks'><tr>{head}</tr>{body}</table>")
+        return f"{_STYLE}<div class='distcomp-summary distcomp-env'>{''.join(parts)}</div>"

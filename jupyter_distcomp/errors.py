@@ -111,13 +111,37 @@ class RankError(DistcompError, RuntimeError):
     def _render_traceback_(self) -> list[str]:
         if not self.sections:
             return super()._render_traceback_()
-        lines = [f"\x1b[0;31mRankError\x1b[0m: {self.summary}"]
+        lines = [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self.summary}"]
         for heading, body in self.sections:
             lines.append(f"\x1b[1m--- {heading} ---\x1b[0m")
             lines.extend(body)
         if self.fix:
             lines.append(self.fix)
         return lines
+
+
+class RankInterrupt(RankError, KeyboardInterrupt):
+    """The user interrupted a cell on the ranks (Ctrl-C, the toolbar, the ranks panel).
+
+    A ``KeyboardInterrupt``, so code that handles Ctrl-C still does; shown as a
+    :class:`RankError`: the line, then where each rank was when it stopped, grouped.
+    """
+
+
+class InternalError(DistcompError, RuntimeError):
+    """An error raised inside jupyter-distcomp that is not one of ours: shown as its message
+    alone, never the package's frames; the full traceback stays on ``__cause__``, which
+    ``%tb`` shows. A system error (a path that does not exist, a full disk) is the user's to
+    fix and says only what the system said; anything else is a bug to report."""
+
+    def __init__(self, exc: BaseException):
+        message = f"{type(exc).__name__}: {exc}"
+        if not isinstance(exc, OSError):
+            message += (
+                "\n(an unexpected error inside jupyter-distcomp: please report it with the "
+                "traceback that `%tb` shows)"
+            )
+        super().__init__(message)
 
 
 class AzureMLError(DistcompError, RuntimeError):

@@ -27,7 +27,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 
 from .contracts import SUBCOMMANDS
-from .errors import DistcompError, RankError
+from .errors import DistcompError, InternalError, RankError, RankInterrupt
 
 if TYPE_CHECKING:
     from .session import Session
@@ -168,11 +168,15 @@ class DistCompMagics(Magics):
                     f"Subcommands are: {', '.join(SUBCOMMANDS)}."
                 )
             self._handle_define(words[0], cell)
-        except RankError:
-            raise  # its _render_traceback_ shows each failing rank's traceback
+        except (RankError, UsageError):
+            raise  # RankError's _render_traceback_ shows each failing rank's traceback
         except DistcompError as exc:
             # Shown as the message alone (IPython hides tracebacks only for UsageError).
             raise UsageError(str(exc)) from None
+        except KeyboardInterrupt:
+            raise RankInterrupt(f"%distcomp {line}: interrupted.") from None
+        except Exception as exc:  # the package's own frames are no help to the user
+            raise InternalError(exc) from exc
 
     # -- definition ---------------------------------------------------------------------
     def _handle_define(self, name: str, cell: str | None) -> None:
@@ -188,8 +192,11 @@ class DistCompMagics(Magics):
                 f"%%distcomp {name}: the cell body must hold the component's YAML spec. "
                 f"Fix: put the spec below the `%%distcomp {name}` line."
             )
+        from .live_summary import show_summary
+
         session = self.session
-        display(session.define(name, cell))
+        component = session.define(name, cell, first_line=2)  # below the `%%distcomp` line
+        show_summary(component, live=session.in_kernel)
         if session.in_kernel:
             # a terminal has the summary above; nbconvert gets the panel's text fallback
             if session.local.show_widget:
@@ -212,8 +219,10 @@ class DistCompMagics(Magics):
         )
 
     def _handle_list(self, args: argparse.Namespace, cell: str | None) -> None:
+        from .display import component_line
+
         for name, component in self.session.components.items():
-            print(f"{name}: {component!r}")
+            print(f"{name}: {component_line(component)}")
 
     def _handle_widget(self, args: argparse.Namespace, cell: str | None) -> None:
         from IPython.display import display
@@ -228,7 +237,12 @@ class DistCompMagics(Magics):
                 "this line (it is a cell magic)."
             )
         self.session.run_cell(
-            args.name, cell, ranks=args.ranks, timeout=args.timeout, group_output=args.group_output
+            args.name,
+            cell,
+            ranks=args.ranks,
+            timeout=args.timeout,
+            group_output=args.group_output,
+            first_line=2,  # below the `%%distcomp run` line
         )
 
     def _handle_command(self, args: argparse.Namespace, cell: str | None) -> None:

@@ -103,14 +103,28 @@ class Session:
         return getattr(self.shell, "kernel", None) is not None
 
     # -- components ---------------------------------------------------------------------
-    def define(self, name: str, spec: str, base_dir: Path | None = None) -> Component:
+    def define(
+        self, name: str, spec: str, base_dir: Path | None = None, first_line: int = 1
+    ) -> Component:
         """Load ``spec`` as component ``name``: a redefinition keeps the user's run settings,
-        a new one gets the default layout; ``name`` is bound in the shell's namespace."""
+        a new one gets the default layout; ``name`` is bound in the shell's namespace.
+
+        ``first_line`` is the line of the cell where ``spec`` starts: errors and warnings
+        count lines as the cell shows them. Warnings are not emitted but kept on the
+        component (``component.warnings``), which its summary shows.
+        """
+        import warnings
+
+        from .errors import SpecWarning
         from .spec import carry_over_settings, load_component
 
-        component = load_component(
-            spec, base_dir=base_dir or Path.cwd(), source_name=f"%%distcomp {name}"
-        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SpecWarning)
+            component = load_component(
+                "#\n" * (first_line - 1) + spec,
+                base_dir=base_dir or Path.cwd(),
+                source_name=f"%%distcomp {name}",
+            )
         previous = self.components.get(name)
         if previous is not None:
             component = carry_over_settings(previous, component)
@@ -219,8 +233,10 @@ class Session:
         ranks: str | None = None,
         timeout: float | None = None,
         group_output: bool = False,
+        first_line: int = 1,
     ) -> None:
-        """Run ``code`` on the ranks of ``name``; ``timeout`` defaults to the setting."""
+        """Run ``code`` on the ranks of ``name``; ``timeout`` defaults to the setting;
+        ``first_line``: the cell's line where ``code`` starts."""
         component = self.component(name)
         self.backend.run_cell(
             name,
@@ -229,6 +245,7 @@ class Session:
             ranks=ranks,
             timeout=timeout if timeout is not None else self.local.default_timeout,
             group_output=group_output,
+            first_line=first_line,
         )
 
     def run_command(

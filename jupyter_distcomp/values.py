@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from . import contracts
 from .errors import SpecError, did_you_mean
 
 if TYPE_CHECKING:
@@ -15,20 +16,10 @@ if TYPE_CHECKING:
 
 #: normalised parameter types
 PARAMETER_TYPES = ("string", "integer", "number", "boolean", "enum")
-#: how a spec may spell a parameter type (lower case) -> the normalised type
-PARAM_TYPES = {
-    "string": "string",
-    "str": "string",
-    "integer": "integer",
-    "int": "integer",
-    "float": "number",
-    "number": "number",
-    "double": "number",
-    "boolean": "boolean",
-    "bool": "boolean",
-    "enum": "enum",
-}
-PARAM_TYPE_NAMES = ("String", "Integer", "Float", "Boolean", "Enum", "Number")
+#: how a spec may spell a parameter type (lower case) -> the normalised type (contracts.json,
+#: so the JupyterLab extension checks values by the same rules)
+PARAM_TYPES = contracts.PARAMETER_TYPES
+PARAM_TYPE_NAMES = contracts.PARAMETER_TYPE_NAMES
 #: longest single program argument Linux accepts (MAX_ARG_STRLEN, 32 pages), in bytes
 MAX_ARGUMENT_BYTES = 131_071
 #: widest whole number a value may have: Python refuses to print longer ones

@@ -205,3 +205,34 @@ def screenshot(page, name: str) -> Path:
 
 def clean(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+DOCS_SCREENSHOTS = ROOT / "docs" / "screenshots"
+
+
+def doc_screenshot(locator, name: str) -> Path:
+    """A screenshot for the README (docs/screenshots/), retaken by every run of the test."""
+    DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = DOCS_SCREENSHOTS / f"{name}.png"
+    page = locator.page
+    viewport = page.viewport_size
+    height = locator.evaluate("el => el.getBoundingClientRect().height")
+    if height + 200 > viewport["height"]:  # the whole element, not what fits the window
+        page.set_viewport_size({"width": viewport["width"], "height": int(height) + 200})
+    try:
+        locator.scroll_into_view_if_needed()
+        locator.screenshot(path=str(path))
+    finally:
+        page.set_viewport_size(viewport)
+    return path
+
+
+def run_cell_at(page, index: int) -> None:
+    """Make cell ``index`` the active one and run it (without waiting for it to end)."""
+    page.evaluate(
+        """index => {
+            window.jupyterapp.shell.currentWidget.content.activeCellIndex = index;
+            void window.jupyterapp.commands.execute('notebook:run-cell');
+        }""",
+        index,
+    )

@@ -33,3 +33,41 @@ def ip():
     shell.run_line_magic("load_ext", "jupyter_distcomp")
     yield shell
     shell.run_line_magic("unload_ext", "jupyter_distcomp")
+
+
+# -- the browser tests: one JupyterLab server and one Chromium per test module ------------
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    from .browser_support import LabServer
+
+    server = LabServer(tmp_path_factory.mktemp("lab"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    from playwright.sync_api import sync_playwright
+
+    from .browser_support import launch_browser
+
+    with sync_playwright() as playwright:
+        context = launch_browser(playwright, tmp_path_factory.mktemp("chromium"))
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+@pytest.fixture
+def page(browser, request):
+    from .browser_support import screenshot
+
+    page = browser.new_page()
+    yield page
+    screenshot(page, f"{request.node.name}-final")
+    page.close()

@@ -67,7 +67,7 @@ def test_invalid_spec_fails_the_cell_with_the_message_only(ip):
     assert not result.success
     assert isinstance(result.error_in_exec, UsageError)
     message = str(result.error_in_exec)
-    assert "line 8, column 9" in message and "horovod" in message
+    assert "line 9, column 9" in message and "horovod" in message  # as the cell counts
     assert "Traceback" not in captured.stdout + captured.stderr
     assert "demo_bad" not in ip.user_ns
 
@@ -113,9 +113,16 @@ def test_env_table_per_rank(ip):
     assert (
         caption == "mpi: 2 node(s) x 2 process(es) = 4 rank(s); ports chosen when the ranks start"
     )
-    header = text[0].split()
+    # what every rank shares, once; then a row per rank with what varies
+    shared = text[text.index("on every rank:") + 1 : -5]
+    assert [line.split()[0] for line in shared if "OMPI_COMM_WORLD_SIZE" in line] == [
+        "OMPI_COMM_WORLD_SIZE"
+    ]
+    assert any(line.split() == ["OMPI_COMM_WORLD_SIZE", "4"] for line in shared)
+    header = text[-5].split()
     assert header[:4] == ["rank", "node", "local", "rank"]
-    rows = [line.split() for line in text[1:]]
+    assert "OMPI_COMM_WORLD_SIZE" not in header
+    rows = [line.split() for line in text[-4:]]
     assert [r[:3] for r in rows] == [
         ["0", "0", "0"],
         ["1", "0", "1"],
@@ -238,3 +245,15 @@ def test_config_azureml_compute_reaches_the_export(ip, tmp_path, monkeypatch):
     finally:
         ip.run_line_magic("config", "AzureML.compute = None")
         ip.run_line_magic("config", "AzureML.experiment_name = None")
+
+
+def test_an_error_from_inside_the_package_shows_no_package_frames(ip, tmp_path):
+    assert run_cell(ip, "inside", SPEC)[0].success
+    target = tmp_path / "missing" / "deeper" / "job.yml"
+    target.parent.parent.write_text("a file, not a folder")
+    result, captured = run_cell(ip, f"export inside {target}")
+    assert not result.success
+    shown = "\n".join(result.error_in_exec._render_traceback_())
+    assert "Error" in shown and str(target.parent.parent) in shown, shown
+    assert "File " not in shown and ".py" not in shown, shown
+    assert "Traceback" not in captured.stdout + captured.stderr

@@ -412,7 +412,9 @@ def test_action_errors_land_in_the_status_line(panel, tmp_path):
     press(p, "run-command")
     assert p.worker.state == "error" and "input 'data' has no value" in p.worker.text
     assert "Traceback" not in p.worker.text
-    assert all(not b.disabled for b in p.buttons.values())  # usable again
+    assert all(not b.disabled for k, b in p.buttons.items() if k != "stop")  # usable again
+    # no ranks and no action: nothing to stop
+    assert p.buttons["stop"].disabled and p.buttons["stop"].button_style == ""
 
 
 @pytest.fixture

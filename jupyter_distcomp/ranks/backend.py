@@ -149,6 +149,7 @@ class RankBackend:
             world = self._new_world(name, component, signature)
             world.start_async(delay=delay)
             self._follow_layout(name, component)
+        self._notify(world)  # the views show "starting 0 of N" at once, not "no ranks"
         if wait:
             self._wait(world, reason)
         elif reason:
@@ -236,10 +237,14 @@ class RankBackend:
         ranks: str | Iterable[int] | None = None,
         timeout: float | None = None,
         group_output: bool = False,
+        first_line: int = 1,
     ) -> Any:
-        """Run ``code`` on the ranks of ``name`` (all, or ``ranks`` such as ``"0,2-3"``)."""
+        """Run ``code`` on the ranks of ``name`` (all, or ``ranks`` such as ``"0,2-3"``);
+        ``first_line`` is the line of the cell where ``code`` starts (tracebacks count so)."""
         from .run import CellRun
 
+        # a bad rank list is refused before any rank starts
+        parse_ranks(ranks, component.runsettings.resource_layout.world_size)
         world = self.worlds.get(name)
         same = self._signatures.get(name) == self._signature(name, component)
         # world.dead_ranks is kept current by the world's watcher thread
@@ -256,7 +261,13 @@ class RankBackend:
             )
         shell = _shell()
         return CellRun(
-            world, targets, code, timeout=timeout, group_output=group_output, shell=shell
+            world,
+            targets,
+            code,
+            timeout=timeout,
+            group_output=group_output,
+            shell=shell,
+            first_line=first_line,
         ).run()
 
     def _dead_message(self, world: World) -> str:

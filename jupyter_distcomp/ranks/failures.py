@@ -52,14 +52,28 @@ def group_errors(
     return list(groups.values())
 
 
-def error_sections(errors: Mapping[int, RemoteErrorLike]) -> list[tuple[str, list[str]]]:
+def error_sections(
+    errors: Mapping[int, RemoteErrorLike], cell: str | None = None
+) -> list[tuple[str, list[str]]]:
+    """One section per distinct traceback; ``cell`` (``"Cell In[12]"``) renames the engine's
+    ``Cell In[2]`` after the notebook's cell."""
     sections = []
     for ranks, err in group_errors(errors):
         body = (err.traceback or f"{err.ename}: {err.evalue}").splitlines()
+        if cell:
+            body = [_rename_cell(line, cell) for line in body]
         if not any(err.ename and err.ename in strip_ansi(line) for line in body):
             body.append(f"{err.ename}: {err.evalue}")
         sections.append((format_ranks(ranks), body))
     return sections
+
+
+def _rename_cell(line: str, cell: str) -> str:
+    """``Cell In[2], line 3`` (coloured or not) with the notebook's cell name."""
+    if not strip_ansi(line).startswith("Cell In["):
+        return line
+    number = cell[cell.find("[") :] if "[" in cell else "[]"
+    return re.sub(r"In\[\d*\]", lambda _: "In" + number, line, count=1)
 
 
 def death_reason(rank: int, mpiexec_text: str) -> str:
@@ -76,7 +90,7 @@ def death_reason(rank: int, mpiexec_text: str) -> str:
     return ""
 
 
-def render_stack(stack: str, code: str) -> list[str]:
+def render_stack(stack: str, code: str, cell: str = "Cell") -> list[str]:
     """A faulthandler stack (most recent call first) as a traceback, with source lines.
 
     Frames in the cell show the cell's own line (the cell's file name is the rank's);
@@ -94,7 +108,7 @@ def render_stack(stack: str, code: str) -> list[str]:
         path, number = match["file"], int(match["line"])
         if _CELL_FILE.search(path):
             outer_cell = len(frames)
-            where = f"  Cell, line {number}, in {match['func']}"
+            where = f"  {cell}, line {number}, in {match['func']}"
             source = code_lines[number - 1] if 0 < number <= len(code_lines) else ""
         else:
             where = f'  File "{path}", line {number}, in {match["func"]}'
@@ -174,15 +188,16 @@ def collect_stacks(
     return result
 
 
-def stack_sections(stacks: dict[int, str], code: str, label: str) -> list[tuple[str, list[str]]]:
+def stack_sections(
+    stacks: dict[int, str], code: str, label: str, cell: str = "Cell"
+) -> list[tuple[str, list[str]]]:
     """One section per distinct stack, headed by the ranks that share it and ``label``.
 
-    ``stacks`` maps a rank to its faulthandler stack; ranks without a stack are left out.
+    ``stacks`` maps a rank to its faulthandler stack; ranks without a stack are left out;
+    ``cell`` names the cell's frames (``"Cell In[12]"``).
     """
-    by_stack: dict[str, list[int]] = {}
+    # grouped as shown: the raw stacks differ in each rank's own file name for the cell
+    by_stack: dict[tuple[str, ...], list[int]] = {}
     for rank in sorted(stacks):
-        by_stack.setdefault(stacks[rank], []).append(rank)
-    return [
-        (f"{format_ranks(ranks)}: {label}", render_stack(stack, code))
-        for stack, ranks in by_stack.items()
-    ]
+        by_stack.setdefault(tuple(render_stack(stacks[rank], code, cell)), []).append(rank)
+    return [(f"{format_ranks(ranks)}: {label}", list(lines)) for lines, ranks in by_stack.items()]

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import functools
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import RankError
+from ..errors import RankError, RankInterrupt
 from ..ranges import format_ranks
 from ..tf_config import empty_ps_hint
 from . import ipp
@@ -28,9 +27,25 @@ if TYPE_CHECKING:
     from .world import World
 
 INTERRUPT_GRACE = 1.5  # seconds the ranks get to answer SIGINT before the cell returns
+STACK_WAIT = 0.5  # seconds to wait for the busy ranks' stacks on an interrupt
 DEATH_GRACE = 2.0  # seconds to let mpiexec report a death and stop the other ranks
 OUTPUT_GRACE = 1.0  # seconds to wait for the last output after a rank's reply
 ALIVE_CHECK = 0.2  # seconds between checks that every rank's process still exists
+
+
+def cell_name(shell: Any, code: str) -> str:
+    """``Cell In[12]`` for the notebook's cell 12 that runs ``code`` (``Cell`` outside IPython).
+
+    IPython counts past a cell it stores in its history before running it; a cell run
+    without history (``run_cell(store_history=False)``) keeps the count.
+    """
+    count = getattr(shell, "execution_count", None)
+    if not isinstance(count, int):
+        return "Cell"
+    history = getattr(getattr(shell, "history_manager", None), "input_hist_raw", None)
+    if history and len(history) == count and code.strip() and code.strip() in history[-1]:
+        count -= 1
+    return f"Cell In[{count}]"
 
 
 class CellRun:
@@ -43,10 +58,16 @@ class CellRun:
         timeout: float | None = None,
         group_output: bool = False,
         shell: Any = None,
+        first_line: int = 1,
     ) -> None:
         self.world = world
         self.ranks = ranks
-        self.code = code
+        # comment lines up to ``first_line`` (IPython drops leading blank lines), so the
+        # ranks' line numbers are the cell's; a cell magic must stay the first line
+        pad = 0 if code.lstrip().startswith("%%") else first_line - 1
+        self.code = "#\n" * pad + code
+        #: how tracebacks name the cell: the notebook's own name for it
+        self.cell = cell_name(shell, code)
         self.timeout = timeout
         self.out = RankOutput(world.label, group=group_output, shell=shell)
         self.wake = threading.Event()
@@ -83,8 +104,7 @@ class CellRun:
         try:
             self._loop()
         except KeyboardInterrupt:
-            self._interrupt()
-            raise
+            self._interrupt()  # raises RankInterrupt, saying where each rank was
         finally:
             self.out.finish()
         return execution.result
@@ -184,7 +204,7 @@ class CellRun:
                     if len(errors) < len(self.ranks)
                     else ""
                 ),
-                sections=error_sections(errors),
+                sections=error_sections(errors, self.cell),
                 fix="Output printed before the error is kept above. The ranks keep their state "
                 "and are ready for the next cell.",
             )
@@ -201,23 +221,33 @@ class CellRun:
 
     # -- the three bad endings ----------------------------------------------------------
     def _interrupt(self) -> None:
+        """Ctrl-C: read where each busy rank is, SIGINT them, and raise a RankInterrupt that
+        shows that and nothing of the package."""
+        world = self.world
         busy = sorted(self.running)
-        self.world.signal(busy, signal.SIGINT)
+        try:
+            stacks = world.stacks(busy, wait=STACK_WAIT)
+        except KeyboardInterrupt:
+            stacks = {}  # a second Ctrl-C: no stacks
+        world.signal(busy, signal.SIGINT)
         try:
             self._settle(INTERRUPT_GRACE, lambda: not self.running)
         except KeyboardInterrupt:
             pass  # a second Ctrl-C: stop waiting
         self.out.finish()
         still = sorted(self.running)
-        message = f"Interrupted: sent SIGINT to {format_ranks(busy)} of {self.world.name!r}."
+        message = f"Interrupted: sent SIGINT to {format_ranks(busy)} of {world.name!r}."
         if still:
-            message += (
-                f" {format_ranks(still)} did not stop (stuck in C code, e.g. an MPI collective?)."
-                f" Fix: `%distcomp restart {self.world.name}`."
+            fix = (
+                f"{format_ranks(still)} did not stop (blocked in C code, e.g. an MPI collective "
+                f"another rank never entered). Fix: `%distcomp restart {world.name}`."
             )
         else:
-            message += " The ranks are ready for the next cell."
-        print(message, file=sys.stderr)
+            fix = "Output printed before the interrupt is kept above. The ranks are ready for the next cell."
+        self.running.clear()
+        raise RankInterrupt(
+            message, sections=stack_sections(stacks, self.code, "stopped at", self.cell), fix=fix
+        ) from None
 
     def _on_death(self) -> None:
         world = self.world
@@ -240,7 +270,7 @@ class CellRun:
             sections.append(
                 (format_ranks(others), ["stopped by mpiexec because another rank died"])
             )
-        sections += error_sections(self._errors())
+        sections += error_sections(self._errors(), self.cell)
         if said:
             sections.append(("what mpiexec printed", said.splitlines()))
         why = "; ".join(f"{format_ranks([r])} {reasons[r] or 'died'}" for r in culprits)
@@ -273,8 +303,8 @@ class CellRun:
         world.signal(busy, signal.SIGINT)
         self._settle(INTERRUPT_GRACE, lambda: not self.running)
         still = sorted(self.running)
-        sections = stack_sections(stacks, self.code, "busy, current stack")
-        sections += error_sections(self._errors(skip_interrupts=True))
+        sections = stack_sections(stacks, self.code, "busy, current stack", self.cell)
+        sections += error_sections(self._errors(skip_interrupts=True), self.cell)
         if still:
             fix = (
                 f"{format_ranks(still)} did not stop on SIGINT (blocked in C code, e.g. an MPI "

@@ -16,23 +16,13 @@ from typing import IO, Any
 
 import yaml
 
-from ..contracts import LAUNCHERS, V2_DISTRIBUTIONS, launcher_name
+from ..contracts import LAUNCHERS, V2_DATA_TYPES, V2_DISTRIBUTIONS, launcher_name
 from ..errors import LayoutError, SpecError, closest, did_you_mean
 from ..model import Component, Environment, Input, Launcher, Output
 from ..template import check_azureml, check_template, from_azureml
 from ..values import PARAM_TYPE_NAMES, PARAM_TYPES, coerce_value
 from .positions import Context, DuplicateKey, Positions, TooComplex, compose_positions
 from .schema import kind_of, validate
-
-#: v2 data types that are not parameters (besides names ending in directory, file, folder, path)
-V2_PORT_TYPES = {
-    "uri_folder",
-    "uri_file",
-    "mltable",
-    "mlflow_model",
-    "custom_model",
-    "triton_model",
-}
 
 
 def load_component(
@@ -299,7 +289,7 @@ def _param_type(name: str, type_value: Any, ctx: Context, is_v2: bool) -> str | 
         if lowered == "int" and not is_v2:
             ctx.warn("type 'Int' is a legacy alias; write 'Integer'.", ("inputs", name, "type"))
         return PARAM_TYPES[lowered]
-    if lowered in V2_PORT_TYPES or lowered.endswith(("directory", "file", "folder", "path")):
+    if lowered in V2_DATA_TYPES or lowered.endswith(("directory", "file", "folder", "path")):
         return None
     guess = closest(str(type_value), PARAM_TYPE_NAMES, cutoff=0.75)
     if guess:

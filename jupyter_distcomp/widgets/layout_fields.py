@@ -16,18 +16,21 @@ if TYPE_CHECKING:
 
 #: no clamping of a layout set from Python (a BoundedIntText clamps to its max)
 MAX_COUNT = 100_000
-_NUMBER = w.Layout(width="190px")
 _STYLE = {"description_width": "initial"}
+#: room for the value (up to 6 digits) beside its label
+_FIELD_EM = 6
 
 
 def _count(description: str, css: str, minimum: int, tooltip: str) -> w.BoundedIntText:
+    # the box grows with its label, so a long label never squeezes the value out of view
+    width = f"calc({len(description)}ch + {_FIELD_EM}em)"
     control = w.BoundedIntText(
         value=max(minimum, 1),
         min=minimum,
         max=MAX_COUNT,
         description=description,
         tooltip=tooltip,
-        layout=_NUMBER,
+        layout=w.Layout(width=width),
         style=_STYLE,
     )
     control.add_class(css)

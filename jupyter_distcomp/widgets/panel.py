@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from ..model import Component
     from ..ranks.backend import RankBackend
 
+#: status lines of a stop, cleared when the ranks run again
+STOP_SAYINGS = ("Stopped the", "No ranks running")
 #: at most one update of the rank states per this many seconds
 RANK_UPDATE_SECONDS = 0.2
 BUTTONS = (
@@ -73,8 +75,8 @@ class RunSettingsPanel(PanelActions, w.VBox):
             )
             button.add_class(f"distcomp-btn-{key}")
             self.buttons[key] = button
-        self.buttons["stop"].button_style = "warning"
         self.worker.buttons = [b for k, b in self.buttons.items() if k != "stop"]
+        self.worker.on_busy = lambda busy: self._update_stop()
         self.export_path = w.Text(
             value=f"{name}_job.yml", description="YAML path", layout=w.Layout(width="300px")
         )
@@ -129,6 +131,7 @@ class RunSettingsPanel(PanelActions, w.VBox):
         self._rank_event: dict | None = None
         self._rank_timer: threading.Timer | None = None
         self._listen()
+        self._update_stop()
         self._refresh()
 
     def set_session(self, session: PanelSession | None) -> None:
@@ -205,12 +208,26 @@ class RunSettingsPanel(PanelActions, w.VBox):
         if event is not None and not self.closed:
             self._show_ranks(event)
 
+    def _update_stop(self) -> None:
+        """ "stop ranks" is live (orange) only when there are ranks or an action to stop."""
+        backend = self._listening
+        has_ranks = backend is not None and backend.world(self.name) is not None
+        live = has_ranks or self.worker.busy
+        stop = self.buttons["stop"]
+        stop.disabled = not live
+        stop.button_style = "warning" if live else ""
+
     def _show_ranks(self, event: dict) -> None:
         self.preview.value = preview_html(self.component, self._rank_values())
         ranks = event.get("ranks") or []
+        self._update_stop()
         if event.get("stopped"):
             self.ranks_line.value = "<small>ranks: stopped</small>"
+            if not self.worker.busy:
+                self.worker.show_progress(0, len(ranks))
             return
+        if not self.worker.busy and self.worker.text.startswith(STOP_SAYINGS):
+            self.worker.say("")  # the ranks run again: "Stopped the ranks" is no longer true
         counts: dict[str, int] = {}
         for rank in ranks:
             counts[rank["state"]] = counts.get(rank["state"], 0) + 1
@@ -219,7 +236,8 @@ class RunSettingsPanel(PanelActions, w.VBox):
         self.ranks_line.value = f"<small>ranks ({layout}): {escape(states)}</small>"
         if not self.worker.busy:
             ready = counts.get("idle", 0) + counts.get("busy", 0)
-            self.worker.show_progress(ready, len(ranks))
+            what = "ranks ready" if ready == len(ranks) else "ranks starting"
+            self.worker.show_progress(ready, len(ranks), what)
 
     # -- lifecycle ----------------------------------------------------------------------
     def close(self) -> None:

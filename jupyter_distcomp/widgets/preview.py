@@ -9,14 +9,14 @@ information, never a traceback.
 
 from __future__ import annotations
 
-import json
 import shlex
 from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DistcompError
-from ..layout import PORT_AT_START, layout_text, rank_table, tensorflow_tasks
+from ..layout import PORT_AT_START, layout_text, tensorflow_tasks
+from ..rankview import rank_view
 
 if TYPE_CHECKING:
     from ..model import Component
@@ -41,42 +41,14 @@ def _layout_line(component: Component) -> str:
     )
 
 
-def _tf_task(value: str) -> str:
-    try:
-        task = json.loads(value)["task"]
-        return f"{task['type']} {task['index']}"
-    except (ValueError, KeyError, TypeError):
-        return value
-
-
 def rank_rows(component: Component, envs: Envs) -> tuple[list[str], list[list[str]], dict]:
     """(header, rows, variables equal on every rank) of ``envs`` (``Session.rank_values``);
     rows are cut to MAX_ROWS (with '...')."""
     launcher = component.launcher_type
     if launcher is None:
         return [], [], {}
-    table = rank_table(launcher, envs)
-    fixed = ("rank", "node", "local rank")
-    names = [k for k in table[0] if k not in fixed]
-    same = {k: table[0][k] for k in names if _same(table, k)}  # shown once, under the table
-    header = [
-        *fixed,
-        *(k if k != "TF_CONFIG" else "TF_CONFIG task" for k in names if k not in same),
-    ]
-    rows = []
-    for row in table:
-        cells = [row[k] for k in fixed]
-        for k in names:
-            if k not in same:
-                cells.append(_tf_task(row[k]) if k == "TF_CONFIG" else row[k])
-        rows.append(cells)
-    if len(rows) > MAX_ROWS:
-        rows = [*rows[: MAX_ROWS - 2], ["..."] * len(header), rows[-1]]
-    return header, rows, same
-
-
-def _same(table: list[dict], key: str) -> bool:
-    return len({row.get(key) for row in table}) == 1
+    view = rank_view(launcher, envs).cut(MAX_ROWS)
+    return view.header, view.rows, view.shared
 
 
 def preview_values(component: Component) -> tuple[dict, dict]:

@@ -45,6 +45,8 @@ class Worker:
         self.text = ""
         self.action: str | None = None
         self.buttons: list[w.Button] = []  # disabled while an action runs
+        #: called with True when an action starts and False when it ends
+        self.on_busy: Callable[[bool], None] | None = None
         self._thread: threading.Thread | None = None
         self._done = threading.Event()
         self._done.set()
@@ -54,6 +56,9 @@ class Worker:
         self.text, self.state = text, kind
         colour = _COLOURS.get(kind, "#555")
         body = escape(text)
+        if not text:
+            self.status.value = ""
+            return
         if "\n" in text:
             body = f"<pre style='white-space:pre-wrap;margin:0'>{body}</pre>"
         self.status.value = f"<span style='color:{colour}'>{body}</span>"
@@ -92,6 +97,8 @@ class Worker:
         self.action = action
         self._done.clear()
         self._set_buttons(disabled=True)
+        if self.on_busy is not None:
+            self.on_busy(True)
         self.say(f"{action}...", "busy")
         self._thread = threading.Thread(
             target=self._guarded, args=(action, func), name=f"distcomp-panel-{action}", daemon=True
@@ -113,6 +120,8 @@ class Worker:
             self.action = None
             self._set_buttons(disabled=False)
             self._done.set()
+            if self.on_busy is not None:
+                self.on_busy(False)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the current action ends (for tests and scripts); True if it did."""

@@ -13,6 +13,9 @@ interface IContracts {
   launcher_aliases: Record<string, string>;
   v2_distributions: Record<string, string>;
   component_types: string[];
+  parameter_types: Record<string, string>;
+  parameter_type_names: string[];
+  v2_data_types: string[];
   comm: {
     target: string;
     actions: string[];
@@ -35,6 +38,14 @@ export const V2_DISTRIBUTIONS: Readonly<Record<string, string>> =
   CONTRACTS.v2_distributions;
 /** The `type:` of a component spec (v1.5 names, then v2's `command`). */
 export const COMPONENT_TYPES: readonly string[] = CONTRACTS.component_types;
+/** How a spec may spell a parameter type (lower case) -> the normalised type. */
+export const PARAMETER_TYPES: Readonly<Record<string, string>> =
+  CONTRACTS.parameter_types;
+/** The parameter types as messages name them. */
+export const PARAMETER_TYPE_NAMES: readonly string[] =
+  CONTRACTS.parameter_type_names;
+/** v2 data types that are not parameters (besides names ending in directory, file, ...). */
+export const V2_DATA_TYPES: readonly string[] = CONTRACTS.v2_data_types;
 
 /** The ranks panel's comm: its target name and what travels over it. */
 export const COMM_TARGET: string = CONTRACTS.comm.target;

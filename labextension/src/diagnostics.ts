@@ -20,6 +20,7 @@ import {
 } from 'yaml';
 
 import { COMPONENT_TYPES, LAUNCHER_ALIASES, LAUNCHERS } from './contracts';
+import { inputRules } from './inputRules';
 import { COMPONENT_SCHEMA, JSONSchema } from './schema';
 import { didYouMean } from './suggest';
 
@@ -96,6 +97,15 @@ export function specDiagnostics(
   schemaErrors(data, schema, found);
   placeholders(data, found);
   componentRules(data, found);
+  inputRules(data, {
+    error: (path, at, message) =>
+      found.add(
+        at === 'key' ? found.keyRange(path) : found.valueRange(path),
+        'error',
+        message,
+        path.join('.')
+      )
+  });
   return found.sorted();
 }
 

@@ -11,9 +11,11 @@ import {
   COMM_TARGET,
   CommMessageType,
   RANK_ACTION,
+  RANK_STATE,
   RankAction,
   RankState
 } from './contracts';
+import { markStalePanels } from './stalePanels';
 
 export interface IRank {
   rank: number;
@@ -123,6 +125,13 @@ export class KernelRanks {
         this.worlds.set(world.name, world)
       );
     } else if (message.type === COMM_MESSAGE.world && message.world) {
+      if (
+        this.message &&
+        !this.message.startsWith('Interrupting') &&
+        movedOn(this.worlds.get(message.world.name), message.world)
+      ) {
+        this.message = ''; // the ranks moved on: the last action's result is history
+      }
       if (message.world.stopped) {
         this.worlds.delete(message.world.name);
       } else {
@@ -133,6 +142,23 @@ export class KernelRanks {
     }
     this._changed.emit();
   }
+}
+
+/**
+ * A new world, or a rank that was idle and is not any more: what the panel said of the
+ * last action no longer holds. Late events of a cell that ended (busy -> idle) do not count.
+ */
+function movedOn(before: IWorld | undefined, after: IWorld): boolean {
+  if (after.stopped) {
+    return false;
+  }
+  if (!before) {
+    return true;
+  }
+  const was = new Map(before.ranks.map(r => [r.rank, r.state]));
+  return after.ranks.some(
+    r => r.state !== RANK_STATE.idle && was.get(r.rank) === RANK_STATE.idle
+  );
 }
 
 /** Connects to the distcomp comm of every notebook kernel; follows the active notebook. */
@@ -168,7 +194,21 @@ export class RanksService {
         this.follow();
       }
     };
-    context.kernelChanged.connect(attach);
+    context.kernelChanged.connect((_, change) => {
+      if (change.oldValue) {
+        markStalePanels(panel.node); // another kernel: the panels' widgets are gone
+      }
+      attach();
+    });
+    context.statusChanged.connect((_, status) => {
+      if (
+        status === 'restarting' ||
+        status === 'autorestarting' ||
+        status === 'dead'
+      ) {
+        markStalePanels(panel.node);
+      }
+    });
     void context.ready.then(attach);
     attach();
   }

@@ -168,10 +168,12 @@ export class RanksStatus extends Widget {
   render(): void {
     const ranks = this.service.active;
     const count = ranks?.rankCount ?? 0;
-    const busy = [...(ranks?.worlds.values() ?? [])]
-      .flatMap(w => w.ranks)
-      .filter(r => r.state === RANK_STATE.busy).length;
-    this.node.textContent = `distcomp: ${count} rank${count === 1 ? '' : 's'}${busy ? ` (${busy} busy)` : ''}`;
+    const all = [...(ranks?.worlds.values() ?? [])].flatMap(w => w.ranks);
+    const busy = all.filter(r => r.state === RANK_STATE.busy).length;
+    const starting = all.filter(r => r.state === RANK_STATE.starting).length;
+    this.node.textContent = starting
+      ? `distcomp: starting ${count - starting} of ${count}`
+      : `distcomp: ${count} rank${count === 1 ? '' : 's'}${busy ? ` (${busy} busy)` : ''}`;
   }
 }
 

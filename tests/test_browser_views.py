@@ -1,0 +1,211 @@
+"""What a person sees in JupyterLab (headless Chromium): states that are true in the widget,
+the ranks panel and the status bar; errors gathered across ranks in the notebook's own cell;
+``%distcomp env`` that fits its output; the editor marking what the kernel refuses; panels of
+a restarted kernel that say so. The screenshots of the README (docs/screenshots/) are taken
+here, so they stay current.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from .browser_support import (
+    NOTEBOOK,
+    cell,
+    command,
+    doc_screenshot,
+    open_notebook,
+    run_cell_at,
+    screenshot,
+    wait_kernel_idle,
+)
+from .test_browser import SPEC, wait_linted
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+INTERNALS = ("magics.py", "backend.py", "run.py", "threading.py", "site-packages")
+STATUS = ".distcomp-ranks-status"
+
+
+def texts_until(page, selectors: list[str], final: str, timeout: float) -> list[list[str]]:
+    """Each element's texts, in order, until the first one reads ``final``."""
+    seen: list[list[str]] = [[] for _ in selectors]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for texts, selector in zip(seen, selectors, strict=True):
+            found = page.locator(selector)
+            text = found.first.inner_text() if found.count() else ""
+            if not texts or texts[-1] != text:
+                texts.append(text)
+        if seen[0][-1] == final:
+            return seen
+        time.sleep(0.05)
+    raise AssertionError(f"{selectors[0]} never read {final!r}: {seen}")
+
+
+def output_of(page, index: int):
+    return cell(page, index).locator(".jp-OutputArea")
+
+
+def wait_text(page, index: int, pattern: str, timeout: float = 120) -> str:
+    """The output of cell ``index`` once it matches the regular expression ``pattern``."""
+    page.wait_for_function(
+        "([el, pattern]) => new RegExp(pattern).test(el.textContent)",
+        arg=[output_of(page, index).element_handle(), pattern],
+        timeout=timeout * 1000,
+    )
+    return output_of(page, index).inner_text()
+
+
+def prompt_number(page, index: int) -> int:
+    return int(re.sub(r"\D", "", cell(page, index).locator(".jp-InputPrompt").inner_text()))
+
+
+def test_states_errors_and_views_a_person_sees(lab, page):
+    url = lab.write_notebook(
+        "views.ipynb",
+        [
+            "%load_ext jupyter_distcomp\n%config DistComp.default_instance_count = 2\n"
+            "%config DistComp.default_process_count_per_node = 2",
+            f"%%distcomp views_demo\n{SPEC}",
+            "%%distcomp run views_demo\nprint('hello from', mpi_rank, 'of', mpi_size)",
+            "%%distcomp run views_demo\nx = mpi_rank\nif mpi_rank > 0:\n    1 / 0",
+            "%distcomp env views_demo",
+            "%%distcomp run views_demo\nimport time\nprint('napping', flush=True)\ntime.sleep(120)",
+            "%distcomp stop views_demo",
+        ],
+    )
+    open_notebook(page, url)
+    command(page, "distcomp:show-ranks")
+    run_cell_at(page, 0)
+    page.locator(STATUS, has_text="distcomp: 0 ranks").wait_for(timeout=60_000)
+
+    # the background start after a definition: "starting k of 4" until the ranks are up
+    wait_kernel_idle(page)
+    run_cell_at(page, 1)
+    seen, widget = texts_until(
+        page, [STATUS, f"{NOTEBOOK} .distcomp-ranks"], "distcomp: 4 ranks", timeout=180
+    )
+    starting = [i for i, t in enumerate(seen) if re.fullmatch(r"distcomp: starting \d of 4", t)]
+    assert starting, seen
+    assert "distcomp: 0 ranks" not in seen[starting[0] :], seen
+    # the widget says the ranks are starting, not "not started"
+    assert any(re.search(r"\b4 starting\b", t) for t in widget), widget
+    panel = cell(page, 1).locator(".distcomp-panel")
+    panel.locator(".distcomp-ranks", has_text="4 idle").wait_for(timeout=30_000)
+    panel.locator(".distcomp-progress-text", has_text="4 of 4").wait_for(timeout=30_000)
+    assert not panel.locator(".distcomp-btn-stop").is_disabled()
+    doc_screenshot(cell(page, 1), "definition-panel")
+
+    # a run: each line labelled with its rank
+    wait_kernel_idle(page)
+    run_cell_at(page, 2)
+    text = wait_text(page, 2, r"(hello from \d of 4[\s\S]*){4}")
+    for rank in range(4):
+        assert f"[node {rank // 2} rank {rank}] hello from {rank} of 4" in text, text
+    doc_screenshot(cell(page, 2), "run-labelled-output")
+    # the ranks panel: its three buttons on one row, none wrapped
+    tops = page.locator(".distcomp-world-actions button").evaluate_all(
+        "buttons => buttons.map(b => [b.getBoundingClientRect().top, b.scrollHeight,"
+        " b.clientHeight])"
+    )
+    assert len({top for top, _, _ in tops}) == 1, tops
+    assert all(scroll <= client for _, scroll, client in tops), tops
+    doc_screenshot(page.locator(".distcomp-ranks-panel .distcomp-world"), "ranks-panel")
+
+    # an error on three ranks: one section, in the notebook's cell and lines, no internals
+    wait_kernel_idle(page)
+    run_cell_at(page, 3)
+    text = wait_text(page, 3, "ZeroDivisionError: division by zero")
+    assert "--- ranks 1-3 ---" in text and text.count("ZeroDivisionError: division") == 1, text
+    assert f"Cell In[{prompt_number(page, 3)}], line 4" in text, text
+    for internal in INTERNALS:
+        assert internal not in text, (internal, text)
+    doc_screenshot(cell(page, 3), "error-across-ranks")
+
+    # %distcomp env fits a narrow output (716 px, as in the issue): shared values once,
+    # then a compact row per rank
+    wait_kernel_idle(page)
+    run_cell_at(page, 4)
+    env = output_of(page, 4).locator(".distcomp-env")
+    env.wait_for(timeout=60_000)
+    fits = """el => {
+        const box = el.closest('.jp-OutputArea-output');
+        return [el.scrollWidth, box.clientWidth];
+    }"""
+    viewport = page.viewport_size
+    _, room = env.evaluate(fits)
+    page.set_viewport_size(
+        {"width": viewport["width"] - (room - 716), "height": viewport["height"]}
+    )
+    page.wait_for_function(
+        "el => el.closest('.jp-OutputArea-output').clientWidth <= 720",
+        arg=env.element_handle(),
+        timeout=10_000,
+    )
+    width, room = env.evaluate(fits)
+    assert width <= room, (width, room)
+    doc_screenshot(cell(page, 4), "env-table")
+    page.set_viewport_size(viewport)
+    assert env.locator(".distcomp-env-ranks tr").count() == 5  # the header and 4 ranks
+    shared = env.locator(".distcomp-env-shared").inner_text()
+    assert "OMPI_COMM_WORLD_SIZE" in shared and "AZ_BATCH_MASTER_NODE" in shared
+
+    # an interrupt from the ranks panel; its "Interrupted." clears when the ranks move on
+    wait_kernel_idle(page)
+    run_cell_at(page, 5)
+    wait_text(page, 5, r"(napping[\s\S]*){4}")
+    page.locator(".distcomp-world[data-name='views_demo'] .distcomp-ranks-interrupt").click()
+    message = page.locator(".distcomp-ranks-message", has_text="Interrupted.")
+    message.wait_for(timeout=30_000)
+    text = wait_text(page, 5, "stopped at")
+    assert "ranks 0-3: stopped at" in text and "time.sleep(120)" in text, text
+    wait_kernel_idle(page)
+    run_cell_at(page, 2)
+    message.wait_for(state="detached", timeout=60_000)
+
+    # the summary above the panel follows the layout the panel sets
+    wait_kernel_idle(page)
+    summary = output_of(page, 1).locator(".distcomp-summary")
+    assert "2 node(s) x 2 process(es) = 4 rank(s)" in summary.inner_text()
+    nodes = panel.locator(".distcomp-instance-count input")
+    nodes.fill("1")
+    nodes.press("Enter")
+    summary.filter(has_text="1 node(s) x 2 process(es) = 2 rank(s)").wait_for(timeout=30_000)
+
+    # after a stop: no "4 of 4 ready", nothing left to stop
+    run_cell_at(page, 6)
+    panel.locator(".distcomp-ranks", has_text="stopped").wait_for(timeout=60_000)
+    page.wait_for_function(
+        "el => el.textContent.startsWith('0 of')",
+        arg=panel.locator(".distcomp-progress-text").element_handle(),
+        timeout=30_000,
+    )
+    assert panel.locator(".distcomp-btn-stop").is_disabled()
+    page.locator(STATUS, has_text="distcomp: 0 ranks").wait_for(timeout=30_000)
+
+    # a kernel restart: the panel says it no longer reaches the kernel
+    wait_kernel_idle(page)
+    command(page, "notebook:restart-kernel")
+    page.locator(".jp-Dialog .jp-mod-accept").click(timeout=30_000)
+    note = cell(page, 1).locator(".distcomp-stale-note")
+    note.wait_for(timeout=60_000)
+    assert "Re-run the cell" in note.inner_text()
+    assert panel.locator(".distcomp-btn-start").is_disabled()
+    screenshot(page, "views-restarted")
+
+
+def test_the_editor_marks_what_the_kernel_refuses(lab, page):
+    text = SPEC.replace("    default: 2\n", "    default: two\n  m:\n    type: Integr\n")
+    url = lab.write_notebook("refused.ipynb", [f"%%distcomp refused\n{text}"])
+    open_notebook(page, url)
+    assert wait_linted(page, 0) == 2
+    marks = cell(page, 0).locator(".cm-lintRange-error")
+    assert sorted(marks.all_inner_texts()) == ["Integr", "two"]
+    marks.filter(has_text="two").hover()
+    tooltip = page.locator(".cm-tooltip-lint")
+    tooltip.wait_for(timeout=10_000)
+    assert "'two' is not a number" in tooltip.inner_text()
