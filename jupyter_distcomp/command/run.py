@@ -24,6 +24,7 @@ from ..errors import RankError, SpecError
 from ..layout import MPI_LAUNCHERS
 from ..mpi import free_port, rank_label
 from . import launch as launch_mod
+from .active import ActiveRun, registered
 from .bindings import bind_inputs, bind_outputs
 from .report import TAIL_LINES, CommandResult, RankResult, failure_message
 
@@ -110,16 +111,20 @@ def run_command(
     labels = [rank_label(r.rank, r.node, nodes) for r in ranks]
     run = _Run(result, labels, stream, timeout, grace)
     started = time.monotonic()
-    try:
-        if launcher in MPI_LAUNCHERS:
-            run.launch = launch_mod.MpiLaunch(argv, envs, code_dir, run.events, base_env)
-        else:
-            rank_envs = [{**base_env, **env} for env in envs]
-            run.launch = launch_mod.DirectLaunch(argv, rank_envs, code_dir, run.events)
-        run.wait()
-    finally:
-        run.finish()
-        result.seconds = time.monotonic() - started
+    active = ActiveRun(len(envs), labels)
+    active.supervisors = lambda: run.launch.pids() if run.launch is not None else {}
+    base_env = active.environment(base_env)
+    with registered(component, active):
+        try:
+            if launcher in MPI_LAUNCHERS:
+                run.launch = launch_mod.MpiLaunch(argv, envs, code_dir, run.events, base_env)
+            else:
+                rank_envs = [{**base_env, **env} for env in envs]
+                run.launch = launch_mod.DirectLaunch(argv, rank_envs, code_dir, run.events)
+            run.wait()
+        finally:
+            run.finish()
+            result.seconds = time.monotonic() - started
     if result.interrupted:
         raise KeyboardInterrupt
     if check and not result.ok:

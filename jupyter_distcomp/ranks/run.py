@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import RankError
 from ..ranges import format_ranks
 from . import ipp
+from .failfast import FailFast
 from .failures import death_reason, error_sections, stack_sections
 from .output import RankOutput
 
@@ -42,6 +43,7 @@ class CellRun:
         timeout: float | None = None,
         group_output: bool = False,
         shell: Any = None,
+        fail_fast: float | None = None,
     ) -> None:
         self.world = world
         self.ranks = ranks
@@ -56,12 +58,16 @@ class CellRun:
         self._rich_seen: dict[int, int] = {}
         self._result_seen: set[int] = set()
         self._replied_at: dict[int, float] = {}
+        self.fail_fast = FailFast(
+            world, code, fail_fast, self._errors_not_interrupts, self._settle, INTERRUPT_GRACE
+        )
 
     # -- main ---------------------------------------------------------------------------
     def run(self) -> Any:
         """Run the cell; ipyparallel's AsyncResult of the execution."""
         world = self.world
         self.log_offset = world.output_size()
+        world.cell_code = self.code
         engine_ids = [world.ranks[r].engine_id for r in self.ranks]
         world.set_state(self.ranks, "busy")
         world.used = True
@@ -109,6 +115,7 @@ class CellRun:
                 self._on_death()
             if deadline is not None and time.monotonic() > deadline:
                 self._on_timeout()
+            self.fail_fast.check(self.running)
         if self._engine_died() or set(self.world.dead_ranks) & set(self.ranks):
             self._on_death()
         self._raise_errors()
@@ -172,6 +179,9 @@ class CellRun:
                     continue
                 errors[rank] = err
         return errors
+
+    def _errors_not_interrupts(self) -> dict[int, Any]:
+        return self._errors(skip_interrupts=True)
 
     def _raise_errors(self) -> None:
         errors = self._errors()
