@@ -263,6 +263,7 @@ class RankBackend:
                 self._notify(world)
 
         world.background = True
+        world.set_state(targets, "busy")  # busy from now on, not from when the thread runs
         self.background[world.name] = cell = BackgroundCell(world.name, targets, ended)
         return cell.start()
 
@@ -380,8 +381,11 @@ class RankBackend:
                 f"{name!r} has no background cell. Fix: start one with "
                 f"`%%distcomp run {name} --background`."
             )
-        cell.wait(timeout)  # a time-out raises and keeps the cell
-        del self.background[name]
+        try:
+            cell.wait(timeout)
+        finally:
+            if not cell.running:  # collected; a time-out keeps the cell
+                self.background.pop(name, None)
         return cell
 
     def shutdown(self) -> None:

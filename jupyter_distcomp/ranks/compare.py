@@ -201,7 +201,7 @@ class CompareTable:
             flag = "ERROR" if summary["kind"] == "error" else ("DIFFERS" if differs else "")
             rows.append(
                 (
-                    format_ranks(group).removeprefix("ranks ").removeprefix("rank "),
+                    format_ranks(group).split(" ", 1)[1].replace(", ", ","),
                     describe(summary),
                     flag,
                     "" if diff is None else f"{diff:.6g}",

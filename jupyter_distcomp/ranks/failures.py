@@ -179,10 +179,7 @@ def stack_sections(stacks: dict[int, str], code: str, label: str) -> list[tuple[
 
     ``stacks`` maps a rank to its faulthandler stack; ranks without a stack are left out.
     """
-    by_stack: dict[str, list[int]] = {}
-    for rank in sorted(stacks):
-        by_stack.setdefault(stacks[rank], []).append(rank)
-    return [
-        (f"{format_ranks(ranks)}: {label}", render_stack(stack, code))
-        for stack, ranks in by_stack.items()
-    ]
+    by_stack: dict[tuple[str, ...], list[int]] = {}
+    for rank in sorted(stacks):  # rendered: each rank's cell file has its own name
+        by_stack.setdefault(tuple(render_stack(stacks[rank], code)), []).append(rank)
+    return [(f"{format_ranks(ranks)}: {label}", list(lines)) for lines, ranks in by_stack.items()]
