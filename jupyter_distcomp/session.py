@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .config import AzureML, DistComp
-from .errors import AzureMLError, DistcompError
+from .errors import AzureMLError, DistcompError, RankError
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -234,7 +234,7 @@ class Session:
             return self.backend.where(name, ranks)
         chosen = parse_ranks(ranks, command.world_size)
         title = f"{name}: where the `%distcomp command` processes of {len(chosen)} rank(s) are"
-        return where_processes(title, chosen, command.targets(chosen))
+        return where_processes(title, chosen, command.targets(chosen), command.cwd)
 
     def compare(
         self, name: str, expr: str, ranks: str | None = None, rtol: float | None = None
@@ -256,11 +256,15 @@ class Session:
 
         component = self.component(name)
         size = max(1, len(component.rank_environments(master_addr=self.master_addr)))
-        cell = BackgroundCell(
-            name,
-            list(range(size)),
-            lambda: self.run_command(component, inputs=inputs, outputs=outputs, timeout=timeout),
-        )
+        def run() -> None:
+            try:
+                self.run_command(component, inputs=inputs, outputs=outputs, timeout=timeout)
+            except KeyboardInterrupt:
+                raise RankError(
+                    f"`%distcomp command {name}` interrupted: every rank was stopped."
+                ) from None
+
+        cell = BackgroundCell(name, list(range(size)), run)
         self.backend.background[name] = cell
         return cell.start()
 
@@ -278,7 +282,13 @@ class Session:
         return self.backend.restart(name, self.component(name))
 
     def interrupt(self, name: str) -> list[int]:
-        self.component(name)
+        """SIGINT to the busy ranks of ``name`` (its `%distcomp command` run, while one runs)."""
+        from .command.active import running_command
+
+        command = running_command(self.component(name))
+        if command is not None:
+            command.interrupt()
+            return list(range(command.world_size))
         return self.backend.interrupt(name)
 
     def connect(self, name: str, connection: Connection | None) -> None:

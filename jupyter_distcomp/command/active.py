@@ -28,11 +28,12 @@ _ACTIVE: dict[int, ActiveRun] = {}
 class ActiveRun:
     """One run in progress: where its processes write stacks, and its ranks' supervisors."""
 
-    def __init__(self, world_size: int, labels: list[str]) -> None:
+    def __init__(self, world_size: int, cwd: Path) -> None:
         self.world_size = world_size
-        self.labels = labels
+        self.cwd = str(cwd)
         self.folder = tempfile.mkdtemp(prefix="distcomp-stacks-")
         self.supervisors: Callable[[], dict[int, int]] = dict
+        self.interrupt: Callable[[], None] = lambda: None
 
     def environment(self, env: dict[str, str]) -> dict[str, str]:
         """``env`` with the stack hook on PYTHONPATH."""

@@ -111,8 +111,9 @@ def run_command(
     labels = [rank_label(r.rank, r.node, nodes) for r in ranks]
     run = _Run(result, labels, stream, timeout, grace)
     started = time.monotonic()
-    active = ActiveRun(len(envs), labels)
+    active = ActiveRun(len(envs), code_dir)
     active.supervisors = lambda: run.launch.pids() if run.launch is not None else {}
+    active.interrupt = run.interrupt_from_elsewhere
     base_env = active.environment(base_env)
     with registered(component, active):
         try:
@@ -268,6 +269,11 @@ class _Run:
         except KeyboardInterrupt:
             self.result.interrupted = True
             self._interrupt()
+
+    def interrupt_from_elsewhere(self) -> None:
+        """``%distcomp interrupt`` of a run in the background: end it as Ctrl-C would."""
+        self.result.interrupted = True
+        self._stop(signal.SIGINT)
 
     def _interrupt(self) -> None:
         self.stop_deadline = None

@@ -9,6 +9,7 @@ collective. Identical stacks are shown once with their ranks
 from __future__ import annotations
 
 import os
+import re
 import signal
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -21,6 +22,7 @@ from .failures import collect_stacks, stack_sections
 if TYPE_CHECKING:
     from .world import World
 
+_RELATIVE = re.compile(r'File "(?!/)([^"<]+)"')
 #: states whose ranks run user code, and the heading their stacks get
 _LABELS = {"busy": "busy, current stack", DEBUGGING: "at a debugger prompt"}
 
@@ -65,10 +67,11 @@ def where(world: World, ranks: list[int]) -> WhereReport:
 
 
 def where_processes(
-    title: str, ranks: list[int], targets: dict[int, tuple[int, str, int]]
+    title: str, ranks: list[int], targets: dict[int, tuple[int, str, int]], cwd: str
 ) -> WhereReport:
     """Where the processes of a ``%distcomp command`` run are: ``targets`` maps a rank to
-    its process id, the file its faulthandler writes to on SIGUSR1, and its main thread."""
+    its process id, the file its faulthandler writes to on SIGUSR1, and its main thread;
+    relative file names in the stacks are relative to ``cwd``, the ranks' folder."""
 
     def send() -> None:
         for pid, _, _ in targets.values():
@@ -80,7 +83,8 @@ def where_processes(
     stacks = collect_stacks(
         {r: t[1] for r, t in targets.items()}, {r: t[2] for r, t in targets.items()}, send
     )
-    sections = stack_sections(stacks, "", "running, current stack")
+    absolute = {r: _RELATIVE.sub(rf'File "{cwd}/\1"', stack) for r, stack in stacks.items()}
+    sections = stack_sections(absolute, "", "running, current stack")
     quiet = [r for r in ranks if r not in stacks]
     if quiet:
         sections.append((f"{format_ranks(quiet)}: no Python stack (exited, or not Python)", []))
