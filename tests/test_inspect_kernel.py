@@ -113,3 +113,37 @@ def test_where_shows_the_stacks_of_a_background_command(kernel, tmp_path, launch
     assert "Sent SIGINT to ranks 0-1 of cmd" in text
     reply, text, _ = kernel.run("%distcomp wait cmd --timeout 60")
     assert reply["status"] == "error" and "interrupted" in text.lower(), text
+
+
+def test_the_issue_case_fails_fast_in_a_kernel_with_rank_1s_error_first(kernel):
+    reply, text, _ = kernel.run(f"%%distcomp ff\n{MPI_SPEC}")
+    assert reply["status"] == "ok", text
+    code = (
+        "from mpi4py import MPI\n"
+        "if mpi_rank == 1:\n"
+        "    raise ValueError('bad shard on rank 1')\n"
+        "MPI.COMM_WORLD.Barrier()"
+    )
+    reply, text, _ = kernel.run(f"%%distcomp run ff\n{code}", timeout=120)
+    assert reply["status"] == "error" and reply["ename"] == "RankError"
+    shown = "\n".join(reply["traceback"])
+    assert shown.index("bad shard on rank 1") < shown.index("rank 0: still busy, waiting here")
+    assert "MPI.COMM_WORLD.Barrier()" in shown and "%distcomp restart ff" in shown
+    assert "site-packages" not in shown, "internal frames leaked into the report"
+    reply, text, _ = kernel.run("%distcomp restart ff")
+    assert reply["status"] == "ok", text
+
+
+def test_interrupt_ends_a_background_cell_and_wait_reports_it(kernel):
+    reply, text, _ = kernel.run(f"%%distcomp bi\n{MPI_SPEC}")
+    assert reply["status"] == "ok", text
+    reply, text, _ = kernel.run("%%distcomp run bi --background\nimport time\nx = 5\ntime.sleep(60)")
+    assert reply["status"] == "ok", text
+    reply, text, _ = kernel.run("%distcomp status bi")
+    assert "background cell on ranks 0-1, running" in text
+    reply, text, _ = kernel.run("%distcomp interrupt bi")
+    assert "Sent SIGINT to ranks 0-1 of bi" in text
+    reply, text, _ = kernel.run("%distcomp wait bi --timeout 60")
+    assert reply["status"] == "error" and "KeyboardInterrupt" in "\n".join(reply["traceback"])
+    reply, text, _ = kernel.run("%%distcomp run bi\nprint('x is', x)")
+    assert reply["status"] == "ok" and "[rank 1] x is 5" in text
