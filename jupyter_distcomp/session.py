@@ -256,6 +256,7 @@ class Session:
 
         component = self.component(name)
         size = max(1, len(component.rank_environments(master_addr=self.master_addr)))
+
         def run() -> None:
             try:
                 self.run_command(component, inputs=inputs, outputs=outputs, timeout=timeout)

@@ -137,7 +137,9 @@ def test_the_issue_case_fails_fast_in_a_kernel_with_rank_1s_error_first(kernel):
 def test_interrupt_ends_a_background_cell_and_wait_reports_it(kernel):
     reply, text, _ = kernel.run(f"%%distcomp bi\n{MPI_SPEC}")
     assert reply["status"] == "ok", text
-    reply, text, _ = kernel.run("%%distcomp run bi --background\nimport time\nx = 5\ntime.sleep(60)")
+    reply, text, _ = kernel.run(
+        "%%distcomp run bi --background\nimport time\nx = 5\ntime.sleep(60)"
+    )
     assert reply["status"] == "ok", text
     reply, text, _ = kernel.run("%distcomp status bi")
     assert "background cell on ranks 0-1, running" in text
