@@ -149,3 +149,33 @@ def test_interrupt_ends_a_background_cell_and_wait_reports_it(kernel):
     assert reply["status"] == "error" and "KeyboardInterrupt" in "\n".join(reply["traceback"])
     reply, text, _ = kernel.run("%%distcomp run bi\nprint('x is', x)")
     assert reply["status"] == "ok" and "[rank 1] x is 5" in text
+
+
+def test_where_sees_ranks_inside_a_gloo_collective(kernel):
+    from .ranks_support import TORCH_SPEC
+
+    reply, text, _ = kernel.run(f"%%distcomp gl\n{TORCH_SPEC}")
+    assert reply["status"] == "ok", text
+    code = (
+        "import time, torch, torch.distributed as dist\n"
+        "if not dist.is_initialized():\n"
+        "    dist.init_process_group('gloo')\n"
+        "if dist.get_rank() == 0:\n"
+        "    time.sleep(20)\n"
+        "dist.all_reduce(torch.ones(4))"
+    )
+    reply, text, _ = kernel.run(f"%%distcomp run gl --background\n{code}")
+    assert reply["status"] == "ok", text
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        reply, text, _ = kernel.run("%distcomp where gl")
+        if "all_reduce" in text:
+            break
+        time.sleep(0.5)
+    assert reply["status"] == "ok", text
+    assert "rank 1: busy, current stack" in text and "dist.all_reduce(torch.ones(4))" in text
+    assert "rank 0: busy, current stack" in text and "time.sleep(20)" in text
+    reply, text, _ = kernel.run("%distcomp wait gl --timeout 90")
+    assert reply["status"] == "ok", text
+    reply, text, _ = kernel.run("%distcomp compare gl dist.get_world_size()")
+    assert "All ranks agree." in text and "0-1" in text

@@ -153,6 +153,8 @@ def test_wait_timeout_leaves_the_cell_running(ip):
     assert not short.ok and "still runs after 0.2 s" in str(short.error)
     busy = run_cell(ip, "%%distcomp run w\nprint(1)")
     assert not busy.ok and "busy with a background cell" in str(busy.error)
+    compare = run_cell(ip, "%distcomp compare w mpi_rank")
+    assert not compare.ok and "compare runs on idle ranks" in str(compare.error)
     assert run_cell(ip, "%distcomp wait w --timeout 60").ok
 
 
