@@ -231,6 +231,9 @@ def test_compare_arrays_tensors_and_state_dicts_without_shipping_them(ip):
     text = sd.stdout
     assert "mapping of 4 entries" in text and "DIFFERS" in text
     assert "differs in 1 of 4 entries: 1.bias (max |diff| 0.5)" in text
+    loss = run_cell(ip, "%distcomp compare w net(torch.ones(8)).sum()")
+    odd = next(x for x in loss.stdout.splitlines() if x.startswith("1 "))
+    assert "DIFFERS" in odd and float(odd.split()[-1]) == pytest.approx(0.5, rel=1e-5)
     tensor = run_cell(ip, "%distcomp compare w net[0].weight")
     assert "torch float32 4x8" in tensor.stdout and "All ranks agree." in tensor.stdout
     arrays = run_cell(ip, "%distcomp compare w big")

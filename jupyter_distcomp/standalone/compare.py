@@ -54,6 +54,8 @@ def summarize(expr: str, slot: str) -> dict:
             data = v.encode() if isinstance(v, str) else v
             return {"kind": "str", "text": repr(v[:60]), "digest": hashlib.sha1(data).hexdigest()}
         array = as_numpy(v)
+        if array is not None and array.ndim == 0 and array.dtype.kind in "biufc":
+            return {"kind": "number", "value": array.item()}  # a loss, a numpy scalar
         if array is not None:
             return {
                 "kind": "array",
