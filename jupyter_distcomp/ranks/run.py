@@ -2,7 +2,8 @@
 
 The cell ends when every chosen rank has answered, when a rank dies (within a few seconds,
 saying why), at the time-out (naming the busy ranks with their stacks, then interrupting
-them), or on a kernel interrupt (SIGINT to every busy rank, back within two seconds).
+them), or on a kernel interrupt (SIGINT to every busy rank, back within two seconds), or
+when a rank failed while the others stay busy (failfast.py).
 Built on each rank's :class:`~.ipp.RankReply`: ipyparallel accumulates the rank's output
 there, so reading it from the main thread loses nothing and needs no second transport.
 """
