@@ -161,7 +161,7 @@ def test_where_sees_ranks_inside_a_gloo_collective(kernel):
         "if not dist.is_initialized():\n"
         "    dist.init_process_group('gloo')\n"
         "if dist.get_rank() == 0:\n"
-        "    time.sleep(20)\n"
+        "    time.sleep(10)\n"
         "dist.all_reduce(torch.ones(4))"
     )
     reply, text, _ = kernel.run(f"%%distcomp run gl --background\n{code}")
@@ -174,7 +174,7 @@ def test_where_sees_ranks_inside_a_gloo_collective(kernel):
         time.sleep(0.5)
     assert reply["status"] == "ok", text
     assert "rank 1: busy, current stack" in text and "dist.all_reduce(torch.ones(4))" in text
-    assert "rank 0: busy, current stack" in text and "time.sleep(20)" in text
+    assert "rank 0: busy, current stack" in text and "time.sleep(10)" in text
     reply, text, _ = kernel.run("%distcomp wait gl --timeout 90")
     assert reply["status"] == "ok", text
     reply, text, _ = kernel.run("%distcomp compare gl dist.get_world_size()")

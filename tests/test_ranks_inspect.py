@@ -83,7 +83,7 @@ def test_ranks_busy_in_python_are_interrupted_and_stay_usable(ip):
     assert after.ok and after.stdout.count("42") == 4, "the user's state was lost"
 
 
-def test_without_fail_fast_the_cell_waits_for_its_timeout(ip):
+def test_without_fail_fast_the_cell_waits_for_every_rank(ip):
     ready(ip)
     ip.run_line_magic("config", "DistComp.fail_fast_grace = None")
     try:
