@@ -9,7 +9,7 @@ opens the comm at ``%load_ext jupyter_distcomp`` because only then does the note
 distcomp: the frontend registers the target on every kernel and learns from the open that
 this kernel has ranks to show. A browser reloaded later finds that comm with a
 ``comm_info_request`` and opens its own to the target registered here, so both directions
-work. Actions from the panel (interrupt, restart, stop, refresh) come back as comm
+work. Actions from the panel (interrupt, restart, stop, refresh, where) come back as comm
 messages; those are handled on the shell channel, i.e. after a running cell ends, which is
 why the panel interrupts a busy kernel with a kernel interrupt instead (the magics turn that
 into SIGINT on every rank).
@@ -17,7 +17,9 @@ into SIGINT on every rank).
 Messages to the frontend: ``{"type": "snapshot", "worlds": [event, ...]}`` on open and on
 refresh, ``{"type": "world", "world": event}`` on each change (``event["stopped"]`` when a
 component's ranks are gone) and ``{"type": "result", "action", "name", "ok", "message"}``
-after an action. ``event`` is :meth:`RankBackend.event`'s dict.
+after an action (for ``where``, ``message`` is each rank's stack as text; the panel offers it
+while a background cell runs, when the kernel is free to answer). ``event`` is
+:meth:`RankBackend.event`'s dict.
 """
 
 from __future__ import annotations
@@ -111,6 +113,8 @@ class RanksChannel:
             return (
                 f"SIGINT sent to {len(ranks)} busy rank(s) of {name}." if ranks else "No busy rank."
             )
+        if action == "where":
+            return self.backend.where(name).text()
         if action == "restart":
             world = self.backend.restart(name)
             return f"{name}: {world.world_size} rank(s) restarted."

@@ -54,6 +54,13 @@ class DistComp(_Settings):
         help="Seconds a `%%distcomp run` cell may take before it ends and names the busy ranks "
         "(None: no limit).",
     )
+    fail_fast_grace = Float(
+        3.0,
+        allow_none=True,
+        config=True,
+        help="Seconds the other ranks may stay busy after a rank's cell failed before the cell "
+        "ends with the failure and where each busy rank waits (None: wait for every rank).",
+    )
     default_instance_count = Int(1, config=True, help="Nodes for a newly defined component.")
     default_process_count_per_node = Int(
         1, config=True, help="Processes per node for a newly defined component."

@@ -3,9 +3,11 @@
 Forms::
 
     %%distcomp NAME            cell body = YAML spec; binds NAME in the notebook
-    %%distcomp run NAME [--ranks 0,2-3] [--timeout S] [--group-output]
+    %%distcomp run NAME [--ranks 0,2-3] [--timeout S] [--group-output] [--background]
+    %distcomp wait NAME [--timeout S] | where NAME [--ranks ...]
+    %distcomp compare NAME EXPR [--ranks ...] [--rtol X]
     %distcomp env NAME [--instance-count N] [--process-count-per-node P]
-    %distcomp command NAME [--input k=v ...] [--output k=path ...] [--timeout S]
+    %distcomp command NAME [--input k=v ...] [--output k=path ...] [--timeout S] [--background]
     %distcomp status [NAME] | stop [NAME] | restart NAME [--hosts H] | interrupt NAME | list
     %distcomp connect NAME [--profile P] [--profile-dir D] [--cluster-id C] [--local]
     %distcomp export NAME PATH [--component] [--input k=v ...]
@@ -66,6 +68,18 @@ def _build_parser() -> _Parser:
     run.add_argument(
         "--group-output", action="store_true", help="show output grouped by rank, in rank order"
     )
+    run.add_argument("--background", action="store_true", help="return at once; see `wait`")
+    wait = sub.add_parser("wait", help="wait for the background cell of NAME, raise its error")
+    wait.add_argument("name")
+    wait.add_argument("--timeout", type=float, default=None, help="seconds to wait at most")
+    where = sub.add_parser("where", help="each rank's current stack, identical ones once")
+    where.add_argument("name")
+    where.add_argument("--ranks", default=None, help="ranks to show, e.g. 0,2-3 (default: all)")
+    compare = sub.add_parser("compare", help="evaluate EXPR on each rank, group equal values")
+    compare.add_argument("name")
+    compare.add_argument("expr", help="a Python expression, quoted if it has spaces")
+    compare.add_argument("--ranks", default=None, help="ranks to compare (default: all)")
+    compare.add_argument("--rtol", type=float, default=None, help="relative tolerance")
 
     env = sub.add_parser("env", help="table of the variables each rank sees")
     env.add_argument("name")
@@ -81,6 +95,7 @@ def _build_parser() -> _Parser:
     command.add_argument(
         "--timeout", type=float, default=None, help="seconds before every rank is stopped"
     )
+    command.add_argument("--background", action="store_true", help="return at once; see `wait`")
 
     status = sub.add_parser("status", help="state of each rank")
     status.add_argument("name", nargs="?")
@@ -236,23 +251,33 @@ class DistCompMagics(Magics):
                 f"%%distcomp run {args.name}: put the Python code to run on the ranks below "
                 "this line (it is a cell magic)."
             )
-        self.session.run_cell(
+        started = self.session.run_cell(
             args.name,
             cell,
             ranks=args.ranks,
             timeout=args.timeout,
             group_output=args.group_output,
             first_line=2,  # below the `%%distcomp run` line
+            background=args.background,
         )
+        if args.background:
+            _say_background(started)
 
     def _handle_command(self, args: argparse.Namespace, cell: str | None) -> None:
         """Run the spec's command on local ranks; its output streams."""
         component = self.session.component(args.name)
+        inputs = _key_values(args.inputs, "--input")
+        outputs = _key_values(args.outputs, "--output")
+        if args.background:
+            _say_background(
+                self.session.command_in_background(args.name, inputs, outputs, args.timeout)
+            )
+            return
         try:
             self.session.run_command(
                 component,
-                inputs=_key_values(args.inputs, "--input"),
-                outputs=_key_values(args.outputs, "--output"),
+                inputs=inputs,
+                outputs=outputs,
                 timeout=args.timeout,
             )
         except KeyboardInterrupt:
@@ -266,6 +291,25 @@ class DistCompMagics(Magics):
         from .ranks.status import StatusTable
 
         display(StatusTable(self.session.status(args.name)))
+        for line in self.session.background(args.name):
+            print(line)
+
+    def _handle_wait(self, args: argparse.Namespace, cell: str | None) -> None:
+        try:
+            cell_run = self.session.wait_background(args.name, args.timeout)
+        except KeyboardInterrupt:
+            print(
+                f"Stopped waiting; the background cell of {args.name} keeps running "
+                f"(`%distcomp interrupt {args.name}` stops it)."
+            )
+            return
+        print(f"{args.name}: the background cell finished ({cell_run.seconds:.1f} s).")
+
+    def _handle_where(self, args: argparse.Namespace, cell: str | None) -> None:
+        print(self.session.where(args.name, args.ranks).text())
+
+    def _handle_compare(self, args: argparse.Namespace, cell: str | None) -> None:
+        print(self.session.compare(args.name, args.expr, args.ranks, args.rtol).text())
 
     def _handle_stop(self, args: argparse.Namespace, cell: str | None) -> None:
         stopped = self.session.stop(args.name)
@@ -345,6 +389,14 @@ class DistCompMagics(Magics):
             print(f"Stopped waiting; job {job.name} keeps running on Azure ML: {job.studio_url}")
             return
         print(f"Job {job.name} completed: {final.studio_url or job.studio_url}")
+
+
+def _say_background(cell: Any) -> None:
+    print(
+        f"{cell.name}: running in the background; output keeps arriving here. "
+        f"`%distcomp wait {cell.name}` waits for it, `%distcomp where {cell.name}` shows where "
+        "each rank is."
+    )
 
 
 __all__ = ["SUBCOMMANDS", "DistCompMagics", "_key_values"]

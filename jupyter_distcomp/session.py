@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .config import AzureML, DistComp
-from .errors import AzureMLError, DistcompError
+from .errors import AzureMLError, DistcompError, RankError
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -234,11 +234,13 @@ class Session:
         timeout: float | None = None,
         group_output: bool = False,
         first_line: int = 1,
-    ) -> None:
+        background: bool = False,
+    ) -> Any:
         """Run ``code`` on the ranks of ``name``; ``timeout`` defaults to the setting;
-        ``first_line``: the cell's line where ``code`` starts."""
+        ``first_line``: the cell's line where ``code`` starts. ``background``: return a
+        running :class:`~.ranks.background.BackgroundCell` at once."""
         component = self.component(name)
-        self.backend.run_cell(
+        return self.backend.run_cell(
             name,
             component,
             code,
@@ -246,6 +248,8 @@ class Session:
             timeout=timeout if timeout is not None else self.local.default_timeout,
             group_output=group_output,
             first_line=first_line,
+            fail_fast=self.local.fail_fast_grace,
+            background=background,
         )
 
     def run_command(
@@ -276,6 +280,63 @@ class Session:
         backend = self.backend
         return backend.placement_of(names[0]) if names else backend.placement
 
+    def wait_background(self, name: str, timeout: float | None = None) -> Any:
+        """Wait for the background cell of ``name``; raise its error."""
+        self.component(name)
+        return self.backend.wait(name, timeout)
+
+    def background(self, name: str | None = None) -> list[str]:
+        """One line per background cell (of ``name``, or of every component)."""
+        cells = self.backend.background if self._backend is not None else {}
+        return [cell.describe() for key, cell in cells.items() if name in (None, key)]
+
+    def where(self, name: str, ranks: str | None = None) -> Any:
+        """Where each rank of ``name`` is: its `%distcomp command` processes while that
+        command runs, else its ranks."""
+        from .command.active import running_command
+        from .ranges import parse_ranks
+        from .ranks.where import where_processes
+
+        command = running_command(self.component(name))
+        if command is None:
+            return self.backend.where(name, ranks)
+        chosen = parse_ranks(ranks, command.world_size)
+        title = f"{name}: where the `%distcomp command` processes of {len(chosen)} rank(s) are"
+        return where_processes(title, chosen, command.targets(chosen), command.cwd)
+
+    def compare(
+        self, name: str, expr: str, ranks: str | None = None, rtol: float | None = None
+    ) -> Any:
+        """``expr`` evaluated on each rank of ``name``, as one table of rank groups."""
+        self.component(name)
+        return self.backend.compare(name, expr, ranks, rtol)
+
+    def command_in_background(
+        self,
+        name: str,
+        inputs: dict[str, str] | None = None,
+        outputs: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """``%distcomp command NAME --background``: a started BackgroundCell that
+        ``%distcomp wait NAME`` waits for and ``%distcomp where NAME`` looks into."""
+        from .ranks.background import BackgroundCell
+
+        component = self.component(name)
+        size = max(1, len(component.rank_environments(master_addr=self.master_addr)))
+
+        def run() -> None:
+            try:
+                self.run_command(component, inputs=inputs, outputs=outputs, timeout=timeout)
+            except KeyboardInterrupt:
+                raise RankError(
+                    f"`%distcomp command {name}` interrupted: every rank was stopped."
+                ) from None
+
+        cell = BackgroundCell(name, list(range(size)), run)
+        self.backend.background[name] = cell
+        return cell.start()
+
     def status(self, name: str | None = None) -> list[dict]:
         if name is not None:
             self.component(name)
@@ -303,7 +364,13 @@ class Session:
         return self.backend.restart(name, component)
 
     def interrupt(self, name: str) -> list[int]:
-        self.component(name)
+        """SIGINT to the busy ranks of ``name`` (its `%distcomp command` run, while one runs)."""
+        from .command.active import running_command
+
+        command = running_command(self.component(name))
+        if command is not None:
+            command.interrupt()
+            return list(range(command.world_size))
         return self.backend.interrupt(name)
 
     def connect(self, name: str, connection: Connection | None) -> None:

@@ -268,3 +268,40 @@ def test_widget_sets_layout_starts_ranks_and_a_run_cell_prints_from_4_ranks(lab,
         node = rank // 2
         assert f"[node {node} rank {rank}] hello from {rank} of 4" in text, text
     screenshot(page, "widget-run-output")
+
+
+def test_ranks_panel_shows_a_debugging_rank_and_where_for_a_background_cell(lab, page):
+    url = lab.write_notebook(
+        "background.ipynb",
+        [
+            "%load_ext jupyter_distcomp",
+            f"%%distcomp bg_demo\n{SPEC}",
+            "bg_demo.runsettings.resource_layout.configure(instance_count=1, process_count_per_node=2)",
+            "%%distcomp run bg_demo --background\nimport time\n"
+            "def load_batch():\n    time.sleep(120)\nload_batch()",
+            # what the debugger of a rank does while rank 1 is at a pdb prompt
+            "from jupyter_distcomp.ranks import get_backend\n"
+            "get_backend().world('bg_demo').set_state([1], 'debugging')",
+        ],
+    )
+    open_notebook(page, url)
+    command(page, "distcomp:show-ranks")
+    command(page, "notebook:run-all-cells")
+    wait_states(page, ["busy", "debugging"], timeout=120)
+    wait_kernel_idle(page, timeout=30_000)  # the background cell leaves the kernel free
+    world = page.locator(".distcomp-world[data-name='bg_demo']")
+    assert "background cell runs" in world.locator(".distcomp-world-background").inner_text()
+    assert "debugging" in world.locator(".distcomp-state-debugging").inner_text()
+    status = page.locator(".distcomp-ranks-status").inner_text()
+    assert status == "distcomp: 2 ranks (1 busy, 1 debugging)"
+    world.locator(".distcomp-ranks-where").click()
+    where = world.locator(".distcomp-where")
+    where.wait_for(timeout=15_000)
+    text = where.inner_text()
+    assert "rank 0: busy, current stack" in text and "rank 1: at a debugger prompt" in text
+    assert "in load_batch" in text and "time.sleep(120)" in text
+    screenshot(page, "panel-where")
+
+    page.locator(".distcomp-world[data-name='bg_demo'] .distcomp-ranks-stop").click()
+    page.wait_for_selector(".distcomp-ranks-panel .distcomp-ranks-empty", timeout=60_000)
+    assert not page.locator(".distcomp-ranks-where").count()

@@ -26,6 +26,7 @@ from ..mpi import rank_label
 from ..network import Placement, listen_environment
 from ..tf_config import empty_ps_hint
 from . import launch as launch_mod
+from .active import ActiveRun, registered
 from .bindings import bind_inputs, bind_outputs
 from .report import TAIL_LINES, CommandResult, RankResult, failure_message
 
@@ -108,26 +109,31 @@ def run_command(
     labels = [rank_label(r.rank, r.node, nodes) for r in ranks]
     run = _Run(result, labels, stream, timeout, grace)
     started = time.monotonic()
-    try:
-        if launcher in MPI_LAUNCHERS or placement.hosts:  # mpiexec reaches the hosts
-            run.launch = launch_mod.MpiLaunch(
-                argv,
-                envs,
-                code_dir,
-                run.events,
-                base_env,
-                placement,
-                layout.process_count_per_node if launcher else 1,
-                drop_mpi=launcher not in MPI_LAUNCHERS,
-            )
-        else:
-            listen = listen_environment()  # their servers (a rendezvous) on loopback only
-            rank_envs = [{**base_env, **listen, **env} for env in envs]
-            run.launch = launch_mod.DirectLaunch(argv, rank_envs, code_dir, run.events)
-        run.wait()
-    finally:
-        run.finish()
-        result.seconds = time.monotonic() - started
+    active = ActiveRun(len(envs), code_dir)
+    active.supervisors = lambda: run.launch.pids() if run.launch is not None else {}
+    active.interrupt = run.interrupt_from_elsewhere
+    base_env = active.environment(base_env)
+    with registered(component, active):
+        try:
+            if launcher in MPI_LAUNCHERS or placement.hosts:  # mpiexec reaches the hosts
+                run.launch = launch_mod.MpiLaunch(
+                    argv,
+                    envs,
+                    code_dir,
+                    run.events,
+                    base_env,
+                    placement,
+                    layout.process_count_per_node if launcher else 1,
+                    drop_mpi=launcher not in MPI_LAUNCHERS,
+                )
+            else:
+                listen = listen_environment()  # their servers (a rendezvous) on loopback only
+                rank_envs = [{**base_env, **listen, **env} for env in envs]
+                run.launch = launch_mod.DirectLaunch(argv, rank_envs, code_dir, run.events)
+            run.wait()
+        finally:
+            run.finish()
+            result.seconds = time.monotonic() - started
     if result.interrupted:
         raise KeyboardInterrupt
     if check and not result.ok:
@@ -272,6 +278,11 @@ class _Run:
         except KeyboardInterrupt:
             self.result.interrupted = True
             self._interrupt()
+
+    def interrupt_from_elsewhere(self) -> None:
+        """``%distcomp interrupt`` of a run in the background: end it as Ctrl-C would."""
+        self.result.interrupted = True
+        self._stop(signal.SIGINT)
 
     def _interrupt(self) -> None:
         self.stop_deadline = None

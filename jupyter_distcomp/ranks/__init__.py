@@ -6,6 +6,8 @@ command``)::
     backend = get_backend()                        # one per kernel
     world = backend.start(name, component)         # or wait=False: start in the background
     backend.run_cell(name, component, code, ranks="0,2-3", timeout=60, group_output=False)
+    backend.run_cell(..., background=True).wait()  # a BackgroundCell; backend.wait(name)
+    backend.where(name, ranks) / compare(name, expr, ranks, rtol)   # reports with .text()
     backend.status(name) / stop(name) / restart(name) / interrupt(name) / shutdown()
     backend.add_listener(callback)                 # callback(event dict) on every state change
     world.envs, world.world_size, world.client, world.view

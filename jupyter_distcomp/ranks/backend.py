@@ -16,6 +16,7 @@ from ..errors import RankError
 from ..layout import layout_text
 from ..network import Placement
 from ..ranges import format_ranks, parse_ranks
+from .background import BackgroundCell
 from .connection import Connection
 from .status import StartProgress
 from .world import World
@@ -23,6 +24,8 @@ from .world import World
 if TYPE_CHECKING:
     from ..model import Component
     from ..settings import ResourceLayout
+    from .compare import CompareTable
+    from .where import WhereReport
 
 Listener = Callable[[dict], None]
 PRESTART_DELAY = 1.0  # seconds a pre-start waits for a layout change before launching
@@ -43,6 +46,7 @@ class RankBackend:
         self._stopping: list[threading.Thread] = []
         # name -> (component, its layout, our observer): one observer per name at a time
         self._watched: dict[str, tuple[Component, ResourceLayout, Callable[[Any], None]]] = {}
+        self.background: dict[str, BackgroundCell] = {}  # name -> its latest background cell
 
     # -- listeners (the JupyterLab panel) -----------------------------------------------
     def add_listener(self, callback: Listener) -> None:
@@ -62,6 +66,7 @@ class RankBackend:
             "instance_count": world.instance_count,
             "process_count_per_node": world.process_count_per_node,
             "stopped": stopped,
+            "background": world.background,
             "ranks": [
                 {
                     "rank": info.rank,
@@ -238,9 +243,12 @@ class RankBackend:
         timeout: float | None = None,
         group_output: bool = False,
         first_line: int = 1,
+        fail_fast: float | None = None,
+        background: bool = False,
     ) -> Any:
         """Run ``code`` on the ranks of ``name`` (all, or ``ranks`` such as ``"0,2-3"``);
-        ``first_line`` is the line of the cell where ``code`` starts (tracebacks count so)."""
+        ``first_line`` is the line of the cell where ``code`` starts (tracebacks count so);
+        ``background``: return a started :class:`BackgroundCell` at once."""
         from .run import CellRun
 
         # a bad rank list is refused before any rank starts
@@ -254,21 +262,43 @@ class RankBackend:
         targets = parse_ranks(ranks, world.world_size)
         busy = [r for r in targets if world.ranks[r].state == "busy"]
         if busy:
+            earlier = self.background.get(name)
+            if earlier is not None and earlier.running:
+                raise RankError(
+                    f"{format_ranks(busy)} of {name!r} are busy with a background cell. Fix: "
+                    f"`%distcomp wait {name}` waits for it, `%distcomp interrupt {name}` stops it."
+                )
             raise RankError(
                 f"{format_ranks(busy)} of {name!r} are still busy with an earlier cell (it "
                 f"timed out or was interrupted). Fix: `%distcomp interrupt {name}` (SIGINT), "
                 f"or `%distcomp restart {name}`."
             )
-        shell = _shell()
-        return CellRun(
+        cell = CellRun(
             world,
             targets,
             code,
             timeout=timeout,
             group_output=group_output,
-            shell=shell,
+            shell=_shell(),
             first_line=first_line,
-        ).run()
+            fail_fast=fail_fast,
+        )
+        if not background:
+            return cell.run()
+        return self._in_background(world, targets, cell.run)
+
+    def _in_background(self, world: World, targets: list[int], run: Callable[[], Any]) -> Any:
+        def ended() -> None:
+            try:
+                run()
+            finally:
+                world.background = False
+                self._notify(world)
+
+        world.background = True
+        world.set_state(targets, "busy")  # busy from now on, not from when the thread runs
+        self.background[world.name] = cell = BackgroundCell(world.name, targets, ended)
+        return cell.start()
 
     def _dead_message(self, world: World) -> str:
         from .failures import death_reason
@@ -350,6 +380,46 @@ class RankBackend:
         busy = [info.rank for info in world.ranks if info.state == "busy"]
         world.signal(busy, signal.SIGINT)
         return busy
+
+    def running_world(self, name: str) -> World:
+        """The started world of ``name``; a RankError saying how to start it otherwise."""
+        world = self.worlds.get(name)
+        if world is None or not world.started or world.client is None:
+            raise RankError(
+                f"{name!r} has no running ranks. Fix: run a `%%distcomp run {name}` cell first."
+            )
+        return world
+
+    def where(self, name: str, ranks: str | None = None) -> WhereReport:
+        """Each rank's current stack (all ranks, or ``ranks`` such as ``"0,2"``)."""
+        from .where import where
+
+        world = self.running_world(name)
+        return where(world, parse_ranks(ranks, world.world_size))
+
+    def compare(
+        self, name: str, expr: str, ranks: str | None = None, rtol: float | None = None
+    ) -> CompareTable:
+        """``expr`` evaluated on each rank, the ranks grouped by its value."""
+        from .compare import compare
+
+        world = self.running_world(name)
+        return compare(world, parse_ranks(ranks, world.world_size), expr, rtol)
+
+    def wait(self, name: str, timeout: float | None = None) -> BackgroundCell:
+        """Block until the background cell of ``name`` ends; raise its error."""
+        cell = self.background.get(name)
+        if cell is None:
+            raise RankError(
+                f"{name!r} has no background cell. Fix: start one with "
+                f"`%%distcomp run {name} --background`."
+            )
+        try:
+            cell.wait(timeout)
+        finally:
+            if not cell.running:  # collected; a time-out keeps the cell
+                self.background.pop(name, None)
+        return cell
 
     def shutdown(self) -> None:
         self.stop()

@@ -177,14 +177,15 @@ def collect_stacks(
     result: dict[int, str] = {}
     pending = set(paths)
     while pending and time.monotonic() < deadline:
-        time.sleep(0.05)
-        for rank in list(pending):
-            if file_size(paths[rank]) > sizes[rank]:
-                time.sleep(0.05)  # let faulthandler finish writing
-                with open(paths[rank], errors="replace") as f:
-                    f.seek(sizes[rank])
-                    result[rank] = main_thread_stack(f.read(), main_threads[rank])
-                pending.discard(rank)
+        time.sleep(0.02)
+        grown = [rank for rank in pending if file_size(paths[rank]) > sizes[rank]]
+        if grown:
+            time.sleep(0.05)  # let faulthandler finish writing (once for all of them)
+        for rank in grown:
+            with open(paths[rank], errors="replace") as f:
+                f.seek(sizes[rank])
+                result[rank] = main_thread_stack(f.read(), main_threads[rank])
+            pending.discard(rank)
     return result
 
 

@@ -2,7 +2,8 @@
 
 The cell ends when every chosen rank has answered, when a rank dies (within a few seconds,
 saying why), at the time-out (naming the busy ranks with their stacks, then interrupting
-them), or on a kernel interrupt (SIGINT to every busy rank, back within two seconds).
+them), or on a kernel interrupt (SIGINT to every busy rank, back within two seconds), or
+when a rank failed while the others stay busy (failfast.py).
 Built on each rank's :class:`~.ipp.RankReply`: ipyparallel accumulates the rank's output
 there, so reading it from the main thread loses nothing and needs no second transport.
 """
@@ -20,6 +21,7 @@ from ..errors import RankError, RankInterrupt
 from ..ranges import format_ranks
 from ..tf_config import empty_ps_hint
 from . import ipp
+from .failfast import FailFast
 from .failures import death_reason, error_sections, stack_sections
 from .output import RankOutput
 
@@ -59,6 +61,7 @@ class CellRun:
         group_output: bool = False,
         shell: Any = None,
         first_line: int = 1,
+        fail_fast: float | None = None,
     ) -> None:
         self.world = world
         self.ranks = ranks
@@ -78,12 +81,16 @@ class CellRun:
         self._rich_seen: dict[int, int] = {}
         self._result_seen: set[int] = set()
         self._replied_at: dict[int, float] = {}
+        self.fail_fast = FailFast(
+            world, code, fail_fast, self._errors_not_interrupts, self._settle, INTERRUPT_GRACE
+        )
 
     # -- main ---------------------------------------------------------------------------
     def run(self) -> Any:
         """Run the cell; ipyparallel's AsyncResult of the execution."""
         world = self.world
         self.log_offset = world.output_size()
+        world.cell_code = self.code
         engine_ids = [world.ranks[r].engine_id for r in self.ranks]
         world.set_state(self.ranks, "busy")
         world.used = True
@@ -130,6 +137,7 @@ class CellRun:
                 self._on_death()
             if deadline is not None and time.monotonic() > deadline:
                 self._on_timeout()
+            self.fail_fast.check(self.running)
         if self._engine_died() or set(self.world.dead_ranks) & set(self.ranks):
             self._on_death()
         self._raise_errors()
@@ -193,6 +201,9 @@ class CellRun:
                     continue
                 errors[rank] = err
         return errors
+
+    def _errors_not_interrupts(self) -> dict[int, Any]:
+        return self._errors(skip_interrupts=True)
 
     def _raise_errors(self) -> None:
         errors = self._errors()

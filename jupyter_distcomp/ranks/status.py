@@ -8,7 +8,13 @@ import time
 from html import escape
 from typing import Any
 
-_COLOURS = {"idle": "#2a7", "busy": "#c80", "dead": "#c33", "starting": "#888"}
+_COLOURS = {
+    "idle": "#2a7",
+    "busy": "#c80",
+    "dead": "#c33",
+    "starting": "#888",
+    "debugging": "#37c",
+}
 
 
 class StatusTable:

@@ -75,6 +75,8 @@ class World(WorldHealth):
         self._delay = 0.0
         self._stop_event = threading.Event()
         self.used = False  # a cell ran here: its state is the user's, keep it
+        self.cell_code = ""  # the last cell sent to the ranks: source lines of their stacks
+        self.background = False  # a `--background` cell runs on the ranks
 
     # -- starting -----------------------------------------------------------------------
     def start_async(self, delay: float = 0.0) -> None:

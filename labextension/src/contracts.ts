@@ -72,7 +72,8 @@ export const RANK_ACTION = {
   interrupt: named(COMM_ACTIONS, 'interrupt', 'comm action'),
   restart: named(COMM_ACTIONS, 'restart', 'comm action'),
   stop: named(COMM_ACTIONS, 'stop', 'comm action'),
-  refresh: named(COMM_ACTIONS, 'refresh', 'comm action')
+  refresh: named(COMM_ACTIONS, 'refresh', 'comm action'),
+  where: named(COMM_ACTIONS, 'where', 'comm action')
 } as const;
 
 /** The `type` of a message from the kernel. */
@@ -87,7 +88,8 @@ export const RANK_STATE = {
   starting: named(RANK_STATES, 'starting', 'rank state'),
   idle: named(RANK_STATES, 'idle', 'rank state'),
   busy: named(RANK_STATES, 'busy', 'rank state'),
-  dead: named(RANK_STATES, 'dead', 'rank state')
+  dead: named(RANK_STATES, 'dead', 'rank state'),
+  debugging: named(RANK_STATES, 'debugging', 'rank state')
 } as const;
 
 export type RankAction = (typeof RANK_ACTION)[keyof typeof RANK_ACTION];

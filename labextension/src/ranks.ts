@@ -30,13 +30,22 @@ export interface IWorld {
   instance_count: number;
   process_count_per_node: number;
   stopped?: boolean;
+  /** a `%%distcomp run NAME --background` cell runs on these ranks */
+  background?: boolean;
   ranks: IRank[];
+}
+
+/** The last "where" the kernel answered: each rank's stack, as text. */
+export interface IWhere {
+  name: string;
+  text: string;
 }
 
 /** What one kernel told us: its worlds, and the last result of a panel action. */
 export class KernelRanks {
   readonly worlds = new Map<string, IWorld>();
   message = '';
+  where: IWhere | null = null;
   private comm: Kernel.IComm | null = null;
   private _changed = new Signal<this, void>(this);
 
@@ -89,6 +98,7 @@ export class KernelRanks {
     this.comm = null;
     this.worlds.clear();
     this.message = '';
+    this.where = null;
     this._changed.emit();
   }
 
@@ -116,6 +126,8 @@ export class KernelRanks {
       type?: CommMessageType;
       worlds?: IWorld[];
       world?: IWorld;
+      action?: string;
+      name?: string;
       ok?: boolean;
       message?: string;
     };
@@ -137,6 +149,13 @@ export class KernelRanks {
       } else {
         this.worlds.set(message.world.name, message.world);
       }
+    } else if (
+      message.type === COMM_MESSAGE.result &&
+      message.action === RANK_ACTION.where &&
+      message.ok
+    ) {
+      this.where = { name: message.name ?? '', text: message.message ?? '' };
+      this.message = '';
     } else if (message.type === COMM_MESSAGE.result) {
       this.message = `${message.ok ? '' : 'Failed: '}${message.message ?? ''}`;
     }

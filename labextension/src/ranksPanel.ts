@@ -111,6 +111,23 @@ export class RanksPanel extends Widget {
       button.onclick = () => ranks.request(action, world.name);
       buttons.appendChild(button);
     }
+    if (world.background) {
+      section.appendChild(
+        element(
+          'div',
+          'distcomp-world-background',
+          'A background cell runs on these ranks.'
+        )
+      );
+      const where = element(
+        'button',
+        'jp-mod-styled distcomp-ranks-where',
+        'Where'
+      ) as HTMLButtonElement;
+      where.title = "Each rank's current stack (%distcomp where)";
+      where.onclick = () => ranks.request(RANK_ACTION.where, world.name);
+      buttons.appendChild(where);
+    }
     section.appendChild(buttons);
     const table = element('table', 'distcomp-rank-table');
     const head = element('tr');
@@ -142,6 +159,9 @@ export class RanksPanel extends Widget {
       table.appendChild(row);
     }
     section.appendChild(table);
+    if (ranks.where?.name === world.name) {
+      section.appendChild(element('pre', 'distcomp-where', ranks.where.text));
+    }
     return section;
   }
 }
@@ -171,9 +191,14 @@ export class RanksStatus extends Widget {
     const all = [...(ranks?.worlds.values() ?? [])].flatMap(w => w.ranks);
     const busy = all.filter(r => r.state === RANK_STATE.busy).length;
     const starting = all.filter(r => r.state === RANK_STATE.starting).length;
+    const debugging = all.filter(r => r.state === RANK_STATE.debugging).length;
+    const notes = [
+      busy ? `${busy} busy` : '',
+      debugging ? `${debugging} debugging` : ''
+    ].filter(Boolean);
     this.node.textContent = starting
       ? `distcomp: starting ${count - starting} of ${count}`
-      : `distcomp: ${count} rank${count === 1 ? '' : 's'}${busy ? ` (${busy} busy)` : ''}`;
+      : `distcomp: ${count} rank${count === 1 ? '' : 's'}${notes.length ? ` (${notes.join(', ')})` : ''}`;
   }
 }
 

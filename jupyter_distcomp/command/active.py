@@ -1,0 +1,87 @@
+"""The ``%distcomp command`` runs in progress, so that ``%distcomp where`` can find them.
+
+Each run puts ``standalone/stack_site`` on its ranks' ``PYTHONPATH`` with
+``DISTCOMP_STACK_DIR`` set: every Python process of the run then writes its stacks to a file
+of its own there on SIGUSR1 (see that folder's ``sitecustomize``). :meth:`ActiveRun.targets`
+maps those processes to ranks (a rank's process descends from its supervisor), so the
+caller can signal them and read what they wrote.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+STACK_SITE = str(Path(__file__).parent.parent / "standalone" / "stack_site")
+_STACK_FILE = re.compile(r"^(\d+)-(\d+)\.stack$")
+
+#: id(component) -> the run of its command now in progress
+_ACTIVE: dict[int, ActiveRun] = {}
+
+
+class ActiveRun:
+    """One run in progress: where its processes write stacks, and its ranks' supervisors."""
+
+    def __init__(self, world_size: int, cwd: Path) -> None:
+        self.world_size = world_size
+        self.cwd = str(cwd)
+        self.folder = tempfile.mkdtemp(prefix="distcomp-stacks-")
+        self.supervisors: Callable[[], dict[int, int]] = dict
+        self.interrupt: Callable[[], None] = lambda: None
+
+    def environment(self, env: dict[str, str]) -> dict[str, str]:
+        """``env`` with the stack hook on PYTHONPATH."""
+        path = env.get("PYTHONPATH", "")
+        return {
+            **env,
+            "PYTHONPATH": STACK_SITE + (os.pathsep + path if path else ""),
+            "DISTCOMP_STACK_DIR": self.folder,
+        }
+
+    def targets(self, ranks: list[int]) -> dict[int, tuple[int, str, int]]:
+        """``{rank: (pid, stack file, main thread id)}`` of each rank's first Python process."""
+        import psutil
+
+        owners = {pid: rank for rank, pid in self.supervisors().items() if rank in ranks}
+        found: dict[int, tuple[float, tuple[int, str, int]]] = {}
+        for name in os.listdir(self.folder):
+            match = _STACK_FILE.match(name)
+            if not match:
+                continue
+            pid, thread = int(match[1]), int(match[2])
+            try:
+                process = psutil.Process(pid)
+                lineage = [process.pid] + [p.pid for p in process.parents()]
+                started = process.create_time()
+            except psutil.Error:
+                continue  # exited
+            rank = next((owners[p] for p in lineage if p in owners), None)
+            if rank is not None and (rank not in found or started < found[rank][0]):
+                found[rank] = (started, (pid, os.path.join(self.folder, name), thread))
+        return {rank: target for rank, (_, target) in found.items()}
+
+    def close(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def registered(component: Any, run: ActiveRun) -> Iterator[ActiveRun]:
+    """``run`` is the command run of ``component`` while the block runs."""
+    _ACTIVE[id(component)] = run
+    try:
+        yield run
+    finally:
+        if _ACTIVE.get(id(component)) is run:
+            del _ACTIVE[id(component)]
+        run.close()
+
+
+def running_command(component: Any) -> ActiveRun | None:
+    """The run of ``component``'s command in progress, if any."""
+    return _ACTIVE.get(id(component))

@@ -1,0 +1,91 @@
+"""``%distcomp where NAME [--ranks ...]``: each rank's current Python stack, grouped.
+
+The stacks come from faulthandler on SIGUSR1 (:meth:`~.health.WorldHealth.stacks`), so a
+rank answers while it runs Python, sleeps, or waits in C code such as an MPI or gloo
+collective. Identical stacks are shown once with their ranks
+(:func:`~.failures.stack_sections`); ranks that run nothing say so in one line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from ..errors import strip_ansi
+from ..ranges import format_ranks
+from .failfast import DEBUGGING
+from .failures import collect_stacks, stack_sections
+
+if TYPE_CHECKING:
+    from .world import World
+
+_RELATIVE = re.compile(r'File "(?!/)([^"<]+)"')
+#: states whose ranks run user code, and the heading their stacks get
+_LABELS = {"busy": "busy, current stack", DEBUGGING: "at a debugger prompt"}
+
+
+class WhereReport:
+    """A title and ``(heading, lines)`` sections; shown as plain text."""
+
+    def __init__(self, title: str, sections: Iterable[tuple[str, list[str]]]) -> None:
+        self.title = title
+        self.sections = list(sections)
+
+    def text(self) -> str:
+        lines = [self.title]
+        for heading, body in self.sections:
+            lines.append(f"--- {heading} ---")
+            lines.extend(strip_ansi(line) for line in body)
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.text()
+
+
+def where(world: World, ranks: list[int]) -> WhereReport:
+    """Where each of ``ranks`` of ``world`` is now."""
+    states = world.states()
+    working = [r for r in ranks if states[r] in _LABELS]
+    stacks = world.stacks(working) if working else {}
+    sections: list[tuple[str, list[str]]] = []
+    for state, label in _LABELS.items():
+        chosen = {r: stacks[r] for r in working if states[r] == state}
+        sections += stack_sections(chosen, world.cell_code, label)
+    rest: dict[str, list[int]] = {}
+    for rank in ranks:
+        if rank not in working:
+            rest.setdefault(states[rank], []).append(rank)
+    for state, group in rest.items():
+        sections.append((f"{format_ranks(group)}: {state}", []))
+    title = f"{world.name}: where {format_ranks(ranks)} are"
+    if world.background:
+        title += " (a background cell runs)"
+    return WhereReport(title, sections)
+
+
+def where_processes(
+    title: str, ranks: list[int], targets: dict[int, tuple[int, str, int]], cwd: str
+) -> WhereReport:
+    """Where the processes of a ``%distcomp command`` run are: ``targets`` maps a rank to
+    its process id, the file its faulthandler writes to on SIGUSR1, and its main thread;
+    relative file names in the stacks are relative to ``cwd``, the ranks' folder."""
+
+    def send() -> None:
+        for pid, _, _ in targets.values():
+            try:
+                os.kill(pid, signal.SIGUSR1)
+            except ProcessLookupError:
+                pass
+
+    stacks = collect_stacks(
+        {r: t[1] for r, t in targets.items()}, {r: t[2] for r, t in targets.items()}, send
+    )
+    absolute = {r: _RELATIVE.sub(rf'File "{cwd}/\1"', stack) for r, stack in stacks.items()}
+    sections = stack_sections(absolute, "", "running, current stack")
+    quiet = [r for r in ranks if r not in stacks]
+    if quiet:
+        sections.append((f"{format_ranks(quiet)}: no Python stack (exited, or not Python)", []))
+    return WhereReport(title, sections)

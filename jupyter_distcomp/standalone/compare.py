@@ -1,0 +1,138 @@
+"""Code that runs inside each rank for ``%distcomp compare``: small summaries, never arrays.
+
+ipyparallel ships these functions to the engines by reference (this module is imported on
+the rank); they evaluate the user's expression in the rank's IPython namespace and import
+what they need inside. numpy and torch are used only when the value is one of theirs (they
+are then already imported on the rank).
+
+:func:`summarize` evaluates the expression and returns its summary: a number as is, a
+string's first characters and digest, an array's or tensor's shape, dtype and SHA-1 of its
+bytes, a mapping (a ``state_dict()``) as the summary of each value. Arrays and mappings stay
+on the rank under ``slot`` for :func:`dump_value` (the reference rank writes its value to a
+local file) and :func:`diff_value` (a differing rank's max |diff| against that file).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: values kept on this rank between the calls of one comparison
+_KEPT: dict[str, Any] = {}
+
+
+def summarize(expr: str, slot: str) -> dict:
+    """Evaluate ``expr`` in the rank's namespace; its summary (``kind`` says which)."""
+    import hashlib
+    import numbers
+
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    _KEPT.pop(slot, None)
+    try:
+        value = eval(expr, shell.user_ns if shell is not None else {})
+    except BaseException as exc:  # the user's error, shown in the table
+        return {"kind": "error", "text": f"{type(exc).__name__}: {exc}"}
+
+    def as_numpy(v: Any) -> Any:
+        module = type(v).__module__.split(".")[0]
+        if module == "torch" and hasattr(v, "detach"):
+            t = v.detach().cpu().contiguous()
+            if str(t.dtype) == "torch.bfloat16":
+                t = t.float()
+            return t.numpy()
+        if module == "numpy" and hasattr(v, "shape") and hasattr(v, "tobytes"):
+            import numpy
+
+            return numpy.ascontiguousarray(v)
+        return None
+
+    def one(v: Any) -> dict:
+        if isinstance(v, numbers.Number) and not hasattr(v, "shape"):
+            return {"kind": "number", "value": v}
+        if isinstance(v, str | bytes):
+            data = v.encode() if isinstance(v, str) else v
+            return {"kind": "str", "text": repr(v[:60]), "digest": hashlib.sha1(data).hexdigest()}
+        array = as_numpy(v)
+        if array is not None and array.ndim == 0 and array.dtype.kind in "biufc":
+            return {"kind": "number", "value": array.item()}  # a loss, a numpy scalar
+        if array is not None:
+            return {
+                "kind": "array",
+                "type": type(v).__module__.split(".")[0],
+                "shape": tuple(array.shape),
+                "dtype": str(getattr(v, "dtype", array.dtype)).replace("torch.", ""),
+                "digest": hashlib.sha1(array.tobytes()).hexdigest(),
+            }
+        if hasattr(v, "keys") and hasattr(v, "__getitem__"):
+            return {"kind": "dict", "items": {str(k): one(v[k]) for k in v}}
+        text = repr(v)
+        return {
+            "kind": "other",
+            "text": text[:60],
+            "digest": hashlib.sha1(text.encode()).hexdigest(),
+        }
+
+    summary = one(value)
+    if summary["kind"] in ("array", "dict"):
+        _KEPT[slot] = value
+    return summary
+
+
+def dump_value(slot: str, path: str) -> bool:
+    """The reference rank: write the kept value to ``path`` (a file on this machine)."""
+    import pickle
+
+    value = _KEPT.get(slot)
+    with open(path, "wb") as f:
+        pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
+    return True
+
+
+def diff_value(slot: str, path: str | None, rtol: float | None) -> dict:
+    """max |diff| of the kept value against the reference in ``path``; forget the value.
+
+    A mapping gives one result per key; keys only one side has are listed. ``close`` is
+    True when every element is within ``rtol`` of the reference (numpy's ``allclose``).
+    """
+    import pickle
+
+    value = _KEPT.pop(slot, None)
+    if path is None:
+        return {}
+    with open(path, "rb") as f:
+        reference = pickle.load(f)
+
+    def as_float(v: Any) -> Any:
+        import numpy
+
+        if type(v).__module__.split(".")[0] == "torch":
+            v = v.detach().cpu().float().numpy()
+        return numpy.asarray(v, dtype=float)
+
+    def one(v: Any, ref: Any) -> dict:
+        try:
+            a, b = as_float(v), as_float(ref)
+            if a.shape != b.shape:
+                return {"maxdiff": None, "close": False, "why": f"shape {a.shape} != {b.shape}"}
+            import numpy
+
+            diff = float(numpy.max(numpy.abs(a - b))) if a.size else 0.0
+            close = bool(numpy.allclose(a, b, rtol=rtol or 0.0, atol=0.0, equal_nan=True))
+            return {"maxdiff": diff, "close": close}
+        except Exception as exc:  # not numeric: only the digest says it differs
+            return {"maxdiff": None, "close": False, "why": type(exc).__name__}
+
+    if hasattr(value, "keys") and hasattr(reference, "keys"):
+        keys = {str(k): k for k in value}
+        ref_keys = {str(k): k for k in reference}
+        return {
+            "items": {
+                name: one(value[keys[name]], reference[ref_keys[name]])
+                for name in keys
+                if name in ref_keys
+            },
+            "missing": sorted(set(ref_keys) - set(keys)),
+            "extra": sorted(set(keys) - set(ref_keys)),
+        }
+    return one(value, reference)
