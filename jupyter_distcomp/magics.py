@@ -3,7 +3,8 @@
 Forms::
 
     %%distcomp NAME            cell body = YAML spec; binds NAME in the notebook
-    %%distcomp run NAME [--ranks 0,2-3] [--timeout S] [--group-output]
+    %%distcomp run NAME [--ranks 0,2-3] [--timeout S] [--group-output] [--debug-ranks 0,2]
+    %distcomp debug NAME [--rank R]
     %distcomp env NAME [--instance-count N] [--process-count-per-node P]
     %distcomp command NAME [--input k=v ...] [--output k=path ...] [--timeout S]
     %distcomp status [NAME] | stop [NAME] | restart NAME | interrupt NAME | list
@@ -66,6 +67,14 @@ def _build_parser() -> _Parser:
     run.add_argument(
         "--group-output", action="store_true", help="show output grouped by rank, in rank order"
     )
+    run.add_argument(
+        "--debug-ranks",
+        default=None,
+        help="ranks whose breakpoint() stops, e.g. 0,2 (default: all)",
+    )
+    debug = sub.add_parser("debug", help="post-mortem pdb on a rank whose last cell failed")
+    debug.add_argument("name")
+    debug.add_argument("--rank", type=int, default=None, help="default: the lowest failed rank")
 
     env = sub.add_parser("env", help="table of the variables each rank sees")
     env.add_argument("name")
@@ -215,8 +224,16 @@ class DistCompMagics(Magics):
                 "this line (it is a cell magic)."
             )
         self.session.run_cell(
-            args.name, cell, ranks=args.ranks, timeout=args.timeout, group_output=args.group_output
+            args.name,
+            cell,
+            ranks=args.ranks,
+            timeout=args.timeout,
+            group_output=args.group_output,
+            debug_ranks=args.debug_ranks,
         )
+
+    def _handle_debug(self, args: argparse.Namespace, cell: str | None) -> None:
+        self.session.debug(args.name, args.rank)
 
     def _handle_command(self, args: argparse.Namespace, cell: str | None) -> None:
         """Run the spec's command on local ranks; its output streams."""

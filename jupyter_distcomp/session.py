@@ -175,6 +175,7 @@ class Session:
         ranks: str | None = None,
         timeout: float | None = None,
         group_output: bool = False,
+        debug_ranks: str | None = None,
     ) -> None:
         """Run ``code`` on the ranks of ``name``; ``timeout`` defaults to the setting."""
         component = self.component(name)
@@ -185,7 +186,13 @@ class Session:
             ranks=ranks,
             timeout=timeout if timeout is not None else self.local.default_timeout,
             group_output=group_output,
+            debug_ranks=debug_ranks,
         )
+
+    def debug(self, name: str, rank: int | None = None) -> None:
+        """Post-mortem pdb on rank ``rank`` (default: the lowest failed) of ``name``."""
+        self.component(name)
+        self.backend.post_mortem(name, rank)
 
     def run_command(
         self,

@@ -209,8 +209,10 @@ class RankBackend:
         ranks: str | Iterable[int] | None = None,
         timeout: float | None = None,
         group_output: bool = False,
+        debug_ranks: str | None = None,
     ) -> Any:
-        """Run ``code`` on the ranks of ``name`` (all, or ``ranks`` such as ``"0,2-3"``)."""
+        """Run ``code`` on the ranks of ``name`` (all, or ``ranks`` such as ``"0,2-3"``);
+        ``breakpoint()`` stops only ``debug_ranks`` (default: every rank)."""
         from .run import CellRun
 
         world = self.worlds.get(name)
@@ -228,9 +230,28 @@ class RankBackend:
                 f"or `%distcomp restart {name}`."
             )
         shell = _shell()
+        stopping = None if debug_ranks is None else parse_ranks(debug_ranks, world.world_size)
         return CellRun(
-            world, targets, code, timeout=timeout, group_output=group_output, shell=shell
+            world,
+            targets,
+            code,
+            timeout=timeout,
+            group_output=group_output,
+            shell=shell,
+            debug_ranks=stopping,
         ).run()
+
+    def post_mortem(self, name: str, rank: int | None) -> None:
+        """Post-mortem pdb on a rank whose last ``%%distcomp run`` cell failed."""
+        from .debugger import post_mortem
+
+        world = self.worlds.get(name)
+        if world is None or not world.started or world.client is None:
+            raise RankError(
+                f"{name!r} has no running ranks to debug. Fix: run the failing "
+                f"`%%distcomp run {name}` cell first."
+            )
+        post_mortem(world, rank, _shell())
 
     def _dead_message(self, world: World) -> str:
         from .failures import death_reason

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import RankError
 from ..ranges import format_ranks
 from . import ipp
+from .debugger import CellDebug
 from .failures import death_reason, error_sections, stack_sections
 from .output import RankOutput
 
@@ -42,6 +43,7 @@ class CellRun:
         timeout: float | None = None,
         group_output: bool = False,
         shell: Any = None,
+        debug_ranks: list[int] | None = None,
     ) -> None:
         self.world = world
         self.ranks = ranks
@@ -56,6 +58,7 @@ class CellRun:
         self._rich_seen: dict[int, int] = {}
         self._result_seen: set[int] = set()
         self._replied_at: dict[int, float] = {}
+        self.debug = CellDebug(world, debug_ranks, self.wake.set)
 
     # -- main ---------------------------------------------------------------------------
     def run(self) -> Any:
@@ -86,6 +89,7 @@ class CellRun:
             raise
         finally:
             self.out.finish()
+            self.debug.finish(self._errors())
         return execution.result
 
     def _replied(self, rank: int) -> None:
@@ -100,6 +104,9 @@ class CellRun:
         while self.running:
             self._wait(0.1)
             self._pump()
+            paused = self.debug.serve(self._pump)  # the time-out waits while at a prompt
+            if deadline is not None:
+                deadline += paused
             if not self.running:
                 break
             if time.monotonic() > next_check:  # psutil costs; a quick cell needs no check
@@ -171,7 +178,7 @@ class CellRun:
                 if skip_interrupts and ename == "KeyboardInterrupt":
                     continue
                 errors[rank] = err
-        return errors
+        return self.debug.drop_quits(errors)
 
     def _raise_errors(self) -> None:
         errors = self._errors()

@@ -24,6 +24,7 @@ from .connection import Connection, connect_client
 from .health import RankInfo, WorldHealth
 
 if TYPE_CHECKING:
+    from ..debug.channel import DebugChannel
     from .ipp import Client
 
 __all__ = ["START_TIMEOUT", "RankInfo", "World"]
@@ -73,6 +74,8 @@ class World(WorldHealth):
         self._delay = 0.0
         self._stop_event = threading.Event()
         self.used = False  # a cell ran here: its state is the user's, keep it
+        self.debugger: DebugChannel | None = None  # where breakpoint() on a rank connects
+        self.failed_ranks: list[int] = []  # ranks whose last cell failed (post-mortem)
 
     # -- starting -----------------------------------------------------------------------
     def start_async(self, delay: float = 0.0) -> None:
@@ -203,6 +206,9 @@ class World(WorldHealth):
                     f"rank {info.rank} of {self.world_size}."
                 )
             info.state = "idle"
+        from .debugger import attach
+
+        self.debugger = attach(self)
         self.ready_count = self.world_size
         self._monitor = threading.Thread(
             target=self._watch, name=f"distcomp-watch-{self.name}", daemon=True
@@ -240,6 +246,8 @@ class World(WorldHealth):
     def _teardown(self) -> None:
         with self._lock:
             client, self.client = self.client, None
+        if self.debugger is not None:
+            self.debugger.close()
         if client is not None:
             ipp.close(client)
         if self.cluster is not None:
