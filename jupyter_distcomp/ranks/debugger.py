@@ -60,7 +60,7 @@ def channel_host(world: World) -> str:
 def attach(world: World) -> DebugChannel:
     """The world's channel (one address and key per world), its hook on every rank."""
     channel = DebugChannel(channel_host(world))
-    channel.on_state = lambda rank, state: world.set_state([rank], state)
+    channel.on_state = lambda rank, state: _restate(world, rank, state)
     source = Path(debug_hook.__file__).read_text(encoding="utf-8")
     assert world.client is not None, "attached after the start"
     calls = [
@@ -74,6 +74,15 @@ def attach(world: World) -> DebugChannel:
     ]
     ipp.call_each(world.client, calls, 60)
     return channel
+
+
+def _restate(world: World, rank: int, state: str) -> None:
+    """busy -> debugging at a stop, debugging -> busy when it runs on; a rank that has
+    already replied (idle) or died stays so."""
+    before = "busy" if state == "debugging" else "debugging"
+    with world._lock:
+        if world.ranks[rank].state == before:
+            world.set_state([rank], state)
 
 
 class CellDebug:

@@ -31,6 +31,21 @@ ENV_ADDRESS = "DISTCOMP_DEBUG"
 ENV_KEY = "DISTCOMP_DEBUG_KEY"
 HOOK = "jupyter_distcomp.standalone.debug_hook.breakpointhook"
 
+#: modules pdb does not stop in: the machinery that runs a cell (n at a cell's last line
+#: goes on to the cell's next statement, as a local IPython does not)
+SKIP = (
+    "IPython.*",
+    "ipykernel.*",
+    "ipyparallel.*",
+    "traitlets.*",
+    "asyncio.*",
+    "tornado.*",
+    "zmq.*",
+    "contextlib",
+    "codeop",
+    "distcomp_debug_hook",
+    "jupyter_distcomp.*",
+)
 _channel = None  # this process's _Channel, once install() ran or the environment named one
 
 
@@ -97,7 +112,10 @@ class RankPdb(pdb.Pdb):
 
     def __init__(self, channel: _Channel):
         super().__init__(
-            stdin=cast(Any, _In(channel)), stdout=cast(Any, _Out(channel)), nosigint=True
+            stdin=cast(Any, _In(channel)),
+            stdout=cast(Any, _Out(channel)),
+            nosigint=True,
+            skip=SKIP,
         )
         self.channel = channel
         self.prompt = f"(Pdb rank {channel.rank}) "
