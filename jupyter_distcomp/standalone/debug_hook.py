@@ -46,6 +46,8 @@ SKIP = (
     "distcomp_debug_hook",
     "jupyter_distcomp.*",
 )
+#: how a notebook (which has no Ctrl-D) leaves pdb's ``interact``
+LEAVE_INTERACT = ("exit()", "quit()", "EOF")
 _channel = None  # this process's _Channel, once install() ran or the environment named one
 
 
@@ -186,14 +188,15 @@ class RankPdb(pdb.Pdb):
         return super().do_EOF(arg)
 
     def do_interact(self, arg):
-        """An interactive interpreter on this rank, its lines read from the notebook."""
+        """An interactive interpreter on this rank, its lines read from the notebook;
+        ``exit()`` returns to pdb."""
         stdin, stdout, read = sys.stdin, sys.stdout, builtins.input
 
         def ask(prompt: object = "") -> str:
             self.stdout.write(str(prompt))
             line = self.stdin.readline()
-            if not line:
-                raise EOFError
+            if not line or line.strip() in LEAVE_INTERACT:
+                raise EOFError  # leaves interact, back to pdb
             return line.rstrip("\n")
 
         sys.stdin, sys.stdout, builtins.input = self.stdin, self.stdout, ask
