@@ -96,10 +96,11 @@ print('result', work(mpi_rank * 10))
     assert "[rank 1] stopped at cell line 7, in work" in text
     assert "\n10\n" in text  # p x
     assert "{'twice': [10, 10], 'x': 10}" in text  # pp
-    assert "def work(x):" in text and "->     y = x + 1" in text  # ll, its arrow
+    assert "def work(x):" in text and "7  ->\t    y = x + 1" in text  # ll, its arrow
     assert "Breakpoint 1 at" in text  # b
     assert "\n11\n" in text and "1011" in text  # p y, up a frame
-    assert "helper.py" in text and "twice()" in text  # s into the module, w
+    assert "helper.py(1)twice()" in text  # s into the module, w
+    assert "interactiveshell.py" not in text  # w shows the user's frames only
     assert "--Return--" in text  # r
     assert "\n22\n" in text  # p z at the breakpoint
     assert "inside 200" in text  # interact

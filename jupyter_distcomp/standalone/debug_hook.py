@@ -171,6 +171,15 @@ class RankPdb(pdb.Pdb):
         if not self.breaks:
             sys.settrace(None)
 
+    def print_stack_trace(self, *args) -> None:
+        """``w`` without the frames of the machinery that runs a cell (below the cell)."""
+        start = 0
+        for index, (frame, _) in enumerate(self.stack):
+            if self.is_skipped_module(frame.f_globals.get("__name__", "")):
+                start = index + 1
+        for entry in self.stack[start:]:
+            self.print_stack_entry(entry)
+
     def do_continue(self, arg):
         self._ending = "continue"
         return super().do_continue(arg)
