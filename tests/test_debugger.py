@@ -250,7 +250,7 @@ def test_breakpoint_in_the_specs_command_prompts_and_other_ranks_run_on(kernel, 
     out = kernel.run("%distcomp command cmd", [after_a_while, "c"])
     assert out.ok, out.text
     assert out.prompts == ["(Pdb rank 1) "] * 2
-    assert "[rank 1] stopped at train.py:8, in <module>" in out.text
+    assert f"[rank 1] stopped at {tmp_path / 'train.py'}:8, in <module>" in out.text
     assert "\n7\n" in out.text and "[rank 1] rank 1 continues" in out.text
     done = float((tmp_path / "done-0").read_text())
     continued = float((tmp_path / "continued").read_text())
