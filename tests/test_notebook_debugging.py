@@ -44,17 +44,19 @@ def test_debugging_notebook_finds_the_divergent_rank_and_the_shape_error(tmp_pat
             expected_error = "raises-exception" in cell.metadata.get("tags", [])
             assert out.ok != expected_error, f"{cell.source[:60]!r}:\n{out.text}"
             assert len(out.prompts) == len(answers), (cell.source[:60], out.prompts)
-            texts[cell.source.splitlines()[0]] = out.text
+            texts[cell.source] = out.text
     finally:
         kernel.close()
-    stop = texts["%%distcomp run ddp --debug-ranks 0"]
+
+    def text_of(start: str, part: str = "") -> str:
+        return next(t for source, t in texts.items() if source.startswith(start) and part in source)
+
+    stop = text_of("%%distcomp run ddp --debug-ranks 0")
     assert "[rank 0] stopped at cell line 3, in warm_start" in stop
     assert "0.8000, -1.5000,  2.5000,  0.4000" in stop  # the checkpoint, after the load
     assert "breakpoint() skipped on ranks 1-2" in stop
-    compares = [t for line, t in texts.items() if line.startswith("%distcomp compare")]
-    assert compares and "rank 0" in compares[0]
-    failed = texts["%%distcomp run ddp"]  # the last plain run cell is the fixed batching
-    assert "[rank 2] 3 batches" in failed
-    post_mortem = texts["%distcomp debug ddp"]
+    assert "rank 0" in text_of("%distcomp compare")  # the divergent rank
+    assert "[rank 2] 3 batches" in text_of("%%distcomp run ddp", "// 16 * 16")  # the fix
+    post_mortem = text_of("%distcomp debug ddp")
     assert "[rank 2] stopped at cell line 5, in make_batches" in post_mortem
     assert "torch.Size([63, 4])" in post_mortem and "\n191\n" in post_mortem
