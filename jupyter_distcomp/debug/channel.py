@@ -114,6 +114,7 @@ class DebugChannel:
             threading.Thread(target=self._handshake, args=(sock,), daemon=True).start()
 
     def _handshake(self, sock: socket.socket) -> None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # prompts are small
         timeout = struct.pack("ll", int(AUTH_SECONDS), 0)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeout)
         conn = Connection(sock.detach())

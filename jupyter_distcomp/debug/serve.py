@@ -78,16 +78,16 @@ def _dialog(session: RankSession, before_prompt: Callable[[], None]) -> str:
             message = session.messages.get(timeout=0.2)
         except queue.Empty:
             continue
-        if "out" in message:
+        if "out" in message:  # pdb's text, alone or before a prompt or the rank's going on
             pending += message["out"]
             text, newline, pending = pending.rpartition("\n")
             if newline:
                 print(text, flush=True)
-        elif "read" in message:
+        if "read" in message:
             before_prompt()
             session.send(line=_ask(session, pending))
             pending = ""
-        else:
+        elif set(message) & {"running", "end"}:
             if pending:
                 print(pending, flush=True)
             state = "running" if "running" in message else str(message.get("end"))

@@ -23,6 +23,7 @@ import io
 import json
 import os
 import pdb
+import socket
 import sys
 from multiprocessing.connection import Client
 from typing import Any, cast
@@ -57,11 +58,17 @@ class _Channel:
     def __init__(self, host: str, port: int, key: bytes, rank: int):
         self.address, self.key, self.rank = (host, port), key, rank
         self.conn: Any = None
+        self.output: list[str] = []  # pdb's text, sent with the next message
 
     def send(self, **message) -> None:
         if self.conn is None:
             self.conn = Client(self.address, authkey=self.key)
+            with socket.socket(fileno=os.dup(self.conn.fileno())) as sock:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.conn.send_bytes(json.dumps({"hello": self.rank}).encode())
+        if self.output:
+            message = {"out": "".join(self.output), **message}
+            self.output = []
         self.conn.send_bytes(json.dumps(message).encode())
 
     def recv(self) -> dict:
@@ -85,8 +92,7 @@ class _Out(io.TextIOBase):
         self.channel = channel
 
     def write(self, text: str) -> int:
-        if text:
-            self.channel.send(out=text)
+        self.channel.output.append(text)
         return len(text)
 
     def flush(self) -> None:
