@@ -17,6 +17,10 @@ class Outcome:
     text: str = ""  # every stream and error of the cell, in order
     prompts: list[str] = field(default_factory=list)  # each stdin request's prompt, in order
     transcript: str = ""  # text and "<prompt><answer>" lines in arrival order
+    states: list[dict[int, str]] = field(default_factory=list)  # ranks panel's rank states
+
+    def saw(self, rank: int, state: str) -> bool:
+        return any(states.get(rank) == state for states in self.states)
 
     @property
     def ok(self) -> bool:
@@ -48,6 +52,11 @@ class DebugKernel:
                 msg = self.kc.get_iopub_msg(timeout=0.02)
             except queue.Empty:
                 msg = None
+            if msg and msg["msg_type"] == "comm_msg":  # what the ranks panel is told
+                data = msg["content"]["data"]
+                if data.get("type") == "world":
+                    ranks = data["world"]["ranks"]
+                    out.states.append({r["rank"]: r["state"] for r in ranks})
             if msg and msg["parent_header"].get("msg_id") == msg_id:
                 content = msg["content"]
                 if msg["msg_type"] == "stream":

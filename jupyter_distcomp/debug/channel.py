@@ -62,6 +62,8 @@ class RankSession:
                 if "hello" in message:
                     self.rank = int(message["hello"])
                 elif "stop" in message:
+                    if "out" in message:  # pdb's words before the stop (--Return--)
+                        self.messages.put({"out": message["out"]})
                     self.channel.stopped(self, message["stop"])
                 else:
                     self.messages.put(message)

@@ -60,7 +60,10 @@ class _Channel:
         self.conn: Any = None
         self.output: list[str] = []  # pdb's text, sent with the next message
 
-    def send(self, **message) -> None:
+    def send(self, connect: bool = False, **message) -> None:
+        """Send ``message``; only a new stop (``connect``) opens a connection."""
+        if self.conn is None and not connect:
+            raise EOFError("the kernel ended this debug session")
         if self.conn is None:
             self.conn = Client(self.address, authkey=self.key)
             with socket.socket(fileno=os.dup(self.conn.fileno())) as sock:
@@ -149,7 +152,7 @@ class RankPdb(pdb.Pdb):
                 self.channel.send(end=self._ending or "continue")
             else:
                 self.channel.send(running=True)
-        except OSError:
+        except (OSError, EOFError):
             self.channel.close()
 
     def _announce(self, frame, line: int) -> bool:
@@ -162,7 +165,7 @@ class RankPdb(pdb.Pdb):
         }
         for attempt in (1, 2):  # a connection the kernel closed since is opened again
             try:
-                self.channel.send(stop=stop)
+                self.channel.send(connect=True, stop=stop)
                 reply = self.channel.recv()
                 break
             except (OSError, EOFError) as exc:
