@@ -230,7 +230,10 @@ class RankBackend:
                 f"or `%distcomp restart {name}`."
             )
         shell = _shell()
-        stopping = None if debug_ranks is None else parse_ranks(debug_ranks, world.world_size)
+        try:
+            stopping = None if debug_ranks is None else parse_ranks(debug_ranks, world.world_size)
+        except RankError as exc:
+            raise RankError(str(exc).replace("--ranks", "--debug-ranks", 1)) from None
         return CellRun(
             world,
             targets,

@@ -129,6 +129,8 @@ class CellDebug:
             )
         channel.allowed = None
         channel.skipped = set()
+        if channel.pending():  # stopped as the cell ended (interrupted): nobody will answer
+            channel.end_sessions()
 
 
 def post_mortem(world: World, rank: int | None, shell: Any = None) -> None:

@@ -175,6 +175,16 @@ class RankPdb(pdb.Pdb):
                     return False
         return "skip" not in reply
 
+    def _cmdloop(self) -> None:
+        """SIGINT at the prompt (a kernel interrupt) ends the session and the rank's cell;
+        pdb's own loop would prompt again."""
+        try:
+            self.cmdloop()
+        except KeyboardInterrupt:
+            self.channel.close()
+            sys.settrace(None)
+            raise
+
     def _stop_tracing(self) -> None:
         self.set_continue()
         if not self.breaks:
