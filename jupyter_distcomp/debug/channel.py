@@ -83,6 +83,7 @@ class DebugChannel:
         self.port: int = self._server.getsockname()[1]
         self.refused = 0  # connections that failed the key challenge
         self.allowed: set[int] | None = None  # ranks that may stop (None: all)
+        self.serving = True  # False between cells: a late stop is interrupted
         self.skipped: set[int] = set()  # ranks whose breakpoint was skipped
         self.on_state: Callable[[int, str], None] = lambda rank, state: None
         self.wake: Callable[[], None] = lambda: None
@@ -141,6 +142,9 @@ class DebugChannel:
     # -- stops --------------------------------------------------------------------------
     def stopped(self, session: RankSession, where: dict) -> None:
         """Reader thread: a rank stopped at ``where``; serve it, or tell it to go on."""
+        if not self.serving:  # its cell ended (interrupted) before it stopped
+            session.send(interrupt="the cell ended")
+            return
         if self.allowed is not None and session.rank not in self.allowed:
             self.skipped.add(session.rank)
             session.send(skip="not in --debug-ranks")

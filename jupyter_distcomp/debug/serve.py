@@ -45,28 +45,25 @@ def serve(
 ) -> float:
     """Serve every stopped rank, one at a time; the seconds spent (0.0 if none stopped).
 
-    ``quits`` collects the ranks whose user typed ``q``. A kernel interrupt at a prompt ends
-    every debug session (the ranks read EOF and quit pdb) and propagates.
+    ``quits`` collects the ranks whose user typed ``q``. A kernel interrupt at a prompt
+    propagates: the caller sends SIGINT to the ranks, which ends their debug sessions (one
+    interrupt per rank; closing the channel as well would race with it).
     """
     if not channel.pending():
         return 0.0
     tic = time.monotonic()
     last: RankSession | None = None
-    try:
-        while True:
-            stop = channel.take(prefer=last, wait=STEP_WAIT if last else 0.0)
-            if stop is None:
-                break
-            session, where = stop
-            if last is not session:
-                print(describe_stop(session.rank, where, label), flush=True)
-            ending = _dialog(session, before_prompt)
-            last = session if ending == "running" else None
-            if ending == "quit" and quits is not None:
-                quits.add(session.rank)
-    except KeyboardInterrupt:
-        channel.end_sessions()
-        raise
+    while True:
+        stop = channel.take(prefer=last, wait=STEP_WAIT if last else 0.0)
+        if stop is None:
+            break
+        session, where = stop
+        if last is not session:
+            print(describe_stop(session.rank, where, label), flush=True)
+        ending = _dialog(session, before_prompt)
+        last = session if ending == "running" else None
+        if ending == "quit" and quits is not None:
+            quits.add(session.rank)
     return time.monotonic() - tic
 
 

@@ -98,6 +98,7 @@ class CellDebug:
             self.channel.allowed = set(debug_ranks) if debug_ranks is not None else None
             self.channel.skipped = set()
             self.channel.wake = wake
+            self.channel.serving = True
 
     def serve(self, pump: Callable[[], None]) -> float:
         """Serve the ranks stopped now; seconds spent at prompts (the time-out adds them)."""
@@ -127,10 +128,10 @@ class CellDebug:
                 f"stops only {format_ranks(self.debug_ranks or [])}.",
                 file=sys.stderr,
             )
+        channel.serving = False  # a stop from now on is answered "interrupted"
         channel.allowed = None
         channel.skipped = set()
-        if channel.pending():  # stopped as the cell ended (interrupted): nobody will answer
-            channel.end_sessions()
+        channel.end_sessions()  # a rank still at a prompt (interrupted) reads EOF and quits
 
 
 def post_mortem(world: World, rank: int | None, shell: Any = None) -> None:

@@ -5,7 +5,7 @@ world's key (``multiprocessing.connection``'s HMAC challenge); messages are JSON
 
     rank -> kernel   {"hello": rank}  {"stop": {file, line, func, source}}  {"out": text}
                      {"read": true}  {"running": true}  {"end": "continue" | "quit"}
-    kernel -> rank   {"go": true} | {"skip": reason}  (answer to "stop"),  {"line": text}
+    kernel -> rank   {"go": true} | {"skip": why} | {"interrupt": why}  (answers "stop"), {"line": text}
 
 Two ways in, both standard library only:
 
@@ -173,6 +173,9 @@ class RankPdb(pdb.Pdb):
                 if attempt == 2:
                     print(f"distcomp: breakpoint skipped, no debugger: {exc}", file=sys.stderr)
                     return False
+        if "interrupt" in reply:  # the cell was interrupted before this rank stopped
+            self._stop_tracing()
+            raise KeyboardInterrupt(f"the notebook interrupted the cell ({reply['interrupt']})")
         return "skip" not in reply
 
     def _cmdloop(self) -> None:
