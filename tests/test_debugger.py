@@ -159,7 +159,7 @@ def test_q_ends_that_rank_with_one_line_and_the_ranks_stay_usable(kernel):
     )
     assert out.ok, out.text
     assert "rank 1: quit in the debugger" in out.text
-    assert "Traceback" not in out.text and "BdbQuit" not in out.text
+    assert "Traceback" not in out.text and "BdbQuit" not in out.text, out.text
     assert "[rank 0] reached 0" in out.text and "[rank 1] reached" not in out.text
     ready(kernel)
 

@@ -13,6 +13,7 @@ main thread takes stops in order of arrival (:meth:`DebugChannel.take`), see ser
 from __future__ import annotations
 
 import json
+import os
 import queue
 import secrets
 import socket
@@ -48,7 +49,9 @@ class RankSession:
             self.closed = True
 
     def close(self) -> None:
+        """Shut the connection down (which wakes the reader thread), then close it."""
         self.closed = True
+        _shutdown(self.conn)
         try:
             self.conn.close()
         except OSError:
@@ -67,7 +70,7 @@ class RankSession:
                     self.channel.stopped(self, message["stop"])
                 else:
                     self.messages.put(message)
-        except (OSError, EOFError, ValueError):
+        except (OSError, EOFError, ValueError, TypeError):  # TypeError: closed under us
             pass
         self.closed = True
         self.messages.put({"end": "closed"})
@@ -149,11 +152,11 @@ class DebugChannel:
             self.skipped.add(session.rank)
             session.send(skip="not in --debug-ranks")
             return
-        session.send(go=True)
         self.on_state(session.rank, "debugging")
         with self._cond:
             self._stops.append((session, where))
             self._cond.notify_all()
+        session.send(go=True)
         self.wake()
 
     def pending(self) -> bool:
@@ -184,8 +187,19 @@ class DebugChannel:
 
     def close(self) -> None:
         self._closed = True
+        _shutdown(self._server)  # wakes the accepting thread
         try:
             self._server.close()
         except OSError:
             pass
         self.end_sessions()
+
+
+def _shutdown(conn: Any) -> None:
+    """shutdown(2) a socket or a Connection's socket: a thread blocked reading it returns
+    (close alone neither wakes it nor tells the peer while that read holds the socket)."""
+    try:
+        with socket.socket(fileno=os.dup(conn.fileno())) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+    except (OSError, ValueError, TypeError):
+        pass
