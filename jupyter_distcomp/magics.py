@@ -3,9 +3,10 @@
 Forms::
 
     %%distcomp NAME            cell body = YAML spec; binds NAME in the notebook
-    %%distcomp run NAME [--ranks 0,2-3] [--timeout S] [--group-output] [--background]
+    %%distcomp run NAME [--ranks 0,2-3] [--timeout S] [--group-output] [--background] [--debug-ranks 0,2]
     %distcomp wait NAME [--timeout S] | where NAME [--ranks ...]
     %distcomp compare NAME EXPR [--ranks ...] [--rtol X]
+    %distcomp debug NAME [--rank R]
     %distcomp env NAME [--instance-count N] [--process-count-per-node P]
     %distcomp command NAME [--input k=v ...] [--output k=path ...] [--timeout S] [--background]
     %distcomp status [NAME] | stop [NAME] | restart NAME [--hosts H] | interrupt NAME | list
@@ -80,6 +81,14 @@ def _build_parser() -> _Parser:
     compare.add_argument("expr", help="a Python expression, quoted if it has spaces")
     compare.add_argument("--ranks", default=None, help="ranks to compare (default: all)")
     compare.add_argument("--rtol", type=float, default=None, help="relative tolerance")
+    run.add_argument(
+        "--debug-ranks",
+        default=None,
+        help="ranks whose breakpoint() stops, e.g. 0,2 (default: all)",
+    )
+    debug = sub.add_parser("debug", help="post-mortem pdb on a rank whose last cell failed")
+    debug.add_argument("name")
+    debug.add_argument("--rank", type=int, default=None, help="default: the lowest failed rank")
 
     env = sub.add_parser("env", help="table of the variables each rank sees")
     env.add_argument("name")
@@ -259,9 +268,13 @@ class DistCompMagics(Magics):
             group_output=args.group_output,
             first_line=2,  # below the `%%distcomp run` line
             background=args.background,
+            debug_ranks=args.debug_ranks,
         )
         if args.background:
             _say_background(started)
+
+    def _handle_debug(self, args: argparse.Namespace, cell: str | None) -> None:
+        self.session.debug(args.name, args.rank)
 
     def _handle_command(self, args: argparse.Namespace, cell: str | None) -> None:
         """Run the spec's command on local ranks; its output streams."""

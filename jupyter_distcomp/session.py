@@ -235,10 +235,12 @@ class Session:
         group_output: bool = False,
         first_line: int = 1,
         background: bool = False,
+        debug_ranks: str | None = None,
     ) -> Any:
         """Run ``code`` on the ranks of ``name``; ``timeout`` defaults to the setting;
         ``first_line``: the cell's line where ``code`` starts. ``background``: return a
-        running :class:`~.ranks.background.BackgroundCell` at once."""
+        running :class:`~.ranks.background.BackgroundCell` at once. ``debug_ranks``: the
+        ranks whose ``breakpoint()`` stops (default: all)."""
         component = self.component(name)
         return self.backend.run_cell(
             name,
@@ -250,7 +252,13 @@ class Session:
             first_line=first_line,
             fail_fast=self.local.fail_fast_grace,
             background=background,
+            debug_ranks=debug_ranks,
         )
+
+    def debug(self, name: str, rank: int | None = None) -> None:
+        """Post-mortem pdb on rank ``rank`` (default: the lowest failed) of ``name``."""
+        self.component(name)
+        self.backend.post_mortem(name, rank)
 
     def run_command(
         self,

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..debug.channel import DebugChannel
+from ..debug.serve import serve
 from ..errors import RankError, SpecError
 from ..layout import MPI_LAUNCHERS, env_places
 from ..mpi import rank_label
@@ -94,6 +96,9 @@ def run_command(
         )
     base_env = launch_mod.base_environment(component.environment_variables)
     _check_program(argv, base_env, code_dir)
+    # breakpoint() in a rank prompts here, through a channel on the ranks' address
+    debugger = DebugChannel(placement.listen())
+    envs = [{**env, **debugger.rank_environment(r, base_env)} for r, env in enumerate(envs)]
     ranks = [RankResult(rank=r, node=node) for r, (node, _) in enumerate(env_places(envs))]
     result = CommandResult(
         component=component.name,
@@ -108,6 +113,7 @@ def run_command(
     )
     labels = [rank_label(r.rank, r.node, nodes) for r in ranks]
     run = _Run(result, labels, stream, timeout, grace)
+    run.debugger = debugger
     started = time.monotonic()
     active = ActiveRun(len(envs), code_dir)
     active.supervisors = lambda: run.launch.pids() if run.launch is not None else {}
@@ -161,6 +167,7 @@ class _Run:
         self.stop_deadline: float | None = None
         self.killed = False
         self.launcher_tail: deque = deque(maxlen=TAIL_LINES)
+        self.debugger: DebugChannel | None = None
 
     # -- output ---------------------------------------------------------------------------
     def _next(self, timeout: float):
@@ -261,6 +268,10 @@ class _Run:
         try:
             while True:
                 self.drain(0.05)
+                if self.debugger is not None:  # the time-out waits while at a prompt
+                    start += serve(
+                        self.debugger, before_prompt=lambda: self.drain(0), label=self._label
+                    )
                 for rank, pid in self.started.pids().items():
                     self.result.ranks[rank].pid = pid
                 now = time.monotonic()
@@ -294,8 +305,13 @@ class _Run:
         except KeyboardInterrupt:  # a second Ctrl-C: do not wait for the grace period
             pass
 
+    def _label(self, rank: int) -> str:
+        return self.labels[rank]
+
     def finish(self) -> None:
         """Whatever happened: nothing of ours keeps running, and all output is shown."""
+        if self.debugger is not None:
+            self.debugger.close()
         if self.launch is None:
             return
         left = launch_mod.kill_sessions(self.launch.sessions)

@@ -245,10 +245,12 @@ class RankBackend:
         first_line: int = 1,
         fail_fast: float | None = None,
         background: bool = False,
+        debug_ranks: str | None = None,
     ) -> Any:
         """Run ``code`` on the ranks of ``name`` (all, or ``ranks`` such as ``"0,2-3"``);
         ``first_line`` is the line of the cell where ``code`` starts (tracebacks count so);
-        ``background``: return a started :class:`BackgroundCell` at once."""
+        ``background``: return a started :class:`BackgroundCell` at once;
+        ``breakpoint()`` stops only ``debug_ranks`` (default: every rank)."""
         from .run import CellRun
 
         # a bad rank list is refused before any rank starts
@@ -273,6 +275,10 @@ class RankBackend:
                 f"timed out or was interrupted). Fix: `%distcomp interrupt {name}` (SIGINT), "
                 f"or `%distcomp restart {name}`."
             )
+        try:
+            stopping = None if debug_ranks is None else parse_ranks(debug_ranks, world.world_size)
+        except RankError as exc:
+            raise RankError(str(exc).replace("--ranks", "--debug-ranks", 1)) from None
         cell = CellRun(
             world,
             targets,
@@ -282,6 +288,7 @@ class RankBackend:
             shell=_shell(),
             first_line=first_line,
             fail_fast=fail_fast,
+            debug_ranks=stopping,
         )
         if not background:
             return cell.run()
@@ -299,6 +306,18 @@ class RankBackend:
         world.set_state(targets, "busy")  # busy from now on, not from when the thread runs
         self.background[world.name] = cell = BackgroundCell(world.name, targets, ended)
         return cell.start()
+
+    def post_mortem(self, name: str, rank: int | None) -> None:
+        """Post-mortem pdb on a rank whose last ``%%distcomp run`` cell failed."""
+        from .debugger import post_mortem
+
+        world = self.worlds.get(name)
+        if world is None or not world.started or world.client is None:
+            raise RankError(
+                f"{name!r} has no running ranks to debug. Fix: run the failing "
+                f"`%%distcomp run {name}` cell first."
+            )
+        post_mortem(world, rank, _shell())
 
     def _dead_message(self, world: World) -> str:
         from .failures import death_reason

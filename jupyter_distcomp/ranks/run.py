@@ -21,6 +21,7 @@ from ..errors import RankError, RankInterrupt
 from ..ranges import format_ranks
 from ..tf_config import empty_ps_hint
 from . import ipp
+from .debugger import CellDebug
 from .failfast import FailFast
 from .failures import death_reason, error_sections, stack_sections
 from .output import RankOutput
@@ -62,6 +63,7 @@ class CellRun:
         shell: Any = None,
         first_line: int = 1,
         fail_fast: float | None = None,
+        debug_ranks: list[int] | None = None,
     ) -> None:
         self.world = world
         self.ranks = ranks
@@ -84,6 +86,7 @@ class CellRun:
         self.fail_fast = FailFast(
             world, code, fail_fast, self._errors_not_interrupts, self._settle, INTERRUPT_GRACE
         )
+        self.debug = CellDebug(world, debug_ranks, self.wake.set)
 
     # -- main ---------------------------------------------------------------------------
     def run(self) -> Any:
@@ -114,6 +117,7 @@ class CellRun:
             self._interrupt()  # raises RankInterrupt, saying where each rank was
         finally:
             self.out.finish()
+            self.debug.finish(self._errors())
         return execution.result
 
     def _replied(self, rank: int) -> None:
@@ -128,6 +132,9 @@ class CellRun:
         while self.running:
             self._wait(0.1)
             self._pump()
+            paused = self.debug.serve(self._pump)  # the time-out waits while at a prompt
+            if deadline is not None:
+                deadline += paused
             if not self.running:
                 break
             if time.monotonic() > next_check:  # psutil costs; a quick cell needs no check
@@ -200,7 +207,7 @@ class CellRun:
                 if skip_interrupts and ename == "KeyboardInterrupt":
                     continue
                 errors[rank] = err
-        return errors
+        return self.debug.drop_quits(errors)
 
     def _errors_not_interrupts(self) -> dict[int, Any]:
         return self._errors(skip_interrupts=True)

@@ -25,6 +25,7 @@ from .connection import Connection, connect_client
 from .health import RankInfo, WorldHealth
 
 if TYPE_CHECKING:
+    from ..debug.channel import DebugChannel
     from .ipp import Client
 
 __all__ = ["START_TIMEOUT", "RankInfo", "World"]
@@ -77,6 +78,8 @@ class World(WorldHealth):
         self.used = False  # a cell ran here: its state is the user's, keep it
         self.cell_code = ""  # the last cell sent to the ranks: source lines of their stacks
         self.background = False  # a `--background` cell runs on the ranks
+        self.debugger: DebugChannel | None = None  # where breakpoint() on a rank connects
+        self.failed_ranks: list[int] = []  # ranks whose last cell failed (post-mortem)
 
     # -- starting -----------------------------------------------------------------------
     def start_async(self, delay: float = 0.0) -> None:
@@ -218,6 +221,9 @@ class World(WorldHealth):
                     f"rank {info.rank} of {self.world_size}."
                 )
             info.state = "idle"
+        from .debugger import attach
+
+        self.debugger = attach(self)
         self.ready_count = self.world_size
         self._monitor = threading.Thread(
             target=self._watch, name=f"distcomp-watch-{self.name}", daemon=True
@@ -255,6 +261,8 @@ class World(WorldHealth):
     def _teardown(self) -> None:
         with self._lock:
             client, self.client = self.client, None
+        if self.debugger is not None:
+            self.debugger.close()
         if client is not None:
             ipp.close(client)
         if self.cluster is not None:

@@ -1,0 +1,161 @@
+"""Debugging ``%%distcomp run`` ranks: the hook on each engine, one cell's stops, post-mortem.
+
+A world opens one :class:`~jupyter_distcomp.debug.channel.DebugChannel` (its address and key)
+when its ranks are set up, and ships :mod:`~jupyter_distcomp.standalone.debug_hook` to every
+engine as source, so a user's own cluster needs no install of this package. While a cell
+runs, :class:`CellDebug` serves the ranks that stop (the cell's time-out paused meanwhile),
+skips ranks outside ``--debug-ranks`` and turns ``q`` into one line per rank.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..debug.channel import DebugChannel
+from ..debug.serve import serve
+from ..errors import RankError
+from ..mpi import is_local_host
+from ..network import listen_address
+from ..ranges import format_ranks
+from ..standalone import debug_hook
+from . import ipp
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .world import World
+
+HOOK_MODULE = "distcomp_debug_hook"
+POST_MORTEM = f"__import__('sys').modules[{HOOK_MODULE!r}].post_mortem()"
+
+
+def load_hook(source: str, host: str, port: int, key: str, rank: int) -> None:
+    """Run on each engine (shipped as code): the hook module from its source, installed."""
+    import sys
+    import types
+
+    module = types.ModuleType("distcomp_debug_hook")
+    exec(compile(source, "distcomp_debug_hook.py", "exec"), module.__dict__)
+    sys.modules["distcomp_debug_hook"] = module
+    module.install(host, port, key, rank)
+
+
+def channel_host(world: World) -> str:
+    """The address the ranks already use: loopback for local ranks, else this machine's
+    address on the way to the first rank on another host."""
+    remote = [i.host for i in world.ranks if i.host and not is_local_host(i.host)]
+    return listen_address(remote[:1]) if remote else world.placement.listen()
+
+
+def attach(world: World) -> DebugChannel:
+    """The world's channel (one address and key per world), its hook on every rank."""
+    channel = DebugChannel(channel_host(world))
+    channel.on_state = lambda rank, state: _restate(world, rank, state)
+    source = Path(debug_hook.__file__).read_text(encoding="utf-8")
+    assert world.client is not None, "attached after the start"
+    calls = [
+        (
+            info.engine_id,
+            load_hook,
+            (source, channel.host, channel.port, channel.key_hex, info.rank),
+        )
+        for info in world.ranks
+        if info.engine_id is not None
+    ]
+    ipp.call_each(world.client, calls, 60)
+    return channel
+
+
+def _restate(world: World, rank: int, state: str) -> None:
+    """busy -> debugging at a stop, debugging -> busy when it runs on; a rank that has
+    already replied (idle) or died stays so."""
+    before = "busy" if state == "debugging" else "debugging"
+    with world._lock:
+        if world.ranks[rank].state == before:
+            world.set_state([rank], state)
+
+
+class CellDebug:
+    """What one ``%%distcomp run`` cell does with breakpoints on its ranks."""
+
+    def __init__(self, world: World, debug_ranks: list[int] | None, wake: Callable[[], None]):
+        self.world = world
+        self.record = True  # the cell's failures become the post-mortem's targets
+        self.channel: DebugChannel | None = getattr(world, "debugger", None)
+        self.debug_ranks = debug_ranks
+        self.quits: set[int] = set()
+        if self.channel is not None:
+            self.channel.allowed = set(debug_ranks) if debug_ranks is not None else None
+            self.channel.skipped = set()
+            self.channel.wake = wake
+            self.channel.serving = True
+
+    def serve(self, pump: Callable[[], None]) -> float:
+        """Serve the ranks stopped now; seconds spent at prompts (the time-out adds them)."""
+        if self.channel is None:
+            return 0.0
+        return serve(self.channel, before_prompt=pump, label=self.world.label, quits=self.quits)
+
+    def drop_quits(self, errors: dict[int, Any]) -> dict[int, Any]:
+        """Errors without the ranks that quit in the debugger (pdb's BdbQuit)."""
+        for rank, err in errors.items():
+            if (getattr(err, "ename", None) or type(err).__name__) == "BdbQuit":
+                self.quits.add(rank)
+        return {r: e for r, e in errors.items() if r not in self.quits}
+
+    def finish(self, errors: dict[int, Any]) -> None:
+        """After the cell: one line per rank that quit, the skipped breakpoints once."""
+        if self.record:
+            self.world.failed_ranks = sorted(errors)
+        for rank in sorted(self.quits):
+            print(f"rank {rank}: quit in the debugger", file=sys.stderr)
+        channel = self.channel
+        if channel is None:
+            return
+        if channel.skipped:
+            print(
+                f"breakpoint() skipped on {format_ranks(channel.skipped)}: --debug-ranks "
+                f"stops only {format_ranks(self.debug_ranks or [])}.",
+                file=sys.stderr,
+            )
+        channel.serving = False  # a stop from now on is answered "interrupted"
+        channel.allowed = None
+        channel.skipped = set()
+        channel.end_sessions()  # a rank still at a prompt (interrupted) reads EOF and quits
+
+
+def post_mortem(world: World, rank: int | None, shell: Any = None) -> None:
+    """pdb on rank ``rank`` (default: the lowest failed) at the frame where its last cell
+    raised; the prompt and commands are those of a breakpoint."""
+    from .run import CellRun
+
+    run = CellRun(world, [post_mortem_rank(world, rank)], POST_MORTEM, shell=shell)
+    run.debug.record = False
+    run.run()
+
+
+def post_mortem_rank(world: World, rank: int | None) -> int:
+    """The rank to debug post-mortem: ``rank``, or the lowest that failed the last cell."""
+    failed = list(getattr(world, "failed_ranks", []))
+    if rank is None:
+        if not failed:
+            raise RankError(
+                f"No rank of {world.name!r} failed its last `%%distcomp run` cell, so there is "
+                f"nothing to debug post-mortem. Fix: run the failing cell first, or put "
+                f"breakpoint() in it."
+            )
+        return failed[0]
+    if not 0 <= rank < world.world_size:
+        raise RankError(
+            f"--rank {rank}: {world.name!r} has ranks 0-{world.world_size - 1}. "
+            f"Fix: --rank {failed[0] if failed else 0}."
+        )
+    if rank not in failed:
+        where = f" (failed: {format_ranks(failed)})" if failed else ""
+        raise RankError(
+            f"Rank {rank} of {world.name!r} did not fail its last `%%distcomp run` cell{where}. "
+            f"Fix: `%distcomp debug {world.name}` picks the lowest failed rank."
+        )
+    return rank

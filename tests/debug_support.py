@@ -1,0 +1,107 @@
+"""A real kernel (jupyter_client) whose stdin requests are answered as a notebook answers them."""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+#: an answer to one prompt: the text typed, or a function of the prompt (None: do not answer)
+Answer = str | Callable[[str], "str | None"]
+
+
+@dataclass
+class Outcome:
+    reply: dict | None
+    text: str = ""  # every stream and error of the cell, in order
+    prompts: list[str] = field(default_factory=list)  # each stdin request's prompt, in order
+    transcript: str = ""  # text and "<prompt><answer>" lines in arrival order
+    states: list[dict[int, str]] = field(default_factory=list)  # ranks panel's rank states
+
+    def saw(self, rank: int, state: str) -> bool:
+        return any(states.get(rank) == state for states in self.states)
+
+    @property
+    def ok(self) -> bool:
+        return self.reply is not None and self.reply["status"] == "ok"
+
+
+class DebugKernel:
+    def __init__(self, cwd: str | None = None):
+        from jupyter_client import KernelManager
+
+        self.km = KernelManager(kernel_name="python3")
+        self.km.start_kernel(cwd=cwd)
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=60)
+
+    def run(self, code: str, answers: list[Answer] = (), timeout: float = 180) -> Outcome:
+        """Execute ``code`` with stdin allowed; answer each prompt with the next answer
+        (``c`` once they are used up). Returns when the cell's reply and output are in."""
+        pending = list(answers)
+        msg_id = self.kc.execute(code, allow_stdin=True)
+        out = Outcome(reply=None)
+        parts: list[str] = []
+        transcript: list[str] = []
+        idle = False
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not (idle and out.reply is not None):
+            try:
+                msg = self.kc.get_iopub_msg(timeout=0.02)
+            except queue.Empty:
+                msg = None
+            if msg and msg["msg_type"] == "comm_msg":  # what the ranks panel is told
+                data = msg["content"]["data"]
+                if data.get("type") == "world":
+                    ranks = data["world"]["ranks"]
+                    out.states.append({r["rank"]: r["state"] for r in ranks})
+            if msg and msg["parent_header"].get("msg_id") == msg_id:
+                content = msg["content"]
+                if msg["msg_type"] == "stream":
+                    parts.append(content["text"])
+                    transcript.append(content["text"])
+                elif msg["msg_type"] == "error":
+                    parts.append("\n".join(content["traceback"]))
+                elif msg["msg_type"] == "status" and content["execution_state"] == "idle":
+                    idle = True
+            try:
+                request = self.kc.get_stdin_msg(timeout=0.01)
+            except queue.Empty:
+                request = None
+            if request is not None:
+                prompt = request["content"]["prompt"]
+                out.prompts.append(prompt)
+                answer = pending.pop(0) if pending else "c"
+                typed = answer(prompt) if callable(answer) else answer
+                if typed is not None:
+                    transcript.append(f"{prompt}{typed}\n")
+                    self.kc.input(typed)
+            if out.reply is None:
+                try:
+                    reply = self.kc.get_shell_msg(timeout=0.01)
+                except queue.Empty:
+                    continue
+                if reply["parent_header"].get("msg_id") == msg_id:
+                    out.reply = reply["content"]
+        from jupyter_distcomp.errors import strip_ansi
+
+        out.text = strip_ansi("".join(parts))
+        out.transcript = strip_ansi("".join(transcript))
+        assert out.reply is not None, f"no reply within {timeout} s:\n{out.text}"
+        return out
+
+    def close(self) -> None:
+        self.kc.stop_channels()
+        if self.km.is_alive():
+            self.km.shutdown_kernel(now=False)
+
+
+MPI_SPEC = """\
+name: dbg
+type: DistributedComponent
+launcher:
+  type: mpi
+  additional_arguments: python train.py
+"""

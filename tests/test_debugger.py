@@ -1,0 +1,337 @@
+"""``breakpoint()`` on ranks, ``%distcomp debug``, the debugger channel: in a real kernel whose
+stdin requests are answered as a notebook answers them, and in terminal IPython."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .debug_support import MPI_SPEC, DebugKernel
+
+HELPER = """\
+def twice(v):
+    doubled = v * 2
+    return doubled
+
+
+def stop_here(v):
+    import pdb
+
+    local_value = v + 1
+    pdb.set_trace()
+    return local_value
+"""
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("debugger")
+    (folder / "helper.py").write_text(HELPER)
+    k = DebugKernel(cwd=str(folder))
+    out = k.run("%load_ext jupyter_distcomp")
+    assert out.ok, out.text
+    out = k.run(f"%%distcomp dbg\n{MPI_SPEC}")
+    assert out.ok, out.text
+    out = k.run(
+        "dbg.runsettings.resource_layout.configure(instance_count=1, process_count_per_node=3)"
+    )
+    assert out.ok, out.text
+    k.folder = folder
+    yield k
+    k.close()
+
+
+def ready(kernel, tries: int = 1) -> None:
+    """Every rank runs a cell (``tries`` > 1: waiting for ranks still ending a cell)."""
+    for _ in range(tries):
+        out = kernel.run("%%distcomp run dbg\nprint('ready', mpi_rank)")
+        if out.ok or "still busy" not in out.text:
+            break
+        time.sleep(2)
+    assert out.ok, out.text
+    assert all(f"[rank {r}] ready {r}" in out.text for r in range(3)), out.text
+
+
+@pytest.mark.slow
+def test_breakpoint_prompts_on_the_rank_and_every_pdb_command_works(kernel):
+    ready(kernel)
+    cell = f"""%%distcomp run dbg --debug-ranks 1
+import sys
+sys.path.insert(0, {str(kernel.folder)!r})
+import helper
+
+def work(x):
+    breakpoint()
+    y = x + 1
+    z = helper.twice(y)
+    return z
+
+print('result', work(mpi_rank * 10))
+"""
+    answers = [
+        "p x",
+        "pp {'x': x, 'twice': [x] * 2}",
+        "ll",
+        "b 9",
+        "n",
+        "p y",
+        "s",
+        "w",
+        "u",
+        "p y + 1000",
+        "d",
+        "r",
+        "c",
+        "p z",
+        "!z = 100",
+        "interact",
+        "print('inside', z * 2)",
+        "exit()",
+        "l",
+        "c",
+    ]
+    out = kernel.run(cell, answers)
+    assert out.ok, out.text
+    assert out.prompts.count("(Pdb rank 1) ") == len(answers) - 2, out.prompts
+    text = out.text
+    assert "[rank 1] stopped at cell line 7, in work" in text
+    assert "\n10\n" in text  # p x
+    assert "{'twice': [10, 10], 'x': 10}" in text  # pp
+    assert "def work(x):" in text and "7  ->\t    y = x + 1" in text  # ll, its arrow
+    assert "Breakpoint 1 at" in text  # b
+    assert "\n11\n" in text and "1011" in text  # p y, up a frame
+    assert "helper.py(1)twice()" in text  # s into the module, w
+    assert "interactiveshell.py" not in text  # w shows the user's frames only
+    assert "--Return--" in text  # r
+    assert "\n22\n" in text  # p z at the breakpoint
+    assert "inside 200" in text  # interact
+    assert "[rank 1] result 100" in text  # !z = 100 changed the rank's variable
+    assert "[rank 0] result 2" in text and "[rank 2] result 42" in text
+    assert "breakpoint() skipped on ranks 0, 2: --debug-ranks stops only rank 1." in text
+    assert text.count("skipped") == 1
+
+
+@pytest.mark.slow
+def test_set_trace_in_an_imported_module_shows_the_file_line(kernel):
+    cell = f"""%%distcomp run dbg --debug-ranks 2
+import sys
+sys.path.insert(0, {str(kernel.folder)!r})
+import helper
+print('got', helper.stop_here(mpi_rank))
+"""
+    out = kernel.run(cell, ["p local_value", "c"])
+    assert out.ok, out.text
+    assert out.prompts == ["(Pdb rank 2) "] * 2
+    assert f"[rank 2] stopped at {kernel.folder / 'helper.py'}:11, in stop_here" in out.text
+    assert "\n3\n" in out.text and "[rank 2] got 3" in out.text
+
+
+@pytest.mark.slow
+def test_several_ranks_are_served_one_at_a_time_in_order_of_arrival(kernel):
+    cell = """%%distcomp run dbg
+import time
+time.sleep(1.5 * mpi_rank)
+def at(rank):
+    breakpoint()
+    return rank
+print('went on', at(mpi_rank))
+"""
+    answers = ["p rank", "c"] * 3
+    out = kernel.run(cell, answers)
+    assert out.ok, out.text
+    assert out.prompts == [f"(Pdb rank {r}) " for r in (0, 0, 1, 1, 2, 2)]
+    assert out.saw(0, "debugging") and out.saw(2, "debugging"), out.states  # for the panel
+    assert out.states[-1] == {0: "idle", 1: "idle", 2: "idle"}
+    heads = [out.text.index(f"[rank {r}] stopped at cell line 5, in at") for r in range(3)]
+    assert heads == sorted(heads)
+    assert all(f"[rank {r}] went on {r}" in out.text for r in range(3))
+
+
+@pytest.mark.slow
+def test_q_ends_that_rank_with_one_line_and_the_ranks_stay_usable(kernel):
+    out = kernel.run(
+        "%%distcomp run dbg --debug-ranks 1\nx = 5\nbreakpoint()\nprint('reached', mpi_rank)",
+        ["q"],
+    )
+    assert out.ok, out.text
+    assert "rank 1: quit in the debugger" in out.text
+    assert "Traceback" not in out.text and "BdbQuit" not in out.text, out.text
+    assert "[rank 0] reached 0" in out.text and "[rank 1] reached" not in out.text
+    ready(kernel)
+
+
+@pytest.mark.slow
+def test_the_time_out_does_not_run_while_a_person_is_at_a_prompt(kernel):
+    # baseline: the same time-out ends a cell that works as long as the person reads
+    out = kernel.run("%%distcomp run dbg --timeout 3\nimport time\ntime.sleep(6)")
+    assert not out.ok and "timed out after 3 s" in out.text
+    ready(kernel, tries=10)
+
+    def slow_reader(prompt: str) -> str:
+        time.sleep(6)
+        return "c"
+
+    out = kernel.run(
+        "%%distcomp run dbg --timeout 3 --debug-ranks 0\nbreakpoint()\nprint('finished', mpi_rank)",
+        [slow_reader],
+    )
+    assert out.ok, out.text
+    assert "timed out" not in out.text and "[rank 0] finished 0" in out.text
+
+
+@pytest.mark.slow
+def test_a_kernel_interrupt_at_a_prompt_ends_the_session_and_the_ranks_stay_usable(kernel):
+    def interrupt(prompt: str) -> None:
+        kernel.km.interrupt_kernel()
+
+    out = kernel.run(
+        "%%distcomp run dbg\nimport time\ntime.sleep(0.5 * mpi_rank)\nbreakpoint()\n"
+        "print('after', mpi_rank)",
+        [interrupt],
+        timeout=60,
+    )
+    assert out.reply["status"] == "error" and out.reply["ename"] == "KeyboardInterrupt"
+    assert len(out.prompts) == 1, "the other ranks' stops ended with the interrupt"
+    assert "Interrupted" in out.text
+    ready(kernel)
+    out = kernel.run("%%distcomp run dbg\nimport sys\nprint('traced', sys.gettrace() is not None)")
+    assert out.text.count("traced False") == 3, out.text
+
+
+@pytest.mark.slow
+def test_post_mortem_on_the_lowest_failed_rank_and_on_a_chosen_one(kernel):
+    out = kernel.run(
+        "%%distcomp run dbg\ndef pick(values):\n    wanted = 2\n    return values[wanted]\n"
+        "pick(list(range(mpi_rank + 1)))"
+    )
+    assert not out.ok and "IndexError" in out.text
+    out = kernel.run("%distcomp debug dbg", ["p values", "p wanted", "c"])
+    assert out.ok, out.text
+    assert out.prompts == ["(Pdb rank 0) "] * 3
+    assert "[rank 0] stopped at cell line 3, in pick" in out.text
+    assert "[0]\n2\n" in out.text
+    out = kernel.run("%distcomp debug dbg --rank 1", ["p values", "c"])
+    assert out.ok and "[0, 1]" in out.text and out.prompts[0] == "(Pdb rank 1) "
+    out = kernel.run("%distcomp debug dbg --rank 2")
+    assert not out.ok
+    assert "Rank 2 of 'dbg' did not fail its last `%%distcomp run` cell (failed: ranks 0-1)" in (
+        out.text
+    )
+    assert "Traceback" not in out.text
+    ready(kernel)
+
+
+TRAIN = """\
+import os
+import time
+
+rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+if rank == 1:
+    secret = rank * 7
+    breakpoint()
+    print("rank 1 continues", flush=True)
+    open("continued", "w").write(repr(time.time()))
+else:
+    print("rank 0 works on", flush=True)
+    open("done-0", "w").write(repr(time.time()))
+"""
+
+
+@pytest.mark.slow
+def test_breakpoint_in_the_specs_command_prompts_and_other_ranks_run_on(kernel, tmp_path):
+    (tmp_path / "train.py").write_text(TRAIN)
+    spec = MPI_SPEC.replace("name: dbg", f"name: cmd\ncode: {tmp_path}")
+    out = kernel.run(f"%%distcomp cmd\n{spec}")
+    assert out.ok, out.text
+    kernel.run(
+        "cmd.runsettings.resource_layout.configure(instance_count=1, process_count_per_node=2)"
+    )
+
+    def after_a_while(prompt: str) -> str:
+        time.sleep(2)
+        return "p secret"
+
+    out = kernel.run("%distcomp command cmd", [after_a_while, "c"])
+    assert out.ok, out.text
+    assert out.prompts == ["(Pdb rank 1) "] * 2
+    assert f"[rank 1] stopped at {tmp_path / 'train.py'}:8, in <module>" in out.text
+    assert "\n7\n" in out.text and "[rank 1] rank 1 continues" in out.text
+    done = float((tmp_path / "done-0").read_text())
+    continued = float((tmp_path / "continued").read_text())
+    assert done < continued, "rank 0 waited for rank 1's debugger"
+
+
+def test_an_unauthenticated_connection_is_refused():
+    from multiprocessing import AuthenticationError
+    from multiprocessing.connection import Client
+
+    from jupyter_distcomp.debug.channel import DebugChannel
+
+    channel = DebugChannel()
+    try:
+        assert channel._server.getsockname()[0] == "127.0.0.1"
+        address = (channel.host, channel.port)
+        with pytest.raises(AuthenticationError):
+            Client(address, authkey=b"not the key")
+        raw = socket.create_connection(address)
+        raw.sendall(b'{"hello": 0}\n{"stop": {}}\n' * 4)
+        raw.settimeout(10)
+        try:
+            while raw.recv(4096):  # the channel sends its challenge, then closes on our reply
+                pass
+        except ConnectionResetError:  # closed with our bytes unread
+            pass
+        raw.close()
+        deadline = time.monotonic() + 10
+        while channel.refused < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert channel.refused == 2
+        assert not channel.pending(), "an unauthenticated client stopped a rank"
+        client = Client(address, authkey=channel.key)  # the key holder gets in
+        client.send_bytes(b'{"hello": 3}')
+        client.send_bytes(b'{"stop": {"file": "train.py", "line": 4, "func": "main"}}')
+        assert client.poll(10) and client.recv_bytes() == b'{"go": true}'
+        assert channel.pending()
+        client.close()
+    finally:
+        channel.close()
+
+
+@pytest.mark.slow
+def test_breakpoint_on_a_rank_in_terminal_ipython(tmp_path):
+    pexpect = pytest.importorskip("pexpect")
+    script = tmp_path / "session.ipy"
+    script.write_text(
+        "%load_ext jupyter_distcomp\n"
+        f"get_ipython().run_cell_magic('distcomp', 'term', {MPI_SPEC!r})\n"
+        "term.runsettings.resource_layout.configure(instance_count=1, process_count_per_node=2)\n"
+        "get_ipython().run_cell_magic('distcomp', 'run term', "
+        "'import time\\ntime.sleep(1.5 * mpi_rank)\\nx = mpi_rank + 41\\nbreakpoint()\\n"
+        'print("x is", x)\')\n'
+        "print('END OF SESSION')\n"
+    )
+    ipython = str(Path(sys.executable).parent / "ipython")
+    child = pexpect.spawn(
+        ipython,
+        ["--no-banner", "--colors=NoColor", "--simple-prompt", str(script)],
+        cwd=str(tmp_path),
+        encoding="utf-8",
+        timeout=180,
+    )
+    try:
+        for rank in (0, 1):
+            child.expect_exact(f"[rank {rank}] stopped at cell line 4")
+            child.expect_exact(f"(Pdb rank {rank}) ")
+            child.sendline("p x * 2")
+            child.expect_exact(str((rank + 41) * 2))
+            child.expect_exact(f"(Pdb rank {rank}) ")
+            child.sendline("c")
+        child.expect_exact("x is 42")
+        child.expect_exact("END OF SESSION")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
