@@ -39,7 +39,8 @@ launcher:
 def kernel():
     k = Kernel()
     reply, text, _ = k.run(
-        "%load_ext jupyter_distcomp\n%config DistComp.default_process_count_per_node = 2"
+        "%load_ext jupyter_distcomp\n%config DistComp.default_process_count_per_node = 2\n"
+        "%config DistComp.prestart = False"  # ranks start at the first run, not at definitions
     )
     assert reply["status"] == "ok", text
     yield k
