@@ -12,7 +12,7 @@ Forms::
     %distcomp status [NAME] | stop [NAME] | restart NAME [--hosts H] | interrupt NAME | list
     %distcomp connect NAME [--profile P] [--profile-dir D] [--cluster-id C] [--local]
     %distcomp export NAME PATH [--component] [--input k=v ...]
-    %distcomp submit NAME --compute TARGET [...]
+    %distcomp submit NAME --compute TARGET [--wait] [--interactive jupyterlab,vscode,ssh] [...]
     %distcomp widget NAME
 
 The work is done by the shell's :class:`~jupyter_distcomp.session.Session`; this module

@@ -105,7 +105,7 @@ def test_submitted_job_keeps_layout_command_and_inputs(standin, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("launcher", "kind"), [("torch.distributed", "PyTorch"), ("deepspeed", "Mpi")]
+    ("launcher", "kind"), [("torch.distributed", "PyTorch"), ("deepspeed", "PyTorch")]
 )
 def test_launcher_reaches_the_service_as_its_distribution(standin, tmp_path, launcher, kind):
     component = make(tmp_path, launcher)

@@ -40,7 +40,8 @@ def test_load_ext_imports_no_heavy_package():
         "from IPython.testing.globalipapp import get_ipython\n"
         "ip = get_ipython()\n"
         "ip.run_line_magic('load_ext', 'jupyter_distcomp')\n"
-        "heavy = ['ipyparallel', 'mpi4py', 'azure.ai.ml', 'ipywidgets', 'jsonschema', 'zmq.asyncio']\n"
+        "heavy = ['ipyparallel', 'mpi4py', 'azure.ai.ml', 'ipywidgets', 'jsonschema', 'zmq.asyncio',"
+        " 'tensorflow', 'deepspeed', 'torch']\n"
         "print(json.dumps([m for m in heavy if m in sys.modules]))\n"
         "print(json.dumps('distcomp' in ip.magics_manager.magics['cell']))\n"
     )

@@ -2,9 +2,13 @@
 import os
 
 import deepspeed
+import deepspeed.ops
 import torch
 import torch.distributed as dist
 
+# on CPU, DeepSpeed compiles a shared-memory collective (C++, minutes) on first use; gloo does
+# the collectives here, so skip that build
+deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 deepspeed.init_distributed(dist_backend="gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 torch.manual_seed(0)
@@ -25,5 +29,8 @@ weight = engine.module.weight.detach().clone()
 gathered = [torch.zeros_like(weight) for _ in range(world)]
 dist.all_gather(gathered, weight)
 same = all(torch.equal(w, weight) for w in gathered)
-print(f"rank {rank} of {world} (AZUREML_PROCESS_NAME={os.environ['AZUREML_PROCESS_NAME']}): "
-      f"ZeRO stage {engine.zero_optimization_stage()}, loss {loss.item():.4f}, weights equal on all ranks: {same}")
+print(
+    f"rank {rank} of {world} (AZUREML_PROCESS_NAME={os.environ['AZUREML_PROCESS_NAME']}): "
+    f"ZeRO stage {engine.zero_optimization_stage()}, loss {loss.item():.4f}, "
+    f"weights equal on all ranks: {same}"
+)
