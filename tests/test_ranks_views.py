@@ -150,4 +150,3 @@ def test_interrupting_a_collective_hang_shows_the_stuck_ranks_stack(kernel):
     assert "rank 0 did not stop" in text and "%distcomp restart views" in text, text
     reply, text, _ = kernel.run("%distcomp restart views")
     assert reply["status"] == "ok", text
-
