@@ -209,3 +209,39 @@ def test_the_editor_marks_what_the_kernel_refuses(lab, page):
     tooltip = page.locator(".cm-tooltip-lint")
     tooltip.wait_for(timeout=10_000)
     assert "'two' is not a number" in tooltip.inner_text()
+
+
+TF_SPEC = """\
+name: tf_views
+type: DistributedComponent
+launcher:
+  type: tensorflow
+  additional_arguments: python train.py
+"""
+
+
+def test_every_layout_field_shows_its_whole_value(lab, page):
+    url = lab.write_notebook(
+        "tf_fields.ipynb",
+        [
+            "%load_ext jupyter_distcomp\n%config DistComp.prestart = False",
+            f"%%distcomp tf_views\n{TF_SPEC}",
+        ],
+    )
+    open_notebook(page, url)
+    run_cell_at(page, 0)
+    wait_kernel_idle(page)
+    run_cell_at(page, 1)
+    panel = cell(page, 1).locator(".distcomp-panel")
+    panel.wait_for(timeout=60_000)
+    fields = panel.locator(".distcomp-layout input")
+    assert fields.count() == 4  # nodes, processes per node, workers, parameter servers
+    fields.nth(2).fill("123456")
+    # each box has room for six digits beside its label: nothing clipped
+    sizes = fields.evaluate_all(
+        "inputs => inputs.map(i => [i.scrollWidth, i.clientWidth, i.value])"
+    )
+    for scroll, client, _value in sizes:
+        assert scroll <= client, sizes
+        assert client >= 50, sizes
+    screenshot(page, "tf-layout-fields")

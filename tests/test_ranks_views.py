@@ -127,3 +127,26 @@ def test_spec_warnings_are_a_message_with_the_cells_line(kernel):
     # "descripton" is on the cell's line 2 (the %%distcomp line is line 1)
     assert "line 2, key 'descripton'" in text, text
     assert "SpecWarning" not in text and ".py:" not in text, text
+
+
+def test_interrupting_a_collective_hang_shows_the_stuck_ranks_stack(kernel):
+    msg_id = kernel.send(
+        "%%distcomp run views\n"
+        "import time\n"
+        "from mpi4py import MPI\n"
+        "print('entering', flush=True)\n"
+        "if mpi_rank == 0:\n"
+        "    MPI.COMM_WORLD.Barrier()\n"
+        "else:\n"
+        "    time.sleep(60)\n"
+    )
+    kernel.collect(msg_id, timeout=120, until=lambda t: t.count("entering") >= 2)
+    kernel.km.interrupt_kernel()
+    reply, _, _ = kernel.collect(msg_id, timeout=60)
+    text = error_text(reply)
+    # rank 0 cannot leave the barrier: it is named with where it waits, and the fix
+    assert "rank 0: stopped at" in text and "    MPI.COMM_WORLD.Barrier()" in text, text
+    assert "rank 1: stopped at" in text and "    time.sleep(60)" in text, text
+    assert "rank 0 did not stop" in text and "%distcomp restart views" in text, text
+    reply, text, _ = kernel.run("%distcomp restart views")
+    assert reply["status"] == "ok", text
