@@ -76,7 +76,7 @@ print('result', work(mpi_rank * 10))
         "p x",
         "pp {'x': x, 'twice': [x] * 2}",
         "ll",
-        "b 9",
+        "b 10",
         "n",
         "p y",
         "s",
@@ -98,10 +98,10 @@ print('result', work(mpi_rank * 10))
     assert out.ok, out.text
     assert out.prompts.count("(Pdb rank 1) ") == len(answers) - 2, out.prompts
     text = out.text
-    assert "[rank 1] stopped at cell line 7, in work" in text
+    assert "[rank 1] stopped at cell line 8, in work" in text
     assert "\n10\n" in text  # p x
     assert "{'twice': [10, 10], 'x': 10}" in text  # pp
-    assert "def work(x):" in text and "7  ->\t    y = x + 1" in text  # ll, its arrow
+    assert "def work(x):" in text and "8  ->\t    y = x + 1" in text  # ll, its arrow
     assert "Breakpoint 1 at" in text  # b
     assert "\n11\n" in text and "1011" in text  # p y, up a frame
     assert "helper.py(1)twice()" in text  # s into the module, w
@@ -146,7 +146,7 @@ print('went on', at(mpi_rank))
     assert out.prompts == [f"(Pdb rank {r}) " for r in (0, 0, 1, 1, 2, 2)]
     assert out.saw(0, "debugging") and out.saw(2, "debugging"), out.states  # for the panel
     assert out.states[-1] == {0: "idle", 1: "idle", 2: "idle"}
-    heads = [out.text.index(f"[rank {r}] stopped at cell line 5, in at") for r in range(3)]
+    heads = [out.text.index(f"[rank {r}] stopped at cell line 6, in at") for r in range(3)]
     assert heads == sorted(heads)
     assert all(f"[rank {r}] went on {r}" in out.text for r in range(3))
 
@@ -194,7 +194,7 @@ def test_a_kernel_interrupt_at_a_prompt_ends_the_session_and_the_ranks_stay_usab
         [interrupt],
         timeout=60,
     )
-    assert out.reply["status"] == "error" and out.reply["ename"] == "KeyboardInterrupt"
+    assert out.reply["status"] == "error" and out.reply["ename"] == "RankInterrupt"
     assert len(out.prompts) == 1, "the other ranks' stops ended with the interrupt"
     assert "Interrupted" in out.text
     ready(kernel)
@@ -212,7 +212,7 @@ def test_post_mortem_on_the_lowest_failed_rank_and_on_a_chosen_one(kernel):
     out = kernel.run("%distcomp debug dbg", ["p values", "p wanted", "c"])
     assert out.ok, out.text
     assert out.prompts == ["(Pdb rank 0) "] * 3
-    assert "[rank 0] stopped at cell line 3, in pick" in out.text
+    assert "[rank 0] stopped at cell line 4, in pick" in out.text
     assert "[0]\n2\n" in out.text
     out = kernel.run("%distcomp debug dbg --rank 1", ["p values", "c"])
     assert out.ok and "[0, 1]" in out.text and out.prompts[0] == "(Pdb rank 1) "
@@ -324,7 +324,7 @@ def test_breakpoint_on_a_rank_in_terminal_ipython(tmp_path):
     )
     try:
         for rank in (0, 1):
-            child.expect_exact(f"[rank {rank}] stopped at cell line 4")
+            child.expect_exact(f"[rank {rank}] stopped at cell line 5")
             child.expect_exact(f"(Pdb rank {rank}) ")
             child.sendline("p x * 2")
             child.expect_exact(str((rank + 41) * 2))

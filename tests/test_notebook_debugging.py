@@ -52,11 +52,11 @@ def test_debugging_notebook_finds_the_divergent_rank_and_the_shape_error(tmp_pat
         return next(t for source, t in texts.items() if source.startswith(start) and part in source)
 
     stop = text_of("%%distcomp run ddp --debug-ranks 0")
-    assert "[rank 0] stopped at cell line 3, in warm_start" in stop
+    assert "[rank 0] stopped at cell line 4, in warm_start" in stop
     assert "0.8000, -1.5000,  2.5000,  0.4000" in stop  # the checkpoint, after the load
     assert "breakpoint() skipped on ranks 1-2" in stop
     assert "rank 0" in text_of("%distcomp compare")  # the divergent rank
     assert "[rank 2] 3 batches" in text_of("%%distcomp run ddp", "// 16 * 16")  # the fix
     post_mortem = text_of("%distcomp debug ddp")
-    assert "[rank 2] stopped at cell line 5, in make_batches" in post_mortem
+    assert "[rank 2] stopped at cell line 6, in make_batches" in post_mortem
     assert "torch.Size([63, 4])" in post_mortem and "\n191\n" in post_mortem
