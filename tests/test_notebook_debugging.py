@@ -26,7 +26,6 @@ ANSWERS = {
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="needs %distcomp compare")
 def test_debugging_notebook_finds_the_divergent_rank_and_the_shape_error(tmp_path):
     import nbformat
 
