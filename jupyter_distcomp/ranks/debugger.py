@@ -9,13 +9,14 @@ skips ranks outside ``--debug-ranks`` and turns ``q`` into one line per rank.
 
 from __future__ import annotations
 
+import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..debug.channel import DebugChannel
 from ..debug.serve import serve
-from ..errors import RankError
+from ..errors import LayoutError, RankError
 from ..mpi import is_local_host
 from ..network import listen_address
 from ..ranges import format_ranks
@@ -45,8 +46,15 @@ def load_hook(source: str, host: str, port: int, key: str, rank: int) -> None:
 def channel_host(world: World) -> str:
     """The address the ranks already use: loopback for local ranks, else this machine's
     address on the way to the first rank on another host."""
+    if world.placement.hosts:
+        return world.placement.listen()
     remote = [i.host for i in world.ranks if i.host and not is_local_host(i.host)]
-    return listen_address(remote[:1]) if remote else world.placement.listen()
+    if not remote:
+        return "127.0.0.1"
+    try:
+        return listen_address(remote[:1])
+    except LayoutError:  # a name only the ranks' own machines resolve
+        return socket.gethostbyname(socket.gethostname())
 
 
 def attach(world: World) -> DebugChannel:

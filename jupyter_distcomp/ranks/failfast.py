@@ -42,9 +42,11 @@ class FailFast:
         errors: Callable[[], dict[int, Any]],
         settle: Callable[[float, Callable[[], bool]], None],
         interrupt_grace: float,
+        cell: str = "Cell",
     ) -> None:
         self.world = world
         self.code = code
+        self.cell = cell
         self.grace = grace
         self.errors = errors
         self.settle = settle
@@ -73,8 +75,8 @@ class FailFast:
         world.signal(busy, signal.SIGINT)
         self.settle(self.interrupt_grace, lambda: not (running & set(busy)))
         still = sorted(running & set(busy))
-        sections = error_sections(errors)
-        sections += stack_sections(stacks, self.code, "still busy, waiting here")
+        sections = error_sections(errors, self.cell)
+        sections += stack_sections(stacks, self.code, "still busy, waiting here", self.cell)
         failed = format_ranks(sorted(errors))
         if still:
             fix = (

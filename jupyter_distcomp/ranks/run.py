@@ -84,7 +84,13 @@ class CellRun:
         self._result_seen: set[int] = set()
         self._replied_at: dict[int, float] = {}
         self.fail_fast = FailFast(
-            world, code, fail_fast, self._errors_not_interrupts, self._settle, INTERRUPT_GRACE
+            world,
+            self.code,
+            fail_fast,
+            self._errors_not_interrupts,
+            self._settle,
+            INTERRUPT_GRACE,
+            self.cell,
         )
         self.debug = CellDebug(world, debug_ranks, self.wake.set)
 
