@@ -92,6 +92,7 @@ print('result', work(mpi_rank * 10))
         "print('inside', z * 2)",
         "exit()",
         "l",
+        "cl 1",
         "c",
     ]
     out = kernel.run(cell, answers)
@@ -102,7 +103,7 @@ print('result', work(mpi_rank * 10))
     assert "\n10\n" in text  # p x
     assert "{'twice': [10, 10], 'x': 10}" in text  # pp
     assert "def work(x):" in text and "8  ->\t    y = x + 1" in text  # ll, its arrow
-    assert "Breakpoint 1 at" in text  # b
+    assert "Breakpoint 1 at" in text and "Deleted breakpoint 1 at" in text  # b, cl
     assert "\n11\n" in text and "1011" in text  # p y, up a frame
     assert "helper.py(1)twice()" in text  # s into the module, w
     assert "interactiveshell.py" not in text  # w shows the user's frames only

@@ -4,8 +4,10 @@
   and the queue of ranks stopped at a breakpoint, in order of arrival.
 - ``serve``: the kernel's main thread serves those stops one at a time with ``input()``
   (stdin requests in a notebook, the terminal in IPython).
-- ``ranks``: what ``%%distcomp run`` and ``%distcomp debug`` add: the hook on each engine,
-  ``--debug-ranks``, ranks that quit, the post-mortem.
+
+Users: :mod:`jupyter_distcomp.ranks.debugger` (``%%distcomp run``: the hook on each engine,
+``--debug-ranks``, ranks that quit, ``%distcomp debug``) and ``command/run.py`` (``%distcomp
+command``: ``PYTHONBREAKPOINT`` in each rank's environment).
 
 The rank side is :mod:`jupyter_distcomp.standalone.debug_hook`.
 """

@@ -183,8 +183,10 @@ class RankPdb(pdb.Pdb):
         pdb's own loop would prompt again."""
         try:
             self.cmdloop()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # the session ends: no breakpoint, no tracing is left
             self.channel.close()
+            self.clear_all_breaks()
+            self.set_continue()
             sys.settrace(None)
             raise
 
