@@ -3,14 +3,19 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
+# what the install builds from: the package's metadata and the JupyterLab extension's sources
+# (a changed extension is rebuilt into .venv, where JupyterLab loads it from)
+INSTALL_INPUTS := pyproject.toml Makefile jupyter_distcomp/contracts.json \
+	$(wildcard labextension/package.json labextension/src/*.ts labextension/style/*.css \
+	labextension/schema/*.json)
+STAMP := $(VENV)/.installed-$(shell cat $(INSTALL_INPUTS) | sha1sum | cut -c1-12)
 
 .PHONY: demo test test-fast soak lint format bench
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): $(PY) pyproject.toml Makefile
+$(STAMP): $(PY) $(INSTALL_INPUTS)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q 'torch==2.13.0'
 	$(PY) -m pip install -q -e '.[test]'

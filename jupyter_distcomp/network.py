@@ -253,4 +253,11 @@ def listen_shim() -> str | None:
         if built.returncode == 0:
             os.replace(partial, target)
     _shim.append(str(target) if target.exists() else None)
+    if _shim[0] is None and sys.platform.startswith("linux"):
+        print(
+            "distcomp: Open MPI's daemons of the local ranks will listen on every interface, "
+            "not loopback only: the small library that keeps them on loopback needs a C "
+            "compiler. Fix: install one (`apt-get install gcc`) and restart the kernel.",
+            file=sys.stderr,
+        )
     return _shim[0]
