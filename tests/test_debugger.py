@@ -266,6 +266,40 @@ def test_breakpoint_in_the_specs_command_prompts_and_other_ranks_run_on(kernel, 
     assert done < continued, "rank 0 waited for rank 1's debugger"
 
 
+SET_TRACE = """\
+import os
+import pdb
+
+rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+if rank == 1:
+    secret = rank * 7
+    pdb.set_trace()
+    print("rank 1 was not ended", flush=True)
+print(f"rank {rank} done", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_pdb_set_trace_in_the_specs_command_prompts_and_q_ends_that_process_in_one_line(
+    kernel, tmp_path
+):
+    (tmp_path / "train.py").write_text(SET_TRACE)
+    spec = MPI_SPEC.replace("name: dbg", f"name: quitter\ncode: {tmp_path}")
+    assert kernel.run(f"%%distcomp quitter\n{spec}").ok
+    kernel.run(
+        "quitter.runsettings.resource_layout.configure(instance_count=1, process_count_per_node=2)"
+    )
+    out = kernel.run("%distcomp command quitter", ["p secret", "q"])
+    assert out.prompts == ["(Pdb rank 1) "] * 2, out.text
+    assert f"[rank 1] stopped at {tmp_path / 'train.py'}:8, in <module>" in out.text
+    assert "\n7\n" in out.text
+    assert "[rank 1] rank 1: quit in the debugger" in out.text
+    assert "rank 1: quit in the debugger (exit code 1)" in out.text
+    assert "[rank 1] rank 1 was not ended" not in out.text
+    assert "Traceback" not in out.text and "BdbQuit" not in out.text, out.text
+    assert out.reply["status"] == "error" and out.reply["ename"] == "RankError"
+
+
 def test_an_unauthenticated_connection_is_refused():
     from multiprocessing import AuthenticationError
     from multiprocessing.connection import Client

@@ -168,6 +168,7 @@ class _Run:
         self.killed = False
         self.launcher_tail: deque = deque(maxlen=TAIL_LINES)
         self.debugger: DebugChannel | None = None
+        self.quits: set[int] = set()  # ranks whose user typed q at a prompt
 
     # -- output ---------------------------------------------------------------------------
     def _next(self, timeout: float):
@@ -270,8 +271,13 @@ class _Run:
                 self.drain(0.05)
                 if self.debugger is not None:  # the time-out waits while at a prompt
                     start += serve(
-                        self.debugger, before_prompt=lambda: self.drain(0), label=self._label
+                        self.debugger,
+                        before_prompt=lambda: self.drain(0),
+                        label=self._label,
+                        quits=self.quits,
                     )
+                    for rank in self.quits:
+                        self.result.ranks[rank].quit = True
                 for rank, pid in self.started.pids().items():
                     self.result.ranks[rank].pid = pid
                 now = time.monotonic()

@@ -118,7 +118,7 @@ class CellDebug:
         if self.record:
             self.world.failed_ranks = sorted(errors)
         for rank in sorted(self.quits):
-            print(f"rank {rank}: quit in the debugger", file=sys.stderr)
+            print(debug_hook.quit_line(rank), file=sys.stderr)
         channel = self.channel
         if channel is None:
             return
