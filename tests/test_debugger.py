@@ -184,6 +184,51 @@ def test_the_time_out_does_not_run_while_a_person_is_at_a_prompt(kernel):
     assert "timed out" not in out.text and "[rank 0] finished 0" in out.text
 
 
+def status_until(kernel, name: str, needle: str, seconds: float = 90) -> str:
+    """``%distcomp status NAME``'s text once it shows ``needle``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        text = kernel.run(f"%distcomp status {name}").text
+        if needle in text or time.monotonic() > deadline:
+            return text
+        time.sleep(0.5)
+
+
+@pytest.mark.slow
+def test_a_background_cell_says_a_rank_stopped_and_wait_opens_its_prompt(kernel):
+    started = kernel.run(
+        "%%distcomp run dbg --background --timeout 10\nx = mpi_rank * 10\n"
+        "if mpi_rank == 1:\n    breakpoint()\nprint('after', x)"
+    )
+    assert started.ok, started.text
+    stopped = "rank 1 stopped at a breakpoint: `%distcomp wait dbg` opens its prompt"
+    text = status_until(kernel, "dbg", stopped)
+    assert stopped in text, text
+    assert "[rank 1] stopped at cell line 4, in <module>: `%distcomp wait dbg` opens its prompt." in (
+        kernel.output_of(started.msg_id)
+    )
+    time.sleep(11)  # longer than the cell's time-out, which waits while rank 1 is stopped
+    out = kernel.run("%distcomp wait dbg", ["p x + 1", "c"])
+    assert out.ok, out.text
+    assert out.prompts == ["(Pdb rank 1) "] * 2, out.text
+    assert "\n11\n" in out.text and "the background cell finished" in out.text
+    background = kernel.output_of(started.msg_id)
+    assert all(f"[rank {r}] after {r * 10}" in background for r in range(3)), background
+    assert "timed out" not in background + out.text
+    assert "stopped at a breakpoint" not in kernel.run("%distcomp status dbg").text
+
+    started = kernel.run(
+        "%%distcomp run dbg --background --debug-ranks 0\nbreakpoint()\nprint('went on', mpi_rank)"
+    )
+    status_until(kernel, "dbg", "rank 0 stopped at a breakpoint")
+    out = kernel.run("%distcomp wait dbg", ["q"])
+    assert out.ok and out.prompts == ["(Pdb rank 0) "], out.text
+    background = kernel.output_of(started.msg_id)
+    assert "rank 0: quit in the debugger" in background and "Traceback" not in background
+    assert "[rank 2] went on 2" in background and "[rank 0] went on" not in background
+    ready(kernel)
+
+
 @pytest.mark.slow
 def test_a_kernel_interrupt_at_a_prompt_ends_the_session_and_the_ranks_stay_usable(kernel):
     def interrupt(prompt: str) -> None:
