@@ -204,8 +204,9 @@ def test_a_background_cell_says_a_rank_stopped_and_wait_opens_its_prompt(kernel)
     stopped = "rank 1 stopped at a breakpoint: `%distcomp wait dbg` opens its prompt"
     text = status_until(kernel, "dbg", stopped)
     assert stopped in text, text
-    assert "[rank 1] stopped at cell line 4, in <module>: `%distcomp wait dbg` opens its prompt." in (
-        kernel.output_of(started.msg_id)
+    assert (
+        "[rank 1] stopped at cell line 4, in <module>: `%distcomp wait dbg` opens its prompt."
+        in kernel.output_of(started.msg_id)
     )
     time.sleep(11)  # longer than the cell's time-out, which waits while rank 1 is stopped
     out = kernel.run("%distcomp wait dbg", ["p x + 1", "c"])

@@ -20,7 +20,6 @@ from typing import Any
 from ..errors import RankError
 from ..ranges import format_ranks
 
-
 #: how often ``wait`` looks for ranks stopped at a breakpoint
 WAIT_STEP = 0.1
 

@@ -79,7 +79,7 @@ def _hook_pdb() -> None:
         return
     module = hook.rpartition(".")[0]
     if "pdb" in sys.modules:
-        sys.modules["pdb"].set_trace = _forward(module)
+        vars(sys.modules["pdb"])["set_trace"] = _forward(module)
     else:
         sys.meta_path.insert(0, _PdbFinder(module))
 
