@@ -312,6 +312,28 @@ def test_breakpoint_in_the_specs_command_prompts_and_other_ranks_run_on(kernel, 
     assert done < continued, "rank 0 waited for rank 1's debugger"
 
 
+@pytest.mark.slow
+def test_breakpoint_in_a_command_run_in_the_background_prompts_in_wait(kernel, tmp_path):
+    (tmp_path / "train.py").write_text(TRAIN)
+    spec = MPI_SPEC.replace("name: dbg", f"name: bgcmd\ncode: {tmp_path}")
+    assert kernel.run(f"%%distcomp bgcmd\n{spec}").ok
+    kernel.run(
+        "bgcmd.runsettings.resource_layout.configure(instance_count=1, process_count_per_node=2)"
+    )
+    started = kernel.run("%distcomp command bgcmd --background --timeout 60")
+    assert started.ok, started.text
+    stopped = "rank 1 stopped at a breakpoint: `%distcomp wait bgcmd` opens its prompt"
+    text = status_until(kernel, "bgcmd", stopped)
+    assert stopped in text, text
+    assert f"[rank 1] stopped at {tmp_path / 'train.py'}:8, in <module>: `%distcomp wait" in (
+        kernel.output_of(started.msg_id)
+    )
+    out = kernel.run("%distcomp wait bgcmd", ["p secret", "c"])
+    assert out.ok, out.text
+    assert out.prompts == ["(Pdb rank 1) "] * 2 and "\n7\n" in out.text, out.text
+    assert "[rank 1] rank 1 continues" in kernel.output_of(started.msg_id)
+
+
 SET_TRACE = """\
 import os
 import pdb

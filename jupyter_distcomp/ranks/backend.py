@@ -306,9 +306,9 @@ class RankBackend:
         world.background = True
         world.set_state(targets, "busy")  # busy from now on, not from when the thread runs
         self.background[world.name] = cell = BackgroundCell(world.name, targets, ended)
-        run.debug.background = True  # its stops are served by `%distcomp wait`
-        cell.serve = lambda: run.debug.serve_waiting(lambda: run.running)
-        cell.stopped = lambda: run.debug.stopped(targets)
+        held = run.debug.hold_in_background(lambda: run.running)
+        if held is not None:  # its stops are served by `%distcomp wait`
+            cell.serve, cell.stopped = held.serve_waiting, held.stopped
         return cell.start()
 
     def post_mortem(self, name: str, rank: int | None) -> None:

@@ -14,12 +14,12 @@ from __future__ import annotations
 import signal
 import socket
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..debug.channel import DebugChannel
-from ..debug.serve import describe_stop, serve
+from ..debug.held import HeldStops
+from ..debug.serve import serve
 from ..errors import LayoutError, RankError
 from ..mpi import is_local_host
 from ..network import listen_address
@@ -98,10 +98,7 @@ class CellDebug:
         self.channel: DebugChannel | None = getattr(world, "debugger", None)
         self.debug_ranks = debug_ranks
         self.quits: set[int] = set()
-        self.background = False  # the cell runs in a thread: `%distcomp wait` prompts
-        self._waiting = False  # `%distcomp wait` serves the stops now
-        self._told: set[int] = set()  # stopped ranks the background cell's output named
-        self._held_since: float | None = None  # a rank was stopped at the last check
+        self.held: HeldStops | None = None  # a background cell's stops
         if self.channel is not None:
             self.channel.allowed = set(debug_ranks) if debug_ranks is not None else None
             self.channel.skipped = set()
@@ -112,47 +109,24 @@ class CellDebug:
         """Serve the ranks stopped now; seconds spent at prompts (the time-out adds them)."""
         if self.channel is None:
             return 0.0
-        if self.background:
-            return self._hold(self.channel)
+        if self.held is not None:
+            return self.held.hold()
         return serve(self.channel, before_prompt=pump, label=self.world.label, quits=self.quits)
 
-    def _hold(self, channel: DebugChannel) -> float:
-        """A background cell's thread: name each rank that stopped once, in the cell's output;
-        the seconds since the last call during which a rank was stopped."""
-        now = time.monotonic()
-        paused = now - self._held_since if self._held_since is not None else 0.0
-        stopped = channel.stopped_ranks()
-        if not self._waiting:
-            for rank in sorted(set(stopped) - self._told):
-                print(
-                    f"{describe_stop(rank, stopped[rank], self.world.label)}: "
-                    f"`%distcomp wait {self.world.name}` opens its prompt.",
-                    flush=True,
-                )
-            self._told = set(stopped)
-        self._held_since = now if stopped or self._waiting else None
-        return paused
-
-    def serve_waiting(self, running: Callable[[], Iterable[int]]) -> float:
-        """``%distcomp wait`` on a background cell (the kernel's main thread): serve its
-        stopped ranks; seconds spent. An interrupt at a prompt sends SIGINT to the cell's
-        ``running`` ranks (ending their debug sessions and the cell), and the wait goes on."""
-        if self.channel is None or not self.channel.pending():
-            return 0.0
-        self._waiting = True
-        tic = time.monotonic()
-        try:
-            serve(self.channel, label=self.world.label, quits=self.quits)
-        except KeyboardInterrupt:
-            self.world.signal(sorted(running()), signal.SIGINT)
-        finally:
-            self._waiting = False
-            self._told = set()
-        return time.monotonic() - tic
-
-    def stopped(self, ranks: Iterable[int]) -> list[int]:
-        """Those of ``ranks`` stopped at a breakpoint (waiting for, or at, a prompt)."""
-        return [r for r in ranks if self.world.ranks[r].state == "debugging"]
+    def hold_in_background(self, running: Callable[[], Iterable[int]]) -> HeldStops | None:
+        """The cell runs in a thread from now on: its stops wait for `%distcomp wait`;
+        an interrupt at such a prompt sends SIGINT to the cell's ``running`` ranks."""
+        if self.channel is None:
+            return None
+        world = self.world
+        self.held = HeldStops(
+            self.channel,
+            world.name,
+            world.label,
+            self.quits,
+            lambda: world.signal(sorted(running()), signal.SIGINT),
+        )
+        return self.held
 
     def drop_quits(self, errors: dict[int, Any]) -> dict[int, Any]:
         """Errors without the ranks that quit in the debugger (pdb's BdbQuit)."""
