@@ -231,6 +231,25 @@ def test_a_background_cell_says_a_rank_stopped_and_wait_opens_its_prompt(kernel)
 
 
 @pytest.mark.slow
+def test_an_interrupt_at_a_prompt_of_wait_interrupts_the_background_cell(kernel):
+    started = kernel.run(
+        "%%distcomp run dbg --background --debug-ranks 0\nbreakpoint()\nprint('after', mpi_rank)"
+    )
+    status_until(kernel, "dbg", "rank 0 stopped at a breakpoint")
+
+    def interrupt(prompt: str) -> None:
+        kernel.km.interrupt_kernel()
+
+    out = kernel.run("%distcomp wait dbg", [interrupt], timeout=90)
+    assert out.prompts == ["(Pdb rank 0) "], out.text
+    assert out.reply["status"] == "error" and "KeyboardInterrupt" in out.text, out.text
+    assert "the cell failed on rank 0" in out.text, out.text
+    background = kernel.output_of(started.msg_id)
+    assert "[rank 1] after 1" in background and "[rank 0] after" not in background
+    assert "running" not in kernel.run("%distcomp status dbg").text
+
+
+@pytest.mark.slow
 def test_a_kernel_interrupt_at_a_prompt_ends_the_session_and_the_ranks_stay_usable(kernel):
     def interrupt(prompt: str) -> None:
         kernel.km.interrupt_kernel()
