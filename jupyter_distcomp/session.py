@@ -268,8 +268,10 @@ class Session:
         outputs: dict[str, str] | None = None,
         timeout: float | None = None,
         stream: Callable[..., Any] | None = print,
+        background: Any = None,
     ) -> CommandResult:
-        """Run the spec's command on every rank of the component's layout."""
+        """Run the spec's command on every rank of the component's layout (``background``:
+        the BackgroundCell whose thread this is)."""
         from .command import run_command
 
         return run_command(
@@ -280,6 +282,7 @@ class Session:
             stream=stream,
             master_addr=self.master_addr,
             placement=self._placement_of(component),
+            background=background,
         )
 
     def _placement_of(self, component: Component) -> Placement:
@@ -335,7 +338,9 @@ class Session:
 
         def run() -> None:
             try:
-                self.run_command(component, inputs=inputs, outputs=outputs, timeout=timeout)
+                self.run_command(
+                    component, inputs=inputs, outputs=outputs, timeout=timeout, background=cell
+                )
             except KeyboardInterrupt:
                 raise RankError(
                     f"`%distcomp command {name}` interrupted: every rank was stopped."

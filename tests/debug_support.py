@@ -18,6 +18,7 @@ class Outcome:
     prompts: list[str] = field(default_factory=list)  # each stdin request's prompt, in order
     transcript: str = ""  # text and "<prompt><answer>" lines in arrival order
     states: list[dict[int, str]] = field(default_factory=list)  # ranks panel's rank states
+    msg_id: str = ""  # the cell's request: the parent of its output messages
 
     def saw(self, rank: int, state: str) -> bool:
         return any(states.get(rank) == state for states in self.states)
@@ -36,13 +37,14 @@ class DebugKernel:
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)
+        self.streams: dict[str, list[str]] = {}  # every stream text seen, by its cell's msg_id
 
     def run(self, code: str, answers: list[Answer] = (), timeout: float = 180) -> Outcome:
         """Execute ``code`` with stdin allowed; answer each prompt with the next answer
         (``c`` once they are used up). Returns when the cell's reply and output are in."""
         pending = list(answers)
         msg_id = self.kc.execute(code, allow_stdin=True)
-        out = Outcome(reply=None)
+        out = Outcome(reply=None, msg_id=msg_id)
         parts: list[str] = []
         transcript: list[str] = []
         idle = False
@@ -57,6 +59,9 @@ class DebugKernel:
                 if data.get("type") == "world":
                     ranks = data["world"]["ranks"]
                     out.states.append({r["rank"]: r["state"] for r in ranks})
+            if msg and msg["msg_type"] == "stream":  # a background cell's output too
+                parent = msg["parent_header"].get("msg_id", "")
+                self.streams.setdefault(parent, []).append(msg["content"]["text"])
             if msg and msg["parent_header"].get("msg_id") == msg_id:
                 content = msg["content"]
                 if msg["msg_type"] == "stream":
@@ -91,6 +96,12 @@ class DebugKernel:
         out.transcript = strip_ansi("".join(transcript))
         assert out.reply is not None, f"no reply within {timeout} s:\n{out.text}"
         return out
+
+    def output_of(self, msg_id: str) -> str:
+        """The stream text of cell ``msg_id`` seen so far (also after its reply)."""
+        from jupyter_distcomp.errors import strip_ansi
+
+        return strip_ansi("".join(self.streams.get(msg_id, [])))
 
     def close(self) -> None:
         self.kc.stop_channels()

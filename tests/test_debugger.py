@@ -184,6 +184,71 @@ def test_the_time_out_does_not_run_while_a_person_is_at_a_prompt(kernel):
     assert "timed out" not in out.text and "[rank 0] finished 0" in out.text
 
 
+def status_until(kernel, name: str, needle: str, seconds: float = 90) -> str:
+    """``%distcomp status NAME``'s text once it shows ``needle``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        text = kernel.run(f"%distcomp status {name}").text
+        if needle in text or time.monotonic() > deadline:
+            return text
+        time.sleep(0.5)
+
+
+@pytest.mark.slow
+def test_a_background_cell_says_a_rank_stopped_and_wait_opens_its_prompt(kernel):
+    started = kernel.run(
+        "%%distcomp run dbg --background --timeout 10\nx = mpi_rank * 10\n"
+        "if mpi_rank == 1:\n    breakpoint()\nprint('after', x)"
+    )
+    assert started.ok, started.text
+    stopped = "rank 1 stopped at a breakpoint: `%distcomp wait dbg` opens its prompt"
+    text = status_until(kernel, "dbg", stopped)
+    assert stopped in text, text
+    assert (
+        "[rank 1] stopped at cell line 4, in <module>: `%distcomp wait dbg` opens its prompt."
+        in kernel.output_of(started.msg_id)
+    )
+    time.sleep(11)  # longer than the cell's time-out, which waits while rank 1 is stopped
+    out = kernel.run("%distcomp wait dbg", ["p x + 1", "c"])
+    assert out.ok, out.text
+    assert out.prompts == ["(Pdb rank 1) "] * 2, out.text
+    assert "\n11\n" in out.text and "the background cell finished" in out.text
+    background = kernel.output_of(started.msg_id)
+    assert all(f"[rank {r}] after {r * 10}" in background for r in range(3)), background
+    assert "timed out" not in background + out.text
+    assert "stopped at a breakpoint" not in kernel.run("%distcomp status dbg").text
+
+    started = kernel.run(
+        "%%distcomp run dbg --background --debug-ranks 0\nbreakpoint()\nprint('went on', mpi_rank)"
+    )
+    status_until(kernel, "dbg", "rank 0 stopped at a breakpoint")
+    out = kernel.run("%distcomp wait dbg", ["q"])
+    assert out.ok and out.prompts == ["(Pdb rank 0) "], out.text
+    background = kernel.output_of(started.msg_id)
+    assert "rank 0: quit in the debugger" in background and "Traceback" not in background
+    assert "[rank 2] went on 2" in background and "[rank 0] went on" not in background
+    ready(kernel)
+
+
+@pytest.mark.slow
+def test_an_interrupt_at_a_prompt_of_wait_interrupts_the_background_cell(kernel):
+    started = kernel.run(
+        "%%distcomp run dbg --background --debug-ranks 0\nbreakpoint()\nprint('after', mpi_rank)"
+    )
+    status_until(kernel, "dbg", "rank 0 stopped at a breakpoint")
+
+    def interrupt(prompt: str) -> None:
+        kernel.km.interrupt_kernel()
+
+    out = kernel.run("%distcomp wait dbg", [interrupt], timeout=90)
+    assert out.prompts == ["(Pdb rank 0) "], out.text
+    assert out.reply["status"] == "error" and "KeyboardInterrupt" in out.text, out.text
+    assert "the cell failed on rank 0" in out.text, out.text
+    background = kernel.output_of(started.msg_id)
+    assert "[rank 1] after 1" in background and "[rank 0] after" not in background
+    assert "running" not in kernel.run("%distcomp status dbg").text
+
+
 @pytest.mark.slow
 def test_a_kernel_interrupt_at_a_prompt_ends_the_session_and_the_ranks_stay_usable(kernel):
     def interrupt(prompt: str) -> None:
@@ -264,6 +329,62 @@ def test_breakpoint_in_the_specs_command_prompts_and_other_ranks_run_on(kernel, 
     done = float((tmp_path / "done-0").read_text())
     continued = float((tmp_path / "continued").read_text())
     assert done < continued, "rank 0 waited for rank 1's debugger"
+
+
+@pytest.mark.slow
+def test_breakpoint_in_a_command_run_in_the_background_prompts_in_wait(kernel, tmp_path):
+    (tmp_path / "train.py").write_text(TRAIN)
+    spec = MPI_SPEC.replace("name: dbg", f"name: bgcmd\ncode: {tmp_path}")
+    assert kernel.run(f"%%distcomp bgcmd\n{spec}").ok
+    kernel.run(
+        "bgcmd.runsettings.resource_layout.configure(instance_count=1, process_count_per_node=2)"
+    )
+    started = kernel.run("%distcomp command bgcmd --background --timeout 60")
+    assert started.ok, started.text
+    stopped = "rank 1 stopped at a breakpoint: `%distcomp wait bgcmd` opens its prompt"
+    text = status_until(kernel, "bgcmd", stopped)
+    assert stopped in text, text
+    assert f"[rank 1] stopped at {tmp_path / 'train.py'}:8, in <module>: `%distcomp wait" in (
+        kernel.output_of(started.msg_id)
+    )
+    out = kernel.run("%distcomp wait bgcmd", ["p secret", "c"])
+    assert out.ok, out.text
+    assert out.prompts == ["(Pdb rank 1) "] * 2 and "\n7\n" in out.text, out.text
+    assert "[rank 1] rank 1 continues" in kernel.output_of(started.msg_id)
+
+
+SET_TRACE = """\
+import os
+import pdb
+
+rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+if rank == 1:
+    secret = rank * 7
+    pdb.set_trace()
+    print("rank 1 was not ended", flush=True)
+print(f"rank {rank} done", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_pdb_set_trace_in_the_specs_command_prompts_and_q_ends_that_process_in_one_line(
+    kernel, tmp_path
+):
+    (tmp_path / "train.py").write_text(SET_TRACE)
+    spec = MPI_SPEC.replace("name: dbg", f"name: quitter\ncode: {tmp_path}")
+    assert kernel.run(f"%%distcomp quitter\n{spec}").ok
+    kernel.run(
+        "quitter.runsettings.resource_layout.configure(instance_count=1, process_count_per_node=2)"
+    )
+    out = kernel.run("%distcomp command quitter", ["p secret", "q"])
+    assert out.prompts == ["(Pdb rank 1) "] * 2, out.text
+    assert f"[rank 1] stopped at {tmp_path / 'train.py'}:8, in <module>" in out.text
+    assert "\n7\n" in out.text
+    assert "[rank 1] rank 1: quit in the debugger" in out.text
+    assert "rank 1: quit in the debugger (exit code 1)" in out.text
+    assert "[rank 1] rank 1 was not ended" not in out.text
+    assert "Traceback" not in out.text and "BdbQuit" not in out.text, out.text
+    assert out.reply["status"] == "error" and out.reply["ename"] == "RankError"
 
 
 def test_an_unauthenticated_connection_is_refused():

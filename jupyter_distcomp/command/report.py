@@ -39,6 +39,7 @@ class RankResult:
     pid: int | None = None
     returncode: int | None = None
     stopped: bool = False  # ended by us (another rank failed, timeout, interrupt)
+    quit: bool = False  # its user typed q at its debugger prompt
     stdout_tail: deque = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
     stderr_tail: deque = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
 
@@ -109,6 +110,8 @@ def rank_status(outcome: Any) -> str:
         prefix = "stopped with " if outcome.stopped else "killed by "
         hint = "" if outcome.stopped else f" ({_SIGNAL_HINTS.get(name, 'a signal')})"
         return f"{prefix}{name}{hint}"
+    if getattr(outcome, "quit", False):
+        return f"quit in the debugger (exit code {code})"
     return f"exit code {code}" + (" (after being stopped)" if outcome.stopped else "")
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..debug.channel import DebugChannel
+from ..debug.held import HeldStops
 from ..debug.serve import serve
 from ..errors import RankError, SpecError
 from ..layout import MPI_LAUNCHERS, env_places
@@ -61,6 +62,7 @@ def run_command(
     grace: float = 3.0,
     cwd: str | Path | None = None,
     check: bool = True,
+    background: Any = None,
 ) -> CommandResult:
     """Run the component's command on every rank of its current layout.
 
@@ -71,7 +73,8 @@ def run_command(
     ``cwd`` is where relative input and output paths start (default: the current folder, the
     notebook's); the ranks themselves run in the component's code folder. ``placement``:
     the hosts the nodes run on (node i on host i, started by mpiexec over ssh, whatever the
-    launcher; the code folder must exist at the same path there).
+    launcher; the code folder must exist at the same path there). ``background``: the
+    BackgroundCell this run is the thread of; its ``wait`` serves the breakpoints.
     """
     cwd = Path(cwd or Path.cwd()).resolve()
     bound_inputs = bind_inputs(component, inputs, cwd)
@@ -114,6 +117,11 @@ def run_command(
     labels = [rank_label(r.rank, r.node, nodes) for r in ranks]
     run = _Run(result, labels, stream, timeout, grace)
     run.debugger = debugger
+    if background is not None:  # this thread cannot prompt: `%distcomp wait` does
+        run.held = HeldStops(
+            debugger, component.name, run._label, run.quits, run.interrupt_from_elsewhere
+        )
+        background.serve, background.stopped = run.held.serve_waiting, run.held.stopped
     started = time.monotonic()
     active = ActiveRun(len(envs), code_dir)
     active.supervisors = lambda: run.launch.pids() if run.launch is not None else {}
@@ -168,6 +176,8 @@ class _Run:
         self.killed = False
         self.launcher_tail: deque = deque(maxlen=TAIL_LINES)
         self.debugger: DebugChannel | None = None
+        self.quits: set[int] = set()  # ranks whose user typed q at a prompt
+        self.held: HeldStops | None = None  # a run in the background: its stops wait
 
     # -- output ---------------------------------------------------------------------------
     def _next(self, timeout: float):
@@ -268,10 +278,17 @@ class _Run:
         try:
             while True:
                 self.drain(0.05)
-                if self.debugger is not None:  # the time-out waits while at a prompt
+                if self.held is not None:  # the time-out waits while a rank is stopped
+                    start += self.held.hold()
+                elif self.debugger is not None:  # the time-out waits while at a prompt
                     start += serve(
-                        self.debugger, before_prompt=lambda: self.drain(0), label=self._label
+                        self.debugger,
+                        before_prompt=lambda: self.drain(0),
+                        label=self._label,
+                        quits=self.quits,
                     )
+                for rank in self.quits:
+                    self.result.ranks[rank].quit = True
                 for rank, pid in self.started.pids().items():
                     self.result.ranks[rank].pid = pid
                 now = time.monotonic()

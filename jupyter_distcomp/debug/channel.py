@@ -162,6 +162,11 @@ class DebugChannel:
     def pending(self) -> bool:
         return bool(self._stops)
 
+    def stopped_ranks(self) -> dict[int, dict]:
+        """The ranks waiting for their prompt, each with where it stopped."""
+        with self._cond:
+            return {session.rank: where for session, where in self._stops}
+
     def take(
         self, prefer: RankSession | None = None, wait: float = 0.0
     ) -> tuple[RankSession, dict] | None:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ..model import Component
     from ..settings import ResourceLayout
     from .compare import CompareTable
+    from .run import CellRun
     from .where import WhereReport
 
 Listener = Callable[[dict], None]
@@ -292,12 +293,12 @@ class RankBackend:
         )
         if not background:
             return cell.run()
-        return self._in_background(world, targets, cell.run)
+        return self._in_background(world, targets, cell)
 
-    def _in_background(self, world: World, targets: list[int], run: Callable[[], Any]) -> Any:
+    def _in_background(self, world: World, targets: list[int], run: CellRun) -> Any:
         def ended() -> None:
             try:
-                run()
+                run.run()
             finally:
                 world.background = False
                 self._notify(world)
@@ -305,6 +306,9 @@ class RankBackend:
         world.background = True
         world.set_state(targets, "busy")  # busy from now on, not from when the thread runs
         self.background[world.name] = cell = BackgroundCell(world.name, targets, ended)
+        held = run.debug.hold_in_background(lambda: run.running)
+        if held is not None:  # its stops are served by `%distcomp wait`
+            cell.serve, cell.stopped = held.serve_waiting, held.stopped
         return cell.start()
 
     def post_mortem(self, name: str, rank: int | None) -> None:
@@ -390,13 +394,13 @@ class RankBackend:
         return self.start(name, component, wait=True)
 
     def interrupt(self, name: str) -> list[int]:
-        """SIGINT to every busy rank of ``name``; the ranks signalled."""
+        """SIGINT to every busy rank of ``name`` (at a breakpoint too); the ranks signalled."""
         import signal
 
         world = self.worlds.get(name)
         if world is None:
             return []
-        busy = [info.rank for info in world.ranks if info.state == "busy"]
+        busy = [info.rank for info in world.ranks if info.state in ("busy", "debugging")]
         world.signal(busy, signal.SIGINT)
         return busy
 

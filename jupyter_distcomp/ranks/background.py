@@ -3,7 +3,9 @@
 The cell's :class:`~.run.CellRun` runs in a thread that carries the starting cell's context
 (``contextvars``), so ipykernel sends the ranks' labelled output to that cell's output area
 for as long as the cell runs. ``%distcomp wait NAME`` joins the thread and raises the error
-the cell collected; ``%distcomp status`` and the JupyterLab panel show that it runs.
+the cell collected; ``%distcomp status`` and the JupyterLab panel show that it runs. While it
+waits, ``%distcomp wait`` serves the prompts of ranks stopped at a breakpoint (``serve``);
+``%distcomp status`` names them (``stopped``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from typing import Any
 from ..errors import RankError
 from ..ranges import format_ranks
 
+#: how often ``wait`` looks for ranks stopped at a breakpoint
+WAIT_STEP = 0.1
+
 
 class BackgroundCell:
     """One cell running in the background on ``ranks`` of world ``name``."""
@@ -29,6 +34,9 @@ class BackgroundCell:
         self.ended: float | None = None
         self.error: BaseException | None = None
         self._run = run
+        #: serves the stopped ranks' prompts (the seconds spent), and names them
+        self.serve: Callable[[], float] = lambda: 0.0
+        self.stopped: Callable[[], list[int]] = list
         self._done = threading.Event()
         context = contextvars.copy_context()  # the starting cell's output area
         self._thread = threading.Thread(
@@ -68,14 +76,30 @@ class BackgroundCell:
 
     def describe(self) -> str:
         state = "running" if self.running else ("failed" if self.error else "finished")
+        stopped = self.stopped() if self.running else []
+        held = (
+            f"; {format_ranks(stopped)} stopped at a breakpoint: `%distcomp wait {self.name}` "
+            "opens its prompt"
+            if stopped
+            else ""
+        )
         return (
             f"{self.name}: background cell on {format_ranks(self.ranks)}, {state} "
-            f"({self.seconds:.1f} s)"
+            f"({self.seconds:.1f} s){held}"
         )
 
     def wait(self, timeout: float | None = None) -> None:
-        """Block until the cell ends; raise its error. A time-out leaves it running."""
-        if not self._done.wait(timeout):
+        """Block until the cell ends, serving the prompts of ranks that stop meanwhile (the
+        time at a prompt does not count); raise its error. A time-out leaves it running."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._done.wait(WAIT_STEP):
+            paused = self.serve()
+            if deadline is None:
+                continue
+            deadline += paused
+            if time.monotonic() > deadline:
+                break
+        if not self._done.is_set():
             raise RankError(
                 f"the background cell of {self.name!r} still runs after {timeout:g} s "
                 f"({format_ranks(self.ranks)}). It keeps running: `%distcomp where {self.name}` "

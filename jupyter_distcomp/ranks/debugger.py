@@ -4,17 +4,21 @@ A world opens one :class:`~jupyter_distcomp.debug.channel.DebugChannel` (its add
 when its ranks are set up, and ships :mod:`~jupyter_distcomp.standalone.debug_hook` to every
 engine as source, so a user's own cluster needs no install of this package. While a cell
 runs, :class:`CellDebug` serves the ranks that stop (the cell's time-out paused meanwhile),
-skips ranks outside ``--debug-ranks`` and turns ``q`` into one line per rank.
+skips ranks outside ``--debug-ranks`` and turns ``q`` into one line per rank. A background
+cell's thread does not prompt: it says once in the cell's output that a rank stopped, and
+``%distcomp wait`` serves the prompts from the kernel's main thread.
 """
 
 from __future__ import annotations
 
+import signal
 import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..debug.channel import DebugChannel
+from ..debug.held import HeldStops
 from ..debug.serve import serve
 from ..errors import LayoutError, RankError
 from ..mpi import is_local_host
@@ -24,7 +28,7 @@ from ..standalone import debug_hook
 from . import ipp
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     from .world import World
 
@@ -94,6 +98,7 @@ class CellDebug:
         self.channel: DebugChannel | None = getattr(world, "debugger", None)
         self.debug_ranks = debug_ranks
         self.quits: set[int] = set()
+        self.held: HeldStops | None = None  # a background cell's stops
         if self.channel is not None:
             self.channel.allowed = set(debug_ranks) if debug_ranks is not None else None
             self.channel.skipped = set()
@@ -104,7 +109,24 @@ class CellDebug:
         """Serve the ranks stopped now; seconds spent at prompts (the time-out adds them)."""
         if self.channel is None:
             return 0.0
+        if self.held is not None:
+            return self.held.hold()
         return serve(self.channel, before_prompt=pump, label=self.world.label, quits=self.quits)
+
+    def hold_in_background(self, running: Callable[[], Iterable[int]]) -> HeldStops | None:
+        """The cell runs in a thread from now on: its stops wait for `%distcomp wait`;
+        an interrupt at such a prompt sends SIGINT to the cell's ``running`` ranks."""
+        if self.channel is None:
+            return None
+        world = self.world
+        self.held = HeldStops(
+            self.channel,
+            world.name,
+            world.label,
+            self.quits,
+            lambda: world.signal(sorted(running()), signal.SIGINT),
+        )
+        return self.held
 
     def drop_quits(self, errors: dict[int, Any]) -> dict[int, Any]:
         """Errors without the ranks that quit in the debugger (pdb's BdbQuit)."""
@@ -118,7 +140,7 @@ class CellDebug:
         if self.record:
             self.world.failed_ranks = sorted(errors)
         for rank in sorted(self.quits):
-            print(f"rank {rank}: quit in the debugger", file=sys.stderr)
+            print(debug_hook.quit_line(rank), file=sys.stderr)
         channel = self.channel
         if channel is None:
             return

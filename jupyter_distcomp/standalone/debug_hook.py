@@ -13,7 +13,9 @@ Two ways in, both standard library only:
   as module ``distcomp_debug_hook`` and calls :func:`install` (``sys.breakpointhook`` and
   ``pdb.set_trace``); ``post_mortem()`` debugs the rank's last failed cell.
 - ``%distcomp command`` ranks: ``PYTHONBREAKPOINT=jupyter_distcomp.standalone.debug_hook.
-  breakpointhook`` with ``DISTCOMP_DEBUG=host:port:rank`` and ``DISTCOMP_DEBUG_KEY=hex``.
+  breakpointhook`` with ``DISTCOMP_DEBUG=host:port:rank`` and ``DISTCOMP_DEBUG_KEY=hex``
+  (``stack_site/sitecustomize.py`` routes ``pdb.set_trace`` here too). ``q`` ends such a
+  process: ``SystemExit("rank N: quit in the debugger")``, exit status 1, no traceback.
 """
 
 from __future__ import annotations
@@ -55,8 +57,9 @@ _channel = None  # this process's _Channel, once install() ran or the environmen
 class _Channel:
     """One authenticated connection to the kernel, reopened after the kernel closed it."""
 
-    def __init__(self, host: str, port: int, key: bytes, rank: int):
+    def __init__(self, host: str, port: int, key: bytes, rank: int, command: bool = False):
         self.address, self.key, self.rank = (host, port), key, rank
+        self.command = command  # a process of `%distcomp command`: q ends it
         self.conn: Any = None
         self.output: list[str] = []  # pdb's text, sent with the next message
 
@@ -154,6 +157,9 @@ class RankPdb(pdb.Pdb):
                 self.channel.send(running=True)
         except (OSError, EOFError):
             self.channel.close()
+        if self._ending == "quit" and self.channel.command:
+            sys.settrace(None)
+            raise SystemExit(quit_line(self.channel.rank))
 
     def _announce(self, frame, line: int) -> bool:
         """Tell the kernel where we stopped; False if it says not to stop here."""
@@ -247,8 +253,12 @@ def _debugger() -> RankPdb | None:
         host, _, port = host.rpartition(":")
         if not (host and port and rest and key):
             return None
-        _channel = _Channel(host, int(port), bytes.fromhex(key), int(rest))
+        _channel = _Channel(host, int(port), bytes.fromhex(key), int(rest), command=True)
     return RankPdb(_channel)
+
+
+def quit_line(rank: int) -> str:
+    return f"rank {rank}: quit in the debugger"
 
 
 def install(host: str, port: int, key_hex: str, rank: int) -> None:
@@ -269,13 +279,14 @@ def breakpointhook(*args, **kwargs) -> None:
     debugger.set_trace(sys._getframe(1))
 
 
-def set_trace(*, header=None) -> None:
+def set_trace(*, header=None, frame=None) -> None:
+    """``pdb.set_trace``: stop in ``frame`` (default: the caller's)."""
     debugger = _debugger()
     if debugger is None:
         return
     if header is not None:
         debugger.message(header)
-    debugger.set_trace(sys._getframe(1))
+    debugger.set_trace(frame or sys._getframe(1))
 
 
 def post_mortem(traceback=None) -> None:

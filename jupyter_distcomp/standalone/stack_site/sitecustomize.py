@@ -1,10 +1,13 @@
-"""Put on ``PYTHONPATH`` of ``%distcomp command`` ranks: lets `%distcomp where` see them.
+"""Put on ``PYTHONPATH`` of ``%distcomp command`` ranks: `%distcomp where` sees them, and
+``pdb.set_trace()`` prompts in the notebook as ``breakpoint()`` does.
 
 When ``DISTCOMP_STACK_DIR`` names a folder, every Python process of the run arms
 faulthandler on SIGUSR1 to write its threads' stacks to ``<pid>-<main thread id>.stack``
 there; the file's existence tells the kernel that this process may be sent SIGUSR1 (whose
 default action would end it). Then the next ``sitecustomize`` on ``sys.path``, if any, runs
-as it would without this one. Standard library only.
+as it would without this one. When ``PYTHONBREAKPOINT`` names the debugger hook (the kernel
+set it), the first ``import pdb`` replaces ``pdb.set_trace`` with that module's ``set_trace``;
+processes that never import pdb pay nothing. Standard library only.
 """
 
 from __future__ import annotations
@@ -27,6 +30,60 @@ def _arm() -> None:
     sys._distcomp_stack_file = stack_file  # type: ignore[attr-defined]  # kept alive
 
 
+class _PdbFinder:
+    """``sys.meta_path`` entry: once ``pdb`` is loaded, its ``set_trace`` is ``hook``'s."""
+
+    def __init__(self, hook: str) -> None:
+        self.hook = hook
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "pdb":  # before any import: an import here comes back to this finder
+            return None
+        import sys
+
+        sys.meta_path.remove(self)  # one use; also keeps find_spec below from coming here
+        import importlib.util
+
+        spec = importlib.util.find_spec("pdb")
+        if spec is None or spec.loader is None:
+            return spec
+        load = spec.loader.exec_module
+        hook = self.hook
+
+        def exec_module(module) -> None:
+            load(module)
+            module.set_trace = _forward(hook)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def _forward(hook: str):
+    """``pdb.set_trace`` that stops where it is called, with the hook's debugger (imported
+    at the call: the hook module itself imports pdb)."""
+
+    def set_trace(*, header=None) -> None:
+        import importlib
+        import sys
+
+        importlib.import_module(hook).set_trace(header=header, frame=sys._getframe(1))
+
+    return set_trace
+
+
+def _hook_pdb() -> None:
+    import sys
+
+    hook = os.environ.get("PYTHONBREAKPOINT", "")
+    if not (os.environ.get("DISTCOMP_DEBUG") and hook.endswith("debug_hook.breakpointhook")):
+        return
+    module = hook.rpartition(".")[0]
+    if "pdb" in sys.modules:
+        vars(sys.modules["pdb"])["set_trace"] = _forward(module)
+    else:
+        sys.meta_path.insert(0, _PdbFinder(module))
+
+
 def _chain() -> None:
     """Run the sitecustomize this one hides (a distribution's or a virtualenv's)."""
     import importlib.machinery
@@ -46,5 +103,9 @@ def _chain() -> None:
 try:
     _arm()
 except Exception:  # never stop the user's program from starting
+    pass
+try:
+    _hook_pdb()
+except Exception:
     pass
 _chain()

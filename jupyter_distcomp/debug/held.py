@@ -1,0 +1,74 @@
+"""Breakpoints of ranks whose cell or command runs in the background.
+
+Only the kernel's main thread, inside a cell, can prompt. So the background thread does not
+serve a rank that stops: it names it once in its own output area (and ``%distcomp status``
+names it), and ``%distcomp wait NAME``, which runs on the main thread, serves the prompts.
+The background run's time-out waits while a rank is stopped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from .channel import DebugChannel
+from .serve import describe_stop, serve
+
+
+class HeldStops:
+    """The stops of one background run on ``channel``; ``name`` is its component."""
+
+    def __init__(
+        self,
+        channel: DebugChannel,
+        name: str,
+        label: Callable[[int], str],
+        quits: set[int],
+        interrupt: Callable[[], None],
+    ) -> None:
+        self.channel = channel
+        self.name = name
+        self.label = label
+        self.quits = quits  # ranks whose user typed q
+        self.interrupt = interrupt  # an interrupt at a prompt: SIGINT to the run's ranks
+        self._waiting = False  # `%distcomp wait` serves the stops now
+        self._told: set[int] = set()  # stopped ranks already named in the output
+        self._held_since: float | None = None  # a rank was stopped at the last check
+
+    def hold(self) -> float:
+        """The background thread: name each rank that stopped, once; the seconds since the
+        last call during which a rank was stopped (the time-out adds them)."""
+        now = time.monotonic()
+        paused = now - self._held_since if self._held_since is not None else 0.0
+        stopped = self.channel.stopped_ranks()
+        if not self._waiting:
+            for rank in sorted(set(stopped) - self._told):
+                print(
+                    f"{describe_stop(rank, stopped[rank], self.label)}: "
+                    f"`%distcomp wait {self.name}` opens its prompt.",
+                    flush=True,
+                )
+            self._told = set(stopped)
+        self._held_since = now if stopped or self._waiting else None
+        return paused
+
+    def serve_waiting(self) -> float:
+        """``%distcomp wait`` (the main thread): serve the stopped ranks; seconds spent. An
+        interrupt at a prompt ends the debug session and interrupts the run; the wait goes
+        on until the run ends."""
+        if not self.channel.pending():
+            return 0.0
+        self._waiting = True
+        tic = time.monotonic()
+        try:
+            serve(self.channel, label=self.label, quits=self.quits)
+        except KeyboardInterrupt:
+            self.interrupt()
+        finally:
+            self._waiting = False
+            self._told = set()
+        return time.monotonic() - tic
+
+    def stopped(self) -> list[int]:
+        """The ranks waiting for their prompt."""
+        return sorted(self.channel.stopped_ranks())
