@@ -54,9 +54,10 @@ class Tracker:
         for proc in list(self.seen.values()):
             try:
                 parent = proc.parent()
-                if "ipyparallel.controller" in " ".join(proc.cmdline()) and parent is not None:
-                    if "standalone.guard" in " ".join(parent.cmdline()):
-                        found.append(proc)
+                command = " ".join(proc.cmdline())
+                guarded = parent is not None and "standalone.guard" in " ".join(parent.cmdline())
+                if "ipyparallel.controller" in command and guarded:
+                    found.append(proc)
             except psutil.Error:
                 pass
         return found
