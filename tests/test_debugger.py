@@ -358,3 +358,18 @@ def test_a_kernel_interrupt_while_ranks_wait_for_their_turn_leaves_no_rank_trace
     ready(kernel, tries=3)
     out = kernel.run("%%distcomp run dbg\nimport sys\nprint('traced', sys.gettrace() is not None)")
     assert out.text.count("traced False") == 3, out.text
+
+
+@pytest.mark.slow
+def test_a_session_continued_with_breakpoints_set_leaves_no_rank_traced_after_its_cell(kernel):
+    """pdb keeps tracing after ``c`` while breakpoints exist; the session ends with its cell
+    (a rank traced for good would also stay traced after a later interrupt)."""
+    out = kernel.run(
+        "%%distcomp run dbg --debug-ranks 0\ndef never():\n    return 1\n\nbreakpoint()\n"
+        "print('went on', mpi_rank)",
+        ["b never", "c"],
+    )
+    assert out.ok, out.text
+    assert "Breakpoint" in out.text and "[rank 0] went on 0" in out.text
+    out = kernel.run("%%distcomp run dbg\nimport sys\nprint('traced', sys.gettrace() is not None)")
+    assert out.text.count("traced False") == 3, out.text
