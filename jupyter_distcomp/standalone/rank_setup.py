@@ -59,7 +59,7 @@ def setup_rank(env: dict, drop: list, stack_path: str | None) -> dict:
         handle = kernel.shell_handlers["execute_request"]
         if not getattr(handle, "keeps_cells", False):
 
-            def execute_request(stream, ident, parent):  # type: ignore[no-untyped-def]
+            def execute_request(stream, ident, parent):
                 parent["content"].setdefault("stop_on_error", False)
                 return handle(stream, ident, parent)
 
