@@ -457,3 +457,41 @@ def test_breakpoint_on_a_rank_in_terminal_ipython(tmp_path):
         child.expect(pexpect.EOF)
     finally:
         child.close(force=True)
+
+
+@pytest.mark.slow
+def test_a_kernel_interrupt_while_ranks_wait_for_their_turn_leaves_no_rank_traced(kernel):
+    """Rank 0 is at a prompt, ranks 1 and 2 stopped too and wait their turn (their stops are
+    queued) when the kernel is interrupted: every rank ends its cell, none stays traced."""
+
+    def interrupt(prompt: str) -> None:
+        time.sleep(2)  # the other ranks' stops arrive and queue meanwhile
+        kernel.km.interrupt_kernel()
+
+    out = kernel.run(
+        "%%distcomp run dbg\nimport time\ntime.sleep(0.2 * mpi_rank)\nbreakpoint()\n"
+        "print('after', mpi_rank)",
+        [interrupt],
+        timeout=60,
+    )
+    assert out.reply["status"] == "error" and out.reply["ename"] == "RankInterrupt", out.text
+    assert len(out.prompts) == 1, out.text
+    assert "after" not in out.text
+    ready(kernel, tries=3)
+    out = kernel.run("%%distcomp run dbg\nimport sys\nprint('traced', sys.gettrace() is not None)")
+    assert out.text.count("traced False") == 3, out.text
+
+
+@pytest.mark.slow
+def test_a_session_continued_with_breakpoints_set_leaves_no_rank_traced_after_its_cell(kernel):
+    """pdb keeps tracing after ``c`` while breakpoints exist; the session ends with its cell
+    (a rank traced for good would also stay traced after a later interrupt)."""
+    out = kernel.run(
+        "%%distcomp run dbg --debug-ranks 0\ndef never():\n    return 1\n\nbreakpoint()\n"
+        "print('went on', mpi_rank)",
+        ["b never", "c"],
+    )
+    assert out.ok, out.text
+    assert "Breakpoint" in out.text and "[rank 0] went on 0" in out.text
+    out = kernel.run("%%distcomp run dbg\nimport sys\nprint('traced', sys.gettrace() is not None)")
+    assert out.text.count("traced False") == 3, out.text

@@ -238,6 +238,7 @@ def printed_pids(text: str) -> list[int]:
 @pytest.mark.slow
 def test_what_engines_start_ends_with_stop_and_with_a_killed_kernel():
     from .ranks_support import MPI_SPEC
+    from .ranks_support import wait_gone as processes_gone
     from .test_ranks_kernel import Kernel
 
     kernel = Kernel()
@@ -261,8 +262,12 @@ def test_what_engines_start_ends_with_stop_and_with_a_killed_kernel():
         orphaned = printed_pids(text)
         pids += orphaned
         assert len(wait_running(orphaned)) == 4, text
+        started = kernel.processes()  # the guards, the controller and its schedulers, mpiexec
+        commands = [" ".join(proc.cmdline()) for proc in started]
+        assert any("ipyparallel.controller" in command for command in commands), commands
         psutil.Process(kernel.km.provisioner.process.pid).kill()
         assert wait_gone(orphaned, 30) == []
+        assert processes_gone(started, 30) == [], "left running after the kernel was killed"
     finally:
         kernel.close()
         kill_all(pids)

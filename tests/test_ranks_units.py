@@ -82,6 +82,24 @@ def test_identical_tracebacks_from_different_kernels_collapse():
     assert [heading for heading, _ in sections] == ["rank 0", "ranks 1-3"]
 
 
+def test_a_cell_a_rank_dropped_says_so_and_how_to_go_on():
+    """ipyparallel's TaskAborted (a rank still ending a failed cell drops the next one) has
+    no traceback: the section says what happened, no internal error."""
+    from ipyparallel.error import TaskAborted
+
+    errors = {
+        0: FakeRemoteError("KeyError", "'x'", "KeyError: 'x'"),
+        1: TaskAborted("aborted"),
+        2: TaskAborted("aborted"),
+    }
+    sections = dict(error_sections(errors))
+    assert sections["rank 0"] == ["KeyError: 'x'"]
+    assert sections["ranks 1-2"] == [
+        "Did not run this cell: still busy ending the cell before it, which failed or was "
+        "interrupted. Run the cell again."
+    ]
+
+
 MPIEXEC_EXIT = """\
 --------------------------------------------------------------------------
 prterun detected that one or more processes exited with non-zero status,

@@ -35,10 +35,19 @@ class RemoteErrorLike(Protocol):
     traceback: str | None
 
 
+#: ipyparallel's reply for a request the engine dropped: the cell before it failed while
+#: this one was already queued (ipykernel aborts the queue after an error)
+ABORTED = "TaskAborted"
+
+
+def _ename(err: RemoteErrorLike) -> str:
+    return getattr(err, "ename", None) or type(err).__name__
+
+
 def _error_key(err: RemoteErrorLike) -> tuple[str, str, str]:
-    text = strip_ansi(err.traceback or "")
+    text = strip_ansi(getattr(err, "traceback", None) or "")
     text = _CELL_COUNT.sub("In[]", _CELL_FILE.sub("<cell>", text))
-    return (err.ename or "", str(err.evalue or ""), text)
+    return (_ename(err), str(getattr(err, "evalue", "") or ""), text)
 
 
 def group_errors(
@@ -59,6 +68,13 @@ def error_sections(
     ``Cell In[2]`` after the notebook's cell."""
     sections = []
     for ranks, err in group_errors(errors):
+        if _ename(err) == ABORTED:
+            body = [
+                "Did not run this cell: still busy ending the cell before it, which failed or "
+                "was interrupted. Run the cell again."
+            ]
+            sections.append((format_ranks(ranks), body))
+            continue
         body = (err.traceback or f"{err.ename}: {err.evalue}").splitlines()
         if cell:
             body = [_rename_cell(line, cell) for line in body]

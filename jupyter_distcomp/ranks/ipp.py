@@ -19,6 +19,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import mpi, network
+from ..standalone.guard import GRACE
 
 if TYPE_CHECKING:
     import logging
@@ -43,6 +44,7 @@ RELIES_ON = (
     "ipyparallel.Cluster.engine_set",
     "ipyparallel.Cluster.engines",
     "ipyparallel.Cluster.controller",
+    "ipyparallel.Cluster.shutdown_atexit",
     "ipyparallel.DirectView.execute",
     "ipyparallel.DirectView.apply_async",
     "ipyparallel.client.asyncresult.AsyncResult.split",
@@ -55,6 +57,7 @@ RELIES_ON = (
     "ipyparallel.cluster.launcher.LocalProcessLauncher.process",
     "ipyparallel.cluster.launcher.LocalProcessLauncher.output_file",
     "ipyparallel.cluster.launcher.LocalProcessLauncher.get_output",
+    "ipyparallel.cluster.launcher.LocalProcessLauncher.stop_seconds_until_kill",
     "ipyparallel.cluster.launcher.LocalControllerLauncher.controller_cmd",
     "ipyparallel.cluster.launcher.LocalControllerLauncher.controller_args",
     "ipyparallel.cluster.launcher.MPILauncher.mpi_cmd",
@@ -80,6 +83,11 @@ HUB_MISSES = 50  # 10 s without an answer before the hub gives an engine up
 ENGINE_MISSES = 150  # 30 s without the hub before an engine shuts itself down
 #: run through this, the controller and mpiexec die with the kernel
 GUARD = [sys.executable, "-m", "jupyter_distcomp.standalone.guard"]
+#: seconds ipyparallel waits for a guard after SIGTERM before its SIGKILL: longer than the
+#: guard's own GRACE, so that the guard, which owns every process below it (also those that
+#: lost their parent), is what ends a controller or mpiexec slow to stop. A SIGKILLed guard
+#: would leave the controller's schedulers and mpiexec's ranks to PID 1.
+STOP_SECONDS = int(GRACE) + 5
 
 
 # -- the event loop ---------------------------------------------------------------------
@@ -139,8 +147,11 @@ def cluster_config(
     placement = placement or network.Placement()
     listen = placement.listen()
     config = Config()
-    config.MPILauncher.mpi_cmd = [*GUARD, mpi.mpiexec_path()]
-    config.LocalControllerLauncher.controller_cmd = [*GUARD, *ipcontroller_cmd_argv]
+    config.LocalProcessLauncher.stop_seconds_until_kill = STOP_SECONDS
+    # the guard exits at once if this process is gone by the time it starts
+    guard = [*GUARD, "--parent", str(os.getpid())]
+    config.MPILauncher.mpi_cmd = [*guard, mpi.mpiexec_path()]
+    config.LocalControllerLauncher.controller_cmd = [*guard, *ipcontroller_cmd_argv]
     config.MPILauncher.mpi_args = network.mpiexec_flags(
         placement, world_size, process_count_per_node, FORWARDED
     )
@@ -184,6 +195,9 @@ class LocalCluster:
             delay=0,  # engines wait for the controller's connection info anyway
             engine_timeout=int(timeout),
             log=quiet_log(),
+            # we stop it (session.shutdown at exit, the guard when the kernel dies);
+            # ipyparallel's own stop at exit would SIGKILL slow guards and forget the processes
+            shutdown_atexit=False,
         )
         self._engine_set: Any = None
         self._stopped = False
@@ -203,12 +217,12 @@ class LocalCluster:
                 return
             self._stopped = True
         self._engine_set = self._engine_set or self._cluster.engine_set
-        leftovers = process_tree(self._cluster)
+        guards = guard_processes(self._cluster)
         try:
             run(self._cluster.stop_cluster())
         except Exception:
             pass
-        kill(leftovers)
+        kill_below(guards)
 
     def mpiexec_alive(self) -> bool:
         """mpiexec runs (or has not been launched yet); True once stopped."""
@@ -334,21 +348,28 @@ def quiet_log() -> logging.Logger:
     return log
 
 
-def process_tree(cluster: Any) -> list[psutil.Process]:
-    """mpiexec, its daemons, the ranks, their nannies and the controller, as psutil objects."""
+def guard_processes(cluster: Any) -> list[psutil.Process]:
+    """The guards of the controller and of mpiexec (the processes ipyparallel started)."""
+    launchers = [cluster.controller, *cluster.engines.values()]
+    return [launcher.process for launcher in launchers if getattr(launcher, "process", None)]
+
+
+def kill_below(guards: list[psutil.Process]) -> None:
+    """SIGKILL whatever still runs below ``guards`` (looked up now: a guard adopts the
+    orphans of its tree), then the guards: leaves first, so nothing is orphaned on the way."""
     import psutil
 
-    launchers = [cluster.controller, *cluster.engines.values()]
-    procs: list[psutil.Process] = []
-    for launcher in launchers:
-        process = getattr(launcher, "process", None)
-        if process is None:
-            continue
-        try:
-            procs += [process, *process.children(recursive=True)]
-        except psutil.Error:
-            pass
-    return procs
+    for _ in range(3):  # a process may start another while we kill
+        below: list[psutil.Process] = []
+        for guard in filter(_running, guards):
+            try:
+                below += guard.children(recursive=True)
+            except psutil.Error:
+                pass
+        if not below:
+            break
+        kill(below[::-1])
+    kill(guards)
 
 
 def kill(procs: list[psutil.Process]) -> None:

@@ -269,6 +269,32 @@ def install(host: str, port: int, key_hex: str, rank: int) -> None:
     _channel = _Channel(host, int(port), bytes.fromhex(key_hex), int(rank))
     sys.breakpointhook = breakpointhook
     pdb.set_trace = set_trace
+    _end_sessions_with_their_cell()
+
+
+def _end_sessions_with_their_cell() -> None:
+    """After each cell of this engine, no trace function is left on the rank.
+
+    pdb keeps tracing after ``c`` while breakpoints exist, and a new session loads the
+    breakpoints of earlier ones: without this, a rank stays traced for good (every later
+    cell slower, and an interrupt that lands outside the debugger leaves it traced).
+    Breakpoints stay set for the next ``breakpoint()``.
+    """
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+    callbacks = shell.events.callbacks["post_run_cell"]
+    if any(getattr(callback, "__name__", "") == "_untrace" for callback in callbacks):
+        return
+
+    def _untrace(*_result: object) -> None:
+        sys.settrace(None)
+
+    shell.events.register("post_run_cell", _untrace)
 
 
 def breakpointhook(*args, **kwargs) -> None:

@@ -1,9 +1,11 @@
-"""``python -m jupyter_distcomp.standalone.guard [--signal NAME] CMD ...``: CMD, and everything
-it starts, ends with the kernel.
+"""``python -m jupyter_distcomp.standalone.guard [--signal NAME] [--parent PID] CMD ...``: CMD,
+and everything it starts, ends with the kernel.
 
 The controller and ``mpiexec`` are started through this. On Linux the guard asks the kernel
 (``prctl(PR_SET_PDEATHSIG, sig)``) to signal it when the Jupyter kernel that started it dies,
-even by SIGKILL, when no atexit hook can run: SIGTERM by default. It runs CMD as its child and
+even by SIGKILL, when no atexit hook can run: SIGTERM by default. A Jupyter kernel that died while
+the guard started (before that request) is noticed by its pid (``--parent``, the kernel's pid):
+the guard then exits at once, CMD never runs. It runs CMD as its child and
 passes every stop signal on to it, so that mpiexec stops its ranks and the controller its
 schedulers. The guard is a child subreaper (see reaper.py): a process a rank starts and
 leaves behind, even a daemon that detaches with ``setsid``, is adopted by the guard, not by
@@ -49,7 +51,8 @@ def _supervise(child: int) -> int:
         except ProcessLookupError:
             pass
         if signum in _STOPS and not deadline:
-            deadline.append(threading.Timer(GRACE, reaper.kill_tree))
+            # the main thread's waitpid must see CMD end: the timer kills, it does not reap
+            deadline.append(threading.Timer(GRACE, reaper.kill_tree, kwargs={"collect": False}))
             deadline[0].daemon = True
             deadline[0].start()
 
@@ -73,15 +76,30 @@ def _exit_like(code: int) -> None:
     sys.exit(code if code >= 0 else 128 - code)
 
 
+def _options(argv: list[str]) -> tuple[signal.Signals, int | None, list[str]]:
+    """``--signal NAME`` and ``--parent PID`` (in any order), then CMD."""
+    sig, parent = signal.SIGTERM, None
+    while len(argv) > 2 and argv[0] in ("--signal", "--parent"):
+        if argv[0] == "--signal":
+            sig = signal.Signals[f"SIG{argv[1]}"]
+        else:
+            parent = int(argv[1])
+        argv = argv[2:]
+    return sig, parent, argv
+
+
 def main(argv: list[str]) -> None:
-    sig = signal.SIGTERM
-    if argv[:1] == ["--signal"] and len(argv) > 2:
-        sig, argv = signal.Signals[f"SIG{argv[1]}"], argv[2:]
+    sig, parent, argv = _options(argv)
     if not argv:
-        sys.exit("usage: python -m jupyter_distcomp.standalone.guard [--signal NAME] CMD [ARGS...]")
+        sys.exit(
+            "usage: python -m jupyter_distcomp.standalone.guard [--signal NAME] [--parent PID] "
+            "CMD [ARGS...]"
+        )
     if not sys.platform.startswith("linux"):
         os.execvp(argv[0], argv)
-    parent = os.getppid()
+    # without --parent, the parent we see first; it may have died already (then we were
+    # adopted and our parent is not the process that started us: --parent tells)
+    parent = os.getppid() if parent is None else parent
     reaper.die_with_parent(sig)
     if os.getppid() != parent:  # the kernel died before the request took effect
         sys.exit(1)

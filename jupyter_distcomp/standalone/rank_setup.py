@@ -19,7 +19,8 @@ OPEN_MPI_WORLD_KEYS = (
 
 
 def setup_rank(env: dict, drop: list, stack_path: str | None) -> dict:
-    """Apply this rank's variables, arm the stack dump, and say who we are.
+    """Apply this rank's variables, arm the stack dump, keep cells that follow a failed one,
+    and say who we are.
 
     ``drop`` lists variables to remove unless ``env`` sets them. SIGUSR1 makes faulthandler
     write every thread's Python stack to ``stack_path`` even while the main thread is stuck
@@ -46,6 +47,25 @@ def setup_rank(env: dict, drop: list, stack_path: str | None) -> dict:
         if sys.__stderr__ is not None:
             faulthandler.enable(file=sys.__stderr__, all_threads=False)
     except Exception:
+        pass
+    try:
+        # ipykernel drops (TaskAborted) the execute requests that reach it while it ends a
+        # failed or interrupted cell (``stop_on_error``, true unless the request says
+        # otherwise; ipyparallel's cannot). The kernel sends a rank its next cell as soon as
+        # the rank replied, so that cell could be dropped: requests default to false here.
+        from IPython import get_ipython
+
+        kernel = get_ipython().kernel
+        handle = kernel.shell_handlers["execute_request"]
+        if not getattr(handle, "keeps_cells", False):
+
+            def execute_request(stream, ident, parent):
+                parent["content"].setdefault("stop_on_error", False)
+                return handle(stream, ident, parent)
+
+            execute_request.keeps_cells = True  # type: ignore[attr-defined]
+            kernel.shell_handlers["execute_request"] = execute_request
+    except Exception:  # not an ipykernel engine
         pass
     mpi_rank = mpi_size = None
     if "mpi4py.MPI" in sys.modules:

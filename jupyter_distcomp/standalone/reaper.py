@@ -90,17 +90,18 @@ def reap() -> None:
             return
 
 
-def kill_tree(root: int | None = None, timeout: float = 5.0) -> list[int]:
+def kill_tree(root: int | None = None, timeout: float = 5.0, collect: bool = True) -> list[int]:
     """SIGKILL every process below ``root`` (this process by default) until none is left.
 
     Repeats, because a process may start another while the first pass runs. Returns the pids
-    that were killed.
+    that were killed. ``collect=False``: leave this process's ended children for its own
+    ``waitpid`` (zombies do not count as left).
     """
     root = os.getpid() if root is None else root
     killed: list[int] = []
     deadline = time.monotonic() + timeout
     while True:
-        if root == os.getpid():
+        if collect and root == os.getpid():
             reap()
         left = descendants([root])
         if not left or time.monotonic() > deadline:

@@ -1,0 +1,175 @@
+"""Nothing a kernel starts for its ranks outlives it, also when a world is replaced while it
+is still starting: the controller, its schedulers, mpiexec, the ranks, the guards.
+
+A tracker polls the kernel's process tree from the definition on and keeps every process it
+ever saw there, so a process that was orphaned (reparented to PID 1) still counts. A
+controller that does not end on SIGTERM at once (as under load: the stop signal finds it busy)
+is made with SIGSTOP: then only the guard's own deadline ends it.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+
+from .ranks_support import MPI_SPEC, TORCH_SPEC, alive, wait_gone
+from .test_ranks_kernel import Kernel
+
+pytestmark = pytest.mark.slow
+
+
+class Tracker:
+    """Every process seen below ``pid`` while it runs."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.seen: dict[int, psutil.Process] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            try:
+                for proc in psutil.Process(self.pid).children(recursive=True):
+                    self.seen.setdefault(proc.pid, proc)
+            except psutil.Error:
+                pass
+            time.sleep(0.01)
+
+    def close(self) -> list[psutil.Process]:
+        self._stop.set()
+        self._thread.join()
+        return list(self.seen.values())
+
+    def controllers(self) -> list[psutil.Process]:
+        """The controllers (the guard's child) seen so far."""
+        found = []
+        for proc in list(self.seen.values()):
+            try:
+                parent = proc.parent()
+                command = " ".join(proc.cmdline())
+                guarded = parent is not None and "standalone.guard" in " ".join(parent.cmdline())
+                if "ipyparallel.controller" in command and guarded:
+                    found.append(proc)
+            except psutil.Error:
+                pass
+        return found
+
+
+def describe(procs: list[psutil.Process]) -> str:
+    lines = []
+    for proc in procs:
+        try:
+            lines.append(f"{proc.pid} (parent {proc.ppid()}): {' '.join(proc.cmdline())[:100]}")
+        except psutil.Error:
+            pass
+    return "\n".join(lines)
+
+
+def started_controller(tracker: Tracker, seconds: float = 60) -> psutil.Process:
+    """The first controller once it has started its schedulers (its own children)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for controller in tracker.controllers():
+            try:
+                if len(controller.children()) >= 2:
+                    return controller
+            except psutil.Error:
+                pass
+        time.sleep(0.02)
+    raise AssertionError(f"no controller started within {seconds} s")
+
+
+def end_kernel(kernel: Kernel, how: str) -> None:
+    kernel.kc.stop_channels()
+    if how == "kill":
+        kernel.km.provisioner.process.kill()
+    else:
+        kernel.km.shutdown_wait_time = 60  # the kernel's own clean-up is what is tested
+        kernel.km.shutdown_kernel(now=False)
+
+
+CHANGES = {
+    "redefinition": f"%%distcomp leaky\n{TORCH_SPEC}",  # another launcher: another world
+    "layout": "leaky.runsettings.resource_layout.configure(1, 3)",
+    "stop": "%distcomp stop leaky",
+    "nothing": "pass",
+}
+
+
+@pytest.mark.parametrize(
+    "change, how, busy",
+    [
+        *[(change, how, True) for change in CHANGES for how in ("shutdown", "kill")],
+        ("layout", "shutdown", False),
+        ("redefinition", "kill", False),
+    ],
+)
+def test_a_world_replaced_or_stopped_while_starting_leaves_nothing_behind(change, how, busy):
+    """The world's controller has started (its schedulers run), its engines may not have
+    registered yet; ``busy``: the controller does not answer SIGTERM in time."""
+    kernel = Kernel()
+    tracker = Tracker(kernel.km.provisioner.process.pid)
+    procs: list[psutil.Process] = []
+    try:
+        kernel.run(
+            "%load_ext jupyter_distcomp\n%config DistComp.default_process_count_per_node = 2"
+        )
+        reply, text, _ = kernel.run(f"%%distcomp leaky\n{MPI_SPEC}")
+        assert reply["status"] == "ok", text
+        controller = started_controller(tracker)
+        if busy:
+            controller.suspend()
+        reply, text, _ = kernel.run(CHANGES[change])
+        assert reply["status"] == "ok", text
+        end_kernel(kernel, how)
+        procs = tracker.close()
+        assert len(procs) >= 4, describe(procs)  # a guard, a controller, its schedulers
+        left = wait_gone(procs, 40)
+        assert left == [], f"left running after the kernel ended:\n{describe(left)}"
+    finally:
+        procs = procs or tracker.close()
+        for proc in alive(procs):
+            proc.kill()
+        kernel.close()
+
+
+ORPHAN = """
+import os, signal, subprocess, sys
+from jupyter_distcomp.ranks import ipp
+guard = ipp.cluster_config(1).MPILauncher.mpi_cmd[:-1]  # the guard, as mpiexec's
+proc = subprocess.Popen(
+    [*guard, "sleep", "31337"], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+)
+os.kill(proc.pid, signal.SIGSTOP)  # the guard has not asked to die with us yet
+print(proc.pid, flush=True)
+os._exit(0)  # the kernel dies while its guard starts
+"""
+
+
+def test_a_guard_whose_kernel_died_while_it_started_does_not_run_its_command():
+    kernel = subprocess.run(
+        [sys.executable, "-c", ORPHAN], capture_output=True, text=True, timeout=120
+    )
+    assert kernel.returncode == 0, kernel.stderr
+    guard = psutil.Process(int(kernel.stdout))
+    try:
+        guard.send_signal(signal.SIGCONT)
+        assert wait_gone([guard], 30) == [], "the guard runs on without its kernel"
+    finally:
+        leftovers = [guard, *guard.children(recursive=True)] if guard.is_running() else []
+        for proc in alive(leftovers):
+            proc.kill()
+    sleeps = [
+        p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "31337"]
+    ]
+    for proc in sleeps:
+        proc.kill()
+    assert sleeps == [], "the guard ran its command for a kernel that was gone"
