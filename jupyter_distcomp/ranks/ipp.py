@@ -314,7 +314,9 @@ class Execution:
 
     def __init__(self, client: Client, ids: list[int], code: str):
         self.result = client[ids].execute(code, silent=False, block=False)
-        self.replies = [RankReply(part) for part in self.result.split()]
+        # split() unmemoized: its lru_cache would keep the last 128 cells' results and output
+        parts = type(self.result).split.__wrapped__(self.result)
+        self.replies = [RankReply(part) for part in parts]
 
     def wait_for_output(self, timeout: float) -> bool:
         """Wait until every engine's output is complete (or ``timeout`` seconds pass)."""
