@@ -23,6 +23,7 @@ import argparse
 import io
 import os
 import random
+import re
 import sys
 import tempfile
 import threading
@@ -60,6 +61,15 @@ while True:
     if mpi_rank == {victim} and time.time() > deadline:
         os.kill(os.getpid(), signal.SIGKILL)
 """
+
+
+def culprits(text: str) -> list[int]:
+    """The ranks a death report's headline blames ("rank 2 killed by signal 9 (Killed)
+    while running the cell on 'soak'")."""
+    match = re.search(
+        r"((?:rank \d+ [^;\n]*?)(?:; rank \d+ [^;\n]*?)*) while running the cell", text
+    )
+    return [int(rank) for rank in re.findall(r"rank (\d+) ", match.group(1))] if match else []
 
 
 def figures() -> dict[str, float]:
@@ -125,7 +135,7 @@ class Soak:
         return failed, children
 
     def kill_ranks(self, count: int) -> tuple[int, int, list[str]]:
-        """(faults survived, faults whose report named the killed rank, notes on the rest).
+        """(faults survived, faults whose report blamed the killed rank alone, notes on the rest).
 
         Survived: the cell failed with a RankError (the kernel lives on), ``%distcomp
         restart`` brought the world back and the next cell ran on every rank.
@@ -139,7 +149,7 @@ class Soak:
             after, back = self.cell("%%distcomp run soak\nprint('back', mpi_rank)")
             if failed and restarted and after and back.count("back") == self.ranks:
                 survived += 1
-            if f"rank {victim} killed by signal 9" in text:
+            if culprits(text) == [victim]:
                 named += 1
             else:
                 said = " ".join(text.split())[:300]
