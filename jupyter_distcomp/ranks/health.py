@@ -36,6 +36,7 @@ class RankInfo:
     main_thread: int | None = None
     engine_id: int | None = None
     death: str | None = None  # why it died, once known
+    gone_at: float | None = None  # when its own process was seen gone while mpiexec ran
     process: psutil.Process | None = None  # looked up on the first liveness check
 
 
@@ -104,14 +105,25 @@ class WorldHealth:
             return []
         newly = []
         mpiexec_alive = self.mpiexec_alive()
+        now = time.monotonic()
         with self._lock:
             for info in self.ranks:
-                if info.state != "dead" and (not mpiexec_alive or not self._pid_alive(info)):
+                if info.state == "dead":
+                    continue
+                if mpiexec_alive and not self._pid_alive(info):
+                    info.gone_at = now
+                if not mpiexec_alive or info.gone_at is not None:
                     info.state = "dead"
                     newly.append(info.rank)
         if newly:
             self._changed()
         return newly
+
+    def first_gone(self) -> list[int]:
+        """The ranks whose own process was seen gone first, before mpiexec stopped the rest."""
+        seen = [info for info in self.ranks if info.gone_at is not None]
+        first = min((info.gone_at for info in seen if info.gone_at is not None), default=None)
+        return [info.rank for info in seen if info.gone_at == first]
 
     def _watch(self) -> None:
         while not self._stopped and self.dead_ranks != list(range(self.world_size)):

@@ -323,12 +323,21 @@ class RankReply:
         return value[0] if isinstance(value, list) and len(value) == 1 else value
 
 
+HISTORY_KEPT = 1000  # msg_ids in Client.history (ints index it; nothing of ours does)
+DIGESTS_KEPT = 4096  # message signatures remembered against replays (jupyter_client: 65536)
+
+
 class Execution:
     """``code`` sent to some engines: the whole AsyncResult and each engine's reply."""
 
     def __init__(self, client: Client, ids: list[int], code: str):
         self.result = client[ids].execute(code, silent=False, block=False)
-        self.replies = [RankReply(part) for part in self.result.split()]
+        # a kernel runs cells for days: keep ipyparallel's per-message records bounded
+        del client.history[:-HISTORY_KEPT]
+        client.session.digest_history_size = min(client.session.digest_history_size, DIGESTS_KEPT)
+        # split() unmemoized: its lru_cache would keep the last 128 cells' results and output
+        parts = type(self.result).split.__wrapped__(self.result)
+        self.replies = [RankReply(part) for part in parts]
 
     def wait_for_output(self, timeout: float) -> bool:
         """Wait until every engine's output is complete (or ``timeout`` seconds pass)."""

@@ -34,6 +34,8 @@ STACK_WAIT = 0.5  # seconds to wait for the busy ranks' stacks on an interrupt
 DEATH_GRACE = 2.0  # seconds to let mpiexec report a death and stop the other ranks
 OUTPUT_GRACE = 1.0  # seconds to wait for the last output after a rank's reply
 ALIVE_CHECK = 0.2  # seconds between checks that every rank's process still exists
+SAID_LINES = 40  # lines of mpiexec's output shown with a death
+REPORT_LINES = 2000  # lines of mpiexec's output searched for the cause of a death
 
 
 def cell_name(shell: Any, code: str) -> str:
@@ -279,10 +281,9 @@ class CellRun:
             self._on_stopped()
         self._settle(DEATH_GRACE, lambda: not self.running and not world.mpiexec_alive())
         world.check_alive()
-        said = world.mpiexec_output(since=self.log_offset)
+        said, reasons = self._death_report()
         dead = [r for r in self.ranks if world.ranks[r].state == "dead"]
-        reasons = {r: death_reason(r, said) for r in range(world.world_size)}
-        culprits = [r for r, why in reasons.items() if why] or dead
+        culprits = [r for r, why in reasons.items() if why] or world.first_gone() or dead
         for rank in culprits:
             world.ranks[rank].death = reasons.get(rank) or "died"
         others = [r for r in world.dead_ranks if r not in culprits]
@@ -307,6 +308,23 @@ class CellRun:
             + f"Output of the other ranks is kept above. Fix: `%distcomp restart {world.name}` "
             "starts a fresh world (variables on the ranks are lost).",
         )
+
+    def _death_report(self) -> tuple[str, dict[int, str]]:
+        """What mpiexec printed since the cell began, and each rank's cause of death in it.
+
+        mpiexec may print its report after the ranks are gone: while it names no rank, its
+        output is read again for up to DEATH_GRACE more seconds.
+        """
+        world = self.world
+        # only our own mpiexec reports; a user's cluster says nothing worth waiting for
+        deadline = time.monotonic() + (DEATH_GRACE if world.cluster is not None else 0)
+        while True:
+            full = world.mpiexec_output(since=self.log_offset, limit=REPORT_LINES)
+            reasons = {r: death_reason(r, full) for r in range(world.world_size)}
+            if any(reasons.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        return "\n".join(full.splitlines()[-SAID_LINES:]), reasons
 
     def _on_stopped(self) -> None:
         """The world was stopped (``%distcomp stop``, the panel) while the cell ran."""
