@@ -52,7 +52,7 @@ def test_list_line_is_a_summary():
 def test_env_shows_shared_values_once_and_what_varies_per_rank():
     component = load_component(MPI_SPEC)
     component.runsettings.resource_layout.configure(instance_count=2, process_count_per_node=2)
-    table = EnvTable(component)
+    table = EnvTable(component, component.rank_environments())
     assert table.view.shared["OMPI_COMM_WORLD_SIZE"] == "4"
     assert "OMPI_COMM_WORLD_SIZE" not in table.view.header
     assert [row[:4] for row in table.view.rows] == [
@@ -72,7 +72,7 @@ def test_tf_config_is_shown_in_readable_parts():
         task = {"type": kind, "index": index if kind == "worker" else 0}
         config = {"cluster": {"worker": hosts[:2], "ps": hosts[2:]}, "task": task}
         envs.append({"TF_CONFIG": json.dumps({**config, "environment": "cloud"})})
-    view = rank_view("tensorflow", envs, process_count_per_node=1)
+    view = rank_view("tensorflow", envs)
     assert view.shared == {
         "TF_CONFIG cluster": "worker: 127.0.0.1:1001, 127.0.0.1:1002; ps: 127.0.0.1:1003",
         "TF_CONFIG environment": "cloud",
@@ -84,5 +84,5 @@ def test_tf_config_is_shown_in_readable_parts():
 def test_env_table_of_a_tf_spec_has_no_raw_json():
     component = load_component(TF_SPEC)
     component.runsettings.resource_layout.configure(instance_count=2, process_count_per_node=1)
-    text = repr(EnvTable(component))
+    text = repr(EnvTable(component, component.rank_environments()))
     assert "{" not in text and "TF_CONFIG task" in text and "worker 1" in text, text
