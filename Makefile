@@ -18,6 +18,7 @@ $(PY):
 $(STAMP): $(PY) $(INSTALL_INPUTS)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q 'torch==2.13.0'
+	rm -rf jupyter_distcomp/labextension  # built again from labextension/ by the install
 	$(PY) -m pip install -q -e '.[test]'
 	rm -f $(VENV)/.installed-*
 	touch $@
