@@ -59,14 +59,7 @@ def _supervise(child: int) -> int:
     for sig in _FORWARDED:
         signal.signal(sig, forward)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
-    while True:
-        try:
-            pid, status = os.waitpid(-1, 0)
-        except InterruptedError:
-            continue
-        if pid == child:
-            reaper.kill_tree()
-            return os.waitstatus_to_exitcode(status)
+    return reaper.wait_for(child)
 
 
 def _exit_like(code: int) -> None:

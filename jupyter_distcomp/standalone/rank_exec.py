@@ -135,14 +135,7 @@ def _supervise(child: int) -> int:
     """Wait for the child (reaping the orphans we adopt meanwhile), then end what it left."""
     for sig in _FORWARDED:
         signal.signal(sig, lambda signum, _frame: os.kill(child, signum))
-    while True:
-        try:
-            pid, status = os.waitpid(-1, 0)
-        except InterruptedError:
-            continue
-        if pid == child:
-            reaper.kill_tree()
-            return os.waitstatus_to_exitcode(status)
+    return reaper.wait_for(child)
 
 
 def _exit_like(code: int) -> int:

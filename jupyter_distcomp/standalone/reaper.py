@@ -90,6 +90,19 @@ def reap() -> None:
             return
 
 
+def wait_for(child: int) -> int:
+    """Reap whatever ends below this process until ``child`` does (orphans adopted as a
+    subreaper included), then kill what it left; the child's exit code (-N: signal N)."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except InterruptedError:
+            continue
+        if pid == child:
+            kill_tree()
+            return os.waitstatus_to_exitcode(status)
+
+
 def kill_tree(root: int | None = None, timeout: float = 5.0, collect: bool = True) -> list[int]:
     """SIGKILL every process below ``root`` (this process by default) until none is left.
 
