@@ -12,29 +12,16 @@ and TCP between the ranks cost, not a real network's latency.
 
 from __future__ import annotations
 
-import io
 import statistics
 import sys
 import time
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from common import SPEC, quiet
+
 from tests.netns_support import NamespaceHosts, unavailable
-
-SPEC = """\
-name: bench
-type: DistributedComponent
-launcher:
-  type: mpi
-  additional_arguments: python bench.py
-"""
-
-
-def quiet(fn, *args):
-    with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
-        return fn(*args)
 
 
 def measure(shell, backend, starts: int = 3, trips: int = 30) -> tuple[float, float]:
@@ -50,7 +37,7 @@ def measure(shell, backend, starts: int = 3, trips: int = 30) -> tuple[float, fl
     trip = []
     for _ in range(trips):
         tic = time.perf_counter()
-        result = quiet(shell.run_cell, "%%distcomp run bench\nx = 1")
+        result, _ = quiet(shell.run_cell, "%%distcomp run bench\nx = 1")
         trip.append(time.perf_counter() - tic)
         assert result.success, result.error_in_exec
     backend.stop("bench")

@@ -11,27 +11,13 @@ Run: .venv/bin/python bench/bench_inspect.py   (not a test; prints its figures)
 
 from __future__ import annotations
 
-import io
 import os
 import statistics
 import time
-from contextlib import redirect_stderr, redirect_stdout
 
-SPEC = """\
-name: bench
-type: DistributedComponent
-launcher:
-  type: mpi
-  additional_arguments: python bench.py
-"""
+from common import SPEC, quiet
+
 RANKS = 4
-
-
-def quiet(fn, *args):
-    out = io.StringIO()
-    with redirect_stdout(out), redirect_stderr(io.StringIO()):
-        result = fn(*args)
-    return result, out.getvalue()
 
 
 def timed(shell, cell: str, n: int) -> float:

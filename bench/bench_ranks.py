@@ -11,23 +11,16 @@ Run: .venv/bin/python bench/bench_ranks.py   (not a test; prints its figures)
 
 from __future__ import annotations
 
-import io
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
-SPEC = """\
-name: bench
-type: DistributedComponent
-launcher:
-  type: mpi
-  additional_arguments: python bench.py
-"""
+from common import SPEC, quiet
+
 RANKS = 4
 ALLREDUCE = """
 import time
@@ -43,14 +36,6 @@ for _ in range(5):
 dt = MPI.COMM_WORLD.allreduce((time.perf_counter() - tic) / 5, op=MPI.MAX)
 assert b[0] == MPI.COMM_WORLD.Get_size()
 """
-
-
-def quiet(fn, *args):
-    """Run fn with stdout/stderr captured; return (result, captured stdout)."""
-    out = io.StringIO()
-    with redirect_stdout(out), redirect_stderr(io.StringIO()):
-        result = fn(*args)
-    return result, out.getvalue()
 
 
 def mpiexec() -> str:
