@@ -3,23 +3,23 @@
 Each rank evaluates EXPR and sends a summary (:mod:`..standalone.compare`): numbers as they
 are, strings, arrays and tensors as shape, dtype and a digest, a ``state_dict()`` as the
 summary of each entry. Ranks with equal summaries form a group; the largest group is the
-reference and the others are flagged. Only for ranks that differ, the reference rank writes
-its value to a file on this machine and each differing rank computes its max |diff| against
-it (and, with ``--rtol``, whether all of it is within that relative tolerance, which puts
-the rank into the reference group): no array ever travels to the kernel.
+reference and the others are flagged. Only for ranks that differ, the reference rank serves
+its value from its own host and each differing rank, on whichever host, fetches it and
+computes its max |diff| (and, with ``--rtol``, whether all of it is within that relative
+tolerance, which puts the rank into the reference group): no array ever travels to the
+kernel.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
+import secrets
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DistcompError, RankError
 from ..mpi import is_local_host
+from ..network import LOOPBACK
 from ..ranges import format_ranks
-from ..standalone.compare import diff_value, dump_value, summarize
+from ..standalone.compare import diff_value, serve_value, summarize
 from . import ipp
 
 if TYPE_CHECKING:
@@ -112,32 +112,46 @@ def compare(world: World, ranks: list[int], expr: str, rtol: float | None) -> Co
 def _diff_kept(
     world: World, summaries: dict[int, dict], keys: dict[int, Any], ref: int, rtol: float | None
 ) -> dict[int, dict]:
-    """max |diff| on the ranks that kept an array or mapping and differ; the rest forget."""
+    """max |diff| on the ranks that kept an array or mapping and differ; the rest forget.
+
+    The reference rank serves its value on its own host (:func:`_serving_address`) to the
+    differing ranks, which fetch it with a one-time token: the value goes from rank to rank,
+    across hosts too, and never through the kernel.
+    """
     client = world.client
     assert client is not None
     kept = [r for r, s in summaries.items() if s["kind"] in ("array", "dict")]
     if not kept:
         return {}
     differing = [r for r in kept if keys[r] != keys[ref]]
-    local = all(is_local_host(world.ranks[r].host) for r in kept)
-    folder = tempfile.mkdtemp(prefix="distcomp-compare-")
-    path = os.path.join(folder, "reference.pickle")
-    try:
-        usable = bool(differing) and local and ref in kept
-        if usable:
-            ipp.call_each(client, [(_engines(world)[ref], dump_value, (SLOT, path))], 60)
-        calls = [
-            (
-                _engines(world)[r],
-                diff_value,
-                (SLOT, path if usable and r in differing else None, rtol),
-            )
-            for r in kept
-        ]
-        results = ipp.call_each(client, calls, CALL_TIMEOUT)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    source = None
+    if differing and ref in kept:
+        address, token = _serving_address(world, ref, kept), secrets.token_hex(16)
+        serve = (SLOT, address, len(differing), token, CALL_TIMEOUT)
+        (port,) = ipp.call_each(client, [(_engines(world)[ref], serve_value, serve)], 60)
+        source = (address, port, token)
+    calls = [
+        (
+            _engines(world)[r],
+            diff_value,
+            (SLOT, source if r in differing else None, rtol, CALL_TIMEOUT),
+        )
+        for r in kept
+    ]
+    results = ipp.call_each(client, calls, CALL_TIMEOUT)
     return {r: res for r, res in zip(kept, results, strict=True) if r in differing and res}
+
+
+def _serving_address(world: World, ref: int, kept: list[int]) -> str:
+    """Where the reference rank serves its value: loopback when every rank involved runs on
+    this machine, else the address of its host that the user named (``DistComp.hosts``), or
+    the host name the rank reported (ranks of a connected cluster)."""
+    if all(is_local_host(world.ranks[r].host) for r in kept):
+        return LOOPBACK
+    node = world.ranks[ref].node
+    if node < len(world.placement.hosts):
+        return world.placement.hosts[node]
+    return world.ranks[ref].host or LOOPBACK
 
 
 def _engines(world: World) -> dict[int, int]:
