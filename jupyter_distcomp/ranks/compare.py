@@ -16,8 +16,6 @@ import secrets
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DistcompError, RankError
-from ..mpi import is_local_host
-from ..network import LOOPBACK
 from ..ranges import format_ranks
 from ..standalone.compare import diff_value, serve_value, summarize
 from . import ipp
@@ -114,7 +112,7 @@ def _diff_kept(
 ) -> dict[int, dict]:
     """max |diff| on the ranks that kept an array or mapping and differ; the rest forget.
 
-    The reference rank serves its value on its own host (:func:`_serving_address`) to the
+    The reference rank serves its value on its own host (see :func:`_toward`) to the
     differing ranks, which fetch it with a one-time token: the value goes from rank to rank,
     across hosts too, and never through the kernel.
     """
@@ -124,12 +122,15 @@ def _diff_kept(
     if not kept:
         return {}
     differing = [r for r in kept if keys[r] != keys[ref]]
-    source = None
+    source, unserved = None, {}
     if differing and ref in kept:
-        address, token = _serving_address(world, ref, kept), secrets.token_hex(16)
-        serve = (SLOT, address, len(differing), token, CALL_TIMEOUT)
-        (port,) = ipp.call_each(client, [(_engines(world)[ref], serve_value, serve)], 60)
-        source = (address, port, token)
+        token = secrets.token_hex(16)
+        serve = (SLOT, _toward(world, ref, differing), len(differing), token, CALL_TIMEOUT)
+        (where,) = ipp.call_each(client, [(_engines(world)[ref], serve_value, serve)], 60)
+        if isinstance(where, str):  # the differing ranks forget their values below
+            unserved = {r: {"maxdiff": None, "close": False, "why": where} for r in differing}
+        else:
+            source = (*where, token)
     calls = [
         (
             _engines(world)[r],
@@ -139,19 +140,22 @@ def _diff_kept(
         for r in kept
     ]
     results = ipp.call_each(client, calls, CALL_TIMEOUT)
-    return {r: res for r, res in zip(kept, results, strict=True) if r in differing and res}
+    return unserved or {
+        r: res for r, res in zip(kept, results, strict=True) if r in differing and res
+    }
 
 
-def _serving_address(world: World, ref: int, kept: list[int]) -> str:
-    """Where the reference rank serves its value: loopback when every rank involved runs on
-    this machine, else the address of its host that the user named (``DistComp.hosts``), or
-    the host name the rank reported (ranks of a connected cluster)."""
-    if all(is_local_host(world.ranks[r].host) for r in kept):
-        return LOOPBACK
-    node = world.ranks[ref].node
-    if node < len(world.placement.hosts):
-        return world.placement.hosts[node]
-    return world.ranks[ref].host or LOOPBACK
+def _toward(world: World, ref: int, differing: list[int]) -> str | None:
+    """A host of a differing rank on another machine than the reference rank (the reference
+    serves on its address on the route there), as the hosts setting names it; None when
+    they all run on the reference rank's machine (it then serves on loopback)."""
+    mine = world.ranks[ref]
+    for rank in differing:
+        other = world.ranks[rank]
+        if other.host != mine.host:
+            hosts = world.placement.hosts
+            return hosts[other.node] if other.node < len(hosts) else other.host
+    return None
 
 
 def _engines(world: World) -> dict[int, int]:
@@ -189,7 +193,7 @@ class CompareTable:
         """For a differing mapping: which entries differ, and by how much."""
         first = self.diffs.get(group[0], {})
         if "items" not in first:
-            return []
+            return [f"no max |diff|: {first['why']}"] if first.get("why") else []
         ref_items = self.summaries[self.ref].get("items", {})
         own = self.summaries[group[0]].get("items", {})
         entries = []

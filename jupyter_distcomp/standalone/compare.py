@@ -81,9 +81,12 @@ def summarize(expr: str, slot: str) -> dict:
     return summary
 
 
-def serve_value(slot: str, address: str, readers: int, token: str, timeout: float) -> int:
-    """The reference rank: serve the kept value to ``readers`` connections on ``address``
-    (this rank's host), each of which must first send ``token``; return the port. A thread
+def serve_value(
+    slot: str, toward: str | None, readers: int, token: str, timeout: float
+) -> tuple[str, int] | str:
+    """The reference rank: serve the kept value to ``readers`` connections, each of which
+    must first send ``token``, on this host's address on the route to host ``toward``
+    (None: loopback); return that address and the port (or, when it cannot, why). A thread
     serves them and closes the socket when all have read or ``timeout`` seconds passed."""
     import hmac
     import pickle
@@ -91,11 +94,19 @@ def serve_value(slot: str, address: str, readers: int, token: str, timeout: floa
     import threading
     import time
 
+    address = "127.0.0.1"
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        if toward is not None:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+                probe.connect((toward, 22))  # UDP: picks the route, sends nothing
+                address = probe.getsockname()[0]
+        server.bind((address, 0))
+        server.listen(max(readers, 1))
+    except OSError as exc:
+        server.close()
+        return f"the reference rank cannot serve its value toward {toward}: {exc}"
     data = pickle.dumps(_KEPT.get(slot), protocol=pickle.HIGHEST_PROTOCOL)
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    server = socket.socket(family, socket.SOCK_STREAM)
-    server.bind((address, 0))
-    server.listen(max(readers, 1))
     deadline = time.monotonic() + timeout
 
     def serve() -> None:
@@ -121,7 +132,7 @@ def serve_value(slot: str, address: str, readers: int, token: str, timeout: floa
             server.close()
 
     threading.Thread(target=serve, name="distcomp-compare-serve", daemon=True).start()
-    return int(server.getsockname()[1])
+    return address, int(server.getsockname()[1])
 
 
 def _read_exactly(conn: Any, size: int) -> bytes:
@@ -159,7 +170,10 @@ def diff_value(
     value = _KEPT.pop(slot, None)
     if source is None:
         return {}
-    reference = fetch_value(source, timeout)
+    try:
+        reference = fetch_value(source, timeout)
+    except OSError as exc:
+        return {"maxdiff": None, "close": False, "why": f"cannot fetch the reference: {exc}"}
 
     def as_float(v: Any) -> Any:
         import numpy
