@@ -3,8 +3,11 @@ sshd, driven from a real kernel with ``%config DistComp.hosts``.
 
 An MPI allreduce across 2 hosts x 2 ranks, each rank on the host of its node; TF_CONFIG
 naming the hosts; a time-out showing the stacks taken on each host; a kill of one host's
-ranks; DDP (gloo) across the hosts through ``%distcomp command``; and a stop that leaves
-nothing behind on either host. Skipped, with the reason, where namespaces cannot be made.
+ranks; DDP (gloo) across the hosts through ``%distcomp command``; a stop that leaves
+nothing behind on either host; and the debugging features on ranks of the second host
+(``breakpoint()``, post-mortem, ``where``, ``compare`` with its max |diff|, fail-fast) in a
+kernel whose stdin requests are answered. Skipped, with the reason, where namespaces cannot
+be made.
 """
 
 from __future__ import annotations
