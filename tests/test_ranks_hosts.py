@@ -3,8 +3,11 @@ sshd, driven from a real kernel with ``%config DistComp.hosts``.
 
 An MPI allreduce across 2 hosts x 2 ranks, each rank on the host of its node; TF_CONFIG
 naming the hosts; a time-out showing the stacks taken on each host; a kill of one host's
-ranks; DDP (gloo) across the hosts through ``%distcomp command``; and a stop that leaves
-nothing behind on either host. Skipped, with the reason, where namespaces cannot be made.
+ranks; DDP (gloo) across the hosts through ``%distcomp command``; a stop that leaves
+nothing behind on either host; and the debugging features on ranks of the second host
+(``breakpoint()``, post-mortem, ``where``, ``compare`` with its max |diff|, fail-fast) in a
+kernel whose stdin requests are answered. Skipped, with the reason, where namespaces cannot
+be made.
 """
 
 from __future__ import annotations
@@ -284,3 +287,125 @@ def test_a_killed_kernel_leaves_nothing_on_the_hosts(hosts):
         assert hosts.processes(0) == [] and hosts.processes(1) == []
     finally:
         k.close()
+
+
+# -- the debugging features across hosts: one world of 2 hosts x 2 ranks ---------------------
+
+
+@pytest.fixture(scope="module")
+def debugged(hosts, kernel):
+    """A kernel whose stdin requests are answered, with world ``hdbg`` on both hosts."""
+    from .debug_support import DebugKernel
+
+    kernel.run("%distcomp stop")  # the other kernel's ranks leave the hosts
+    k = DebugKernel()
+    try:
+        for code in (
+            "%load_ext jupyter_distcomp\n"
+            f"%config DistComp.hosts = {hosts.addresses!r}\n"
+            f"%config DistComp.ssh_command = {hosts.ssh_command!r}\n"
+            "%config DistComp.prestart = False",
+            f"%%distcomp hdbg\n{MPI_SPEC}",
+            "hdbg.runsettings.resource_layout.configure(instance_count=2, "
+            "process_count_per_node=2)",
+        ):
+            out = k.run(code)
+            assert out.ok, out.text
+        out = k.run("%%distcomp run hdbg\nimport socket\nprint(socket.gethostname())", timeout=300)
+        assert out.ok and "[node 1 rank 3] node1" in out.text, out.text
+        yield k
+    finally:
+        k.run("%distcomp stop", timeout=120)
+        k.close()
+
+
+def test_a_breakpoint_on_the_second_host_prompts_in_the_notebook(debugged):
+    out = debugged.run(
+        "%%distcomp run hdbg\nimport socket\nx = 7\nif mpi_rank == 3:\n    breakpoint()\n"
+        "print('after', socket.gethostname(), x)",
+        ["p x", "p socket.gethostname()", "c"],
+        timeout=240,
+    )
+    assert out.ok, out.text
+    assert out.prompts == ["(Pdb rank 3) "] * 3, out.prompts
+    assert "rank 3] stopped at cell line 5" in out.text, out.text
+    assert "\n7\n" in out.text and "\n'node1'\n" in out.text, out.text
+    assert "[node 1 rank 3] after node1 7" in out.text and "[node 0 rank 0] after node0 7" in (
+        out.text
+    )
+
+
+def test_post_mortem_of_a_rank_on_the_second_host(debugged):
+    out = debugged.run(
+        "%%distcomp run hdbg\nimport socket\ndef pick(values):\n    return values[5]\n"
+        "values = [mpi_rank]\nif mpi_rank == 2:\n    pick(values)\nprint('fine', mpi_rank)",
+        timeout=240,
+    )
+    assert not out.ok and "IndexError" in out.text, out.text
+    out = debugged.run("%distcomp debug hdbg", ["p values", "p socket.gethostname()", "c"])
+    assert out.ok, out.text
+    assert out.prompts == ["(Pdb rank 2) "] * 3, out.prompts
+    assert "rank 2] stopped at cell line 4, in pick" in out.text, out.text
+    assert "\n[2]\n" in out.text and "\n'node1'\n" in out.text, out.text
+
+
+def test_where_shows_the_stacks_of_busy_ranks_on_both_hosts(debugged):
+    started = debugged.run(
+        "%%distcomp run hdbg --background\nimport time\ndef wait_here():\n    time.sleep(90)\n"
+        "wait_here()"
+    )
+    assert started.ok, started.text
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        out = debugged.run("%distcomp where hdbg", timeout=120)
+        if out.text.count("in wait_here") >= 1 and "ranks 0-3" in out.text:
+            break
+        time.sleep(1)
+    assert out.ok, out.text
+    assert "ranks 0-3" in out.text and "current stack" in out.text, out.text
+    assert "in wait_here" in out.text and "time.sleep(90)" in out.text, out.text
+    assert "site-packages" not in out.text, out.text
+    assert "Sent SIGINT to ranks 0-3" in debugged.run("%distcomp interrupt hdbg").text
+    out = debugged.run("%distcomp wait hdbg --timeout 60", timeout=120)
+    assert not out.ok and "KeyboardInterrupt" in out.text, out.text
+    assert "----> 4     time.sleep(90)" in out.text, out.text  # the user's frame, on every rank
+
+
+def test_compare_finds_the_array_that_differs_on_the_second_host(debugged):
+    out = debugged.run(
+        "%%distcomp run hdbg\nimport numpy as np, torch\n"
+        "big = np.linspace(0.0, 1.0, 500_000)\nweights = torch.ones(64, 32)\n"
+        "if mpi_rank == 3:\n    big[123] += 0.25\n    weights[1, 2] -= 0.5",
+        timeout=240,
+    )
+    assert out.ok, out.text
+    for expr, what, diff in (
+        ("big", "numpy float64 500000", 0.25),
+        ("weights", "torch float32 64x32", 0.5),
+    ):
+        out = debugged.run(f"%distcomp compare hdbg {expr}", timeout=180)
+        assert out.ok, out.text
+        lines = out.text.splitlines()
+        assert any(line.split()[:1] == ["0-2"] for line in lines), out.text
+        odd = next(line for line in lines if line.startswith("3 "))
+        assert what in odd and "DIFFERS" in odd, out.text
+        assert float(odd.split()[-1]) == pytest.approx(diff, rel=1e-6), out.text
+    out = debugged.run("%distcomp compare hdbg weights --rtol 0.6", timeout=180)
+    assert "All ranks agree." in out.text, out.text
+
+
+def test_a_failure_on_the_second_host_fails_fast_while_the_others_wait(debugged):
+    out = debugged.run(
+        "%%distcomp run hdbg\nfrom mpi4py import MPI\nif mpi_rank == 3:\n"
+        "    raise ValueError('bad shard on rank 3')\nMPI.COMM_WORLD.Barrier()",
+        timeout=240,
+    )
+    assert out.reply["status"] == "error" and out.reply["ename"] == "RankError", out.text
+    shown = "\n".join(out.reply["traceback"])
+    assert shown.index("bad shard on rank 3") < shown.index("still busy, waiting here"), shown
+    assert "MPI.COMM_WORLD.Barrier()" in shown and "%distcomp restart hdbg" in shown, shown
+    assert "site-packages" not in shown, shown
+    out = debugged.run("%distcomp restart hdbg", timeout=300)
+    assert out.ok, out.text
+    out = debugged.run("%%distcomp run hdbg\nprint('back', mpi_rank)", timeout=240)
+    assert out.ok and "[node 1 rank 3] back 3" in out.text, out.text

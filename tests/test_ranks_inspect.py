@@ -241,3 +241,16 @@ def test_compare_arrays_tensors_and_state_dicts_without_shipping_them(ip):
     assert "numpy float64 1000000" in line and "DIFFERS" in line
     assert float(line.split()[-1]) == pytest.approx(1e-9, rel=1e-3)
     assert "All ranks agree." in run_cell(ip, "%distcomp compare w big --rtol 1e-6").stdout
+
+
+def test_compare_says_why_a_differing_array_has_no_max_diff(ip):
+    ready(ip)
+    assert run_cell(
+        ip, "%%distcomp run w\nimport numpy as np\nv = np.zeros(3 + (mpi_rank == 2))"
+    ).ok
+    cell = run_cell(ip, "%distcomp compare w v")
+    assert cell.ok
+    lines = cell.stdout.splitlines()
+    odd = next(i for i, line in enumerate(lines) if line.startswith("2 "))
+    assert "numpy float64 4" in lines[odd] and "DIFFERS" in lines[odd], cell.stdout
+    assert lines[odd + 1].strip() == "no max |diff|: shape (4,) != (3,)", cell.stdout

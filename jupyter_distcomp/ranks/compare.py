@@ -3,23 +3,21 @@
 Each rank evaluates EXPR and sends a summary (:mod:`..standalone.compare`): numbers as they
 are, strings, arrays and tensors as shape, dtype and a digest, a ``state_dict()`` as the
 summary of each entry. Ranks with equal summaries form a group; the largest group is the
-reference and the others are flagged. Only for ranks that differ, the reference rank writes
-its value to a file on this machine and each differing rank computes its max |diff| against
-it (and, with ``--rtol``, whether all of it is within that relative tolerance, which puts
-the rank into the reference group): no array ever travels to the kernel.
+reference and the others are flagged. Only for ranks that differ, the reference rank serves
+its value from its own host and each differing rank, on whichever host, fetches it and
+computes its max |diff| (and, with ``--rtol``, whether all of it is within that relative
+tolerance, which puts the rank into the reference group): no array ever travels to the
+kernel.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
+import secrets
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DistcompError, RankError
-from ..mpi import is_local_host
 from ..ranges import format_ranks
-from ..standalone.compare import diff_value, dump_value, summarize
+from ..standalone.compare import diff_value, serve_value, summarize
 from . import ipp
 
 if TYPE_CHECKING:
@@ -112,32 +110,52 @@ def compare(world: World, ranks: list[int], expr: str, rtol: float | None) -> Co
 def _diff_kept(
     world: World, summaries: dict[int, dict], keys: dict[int, Any], ref: int, rtol: float | None
 ) -> dict[int, dict]:
-    """max |diff| on the ranks that kept an array or mapping and differ; the rest forget."""
+    """max |diff| on the ranks that kept an array or mapping and differ; the rest forget.
+
+    The reference rank serves its value on its own host (see :func:`_toward`) to the
+    differing ranks, which fetch it with a one-time token: the value goes from rank to rank,
+    across hosts too, and never through the kernel.
+    """
     client = world.client
     assert client is not None
     kept = [r for r, s in summaries.items() if s["kind"] in ("array", "dict")]
     if not kept:
         return {}
     differing = [r for r in kept if keys[r] != keys[ref]]
-    local = all(is_local_host(world.ranks[r].host) for r in kept)
-    folder = tempfile.mkdtemp(prefix="distcomp-compare-")
-    path = os.path.join(folder, "reference.pickle")
-    try:
-        usable = bool(differing) and local and ref in kept
-        if usable:
-            ipp.call_each(client, [(_engines(world)[ref], dump_value, (SLOT, path))], 60)
-        calls = [
-            (
-                _engines(world)[r],
-                diff_value,
-                (SLOT, path if usable and r in differing else None, rtol),
-            )
-            for r in kept
-        ]
-        results = ipp.call_each(client, calls, CALL_TIMEOUT)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-    return {r: res for r, res in zip(kept, results, strict=True) if r in differing and res}
+    source, unserved = None, {}
+    if differing and ref in kept:
+        token = secrets.token_hex(16)
+        serve = (SLOT, _toward(world, ref, differing), len(differing), token, CALL_TIMEOUT)
+        (where,) = ipp.call_each(client, [(_engines(world)[ref], serve_value, serve)], 60)
+        if isinstance(where, str):  # the differing ranks forget their values below
+            unserved = {r: {"maxdiff": None, "close": False, "why": where} for r in differing}
+        else:
+            source = (*where, token)
+    calls = [
+        (
+            _engines(world)[r],
+            diff_value,
+            (SLOT, source if r in differing else None, rtol, CALL_TIMEOUT),
+        )
+        for r in kept
+    ]
+    results = ipp.call_each(client, calls, CALL_TIMEOUT)
+    return unserved or {
+        r: res for r, res in zip(kept, results, strict=True) if r in differing and res
+    }
+
+
+def _toward(world: World, ref: int, differing: list[int]) -> str | None:
+    """A host of a differing rank on another machine than the reference rank (the reference
+    serves on its address on the route there), as the hosts setting names it; None when
+    they all run on the reference rank's machine (it then serves on loopback)."""
+    mine = world.ranks[ref]
+    for rank in differing:
+        other = world.ranks[rank]
+        if other.host != mine.host:
+            hosts = world.placement.hosts
+            return hosts[other.node] if other.node < len(hosts) else other.host
+    return None
 
 
 def _engines(world: World) -> dict[int, int]:
@@ -175,7 +193,7 @@ class CompareTable:
         """For a differing mapping: which entries differ, and by how much."""
         first = self.diffs.get(group[0], {})
         if "items" not in first:
-            return []
+            return [f"no max |diff|: {first['why']}"] if first.get("why") else []
         ref_items = self.summaries[self.ref].get("items", {})
         own = self.summaries[group[0]].get("items", {})
         entries = []

@@ -8,8 +8,10 @@ are then already imported on the rank).
 :func:`summarize` evaluates the expression and returns its summary: a number as is, a
 string's first characters and digest, an array's or tensor's shape, dtype and SHA-1 of its
 bytes, a mapping (a ``state_dict()``) as the summary of each value. Arrays and mappings stay
-on the rank under ``slot`` for :func:`dump_value` (the reference rank writes its value to a
-local file) and :func:`diff_value` (a differing rank's max |diff| against that file).
+on the rank under ``slot`` for :func:`serve_value` (the reference rank serves its value to
+the differing ranks over TCP, on its own host, to holders of a token) and :func:`diff_value`
+(a differing rank fetches that value, on any host, and computes its max |diff|). The value
+travels from rank to rank only, never through the kernel.
 """
 
 from __future__ import annotations
@@ -79,29 +81,99 @@ def summarize(expr: str, slot: str) -> dict:
     return summary
 
 
-def dump_value(slot: str, path: str) -> bool:
-    """The reference rank: write the kept value to ``path`` (a file on this machine)."""
+def serve_value(
+    slot: str, toward: str | None, readers: int, token: str, timeout: float
+) -> tuple[str, int] | str:
+    """The reference rank: serve the kept value to ``readers`` connections, each of which
+    must first send ``token``, on this host's address on the route to host ``toward``
+    (None: loopback); return that address and the port (or, when it cannot, why). A thread
+    serves them and closes the socket when all have read or ``timeout`` seconds passed."""
+    import hmac
     import pickle
+    import socket
+    import threading
+    import time
 
-    value = _KEPT.get(slot)
-    with open(path, "wb") as f:
-        pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
-    return True
+    address = "127.0.0.1"
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        if toward is not None:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+                probe.connect((toward, 22))  # UDP: picks the route, sends nothing
+                address = probe.getsockname()[0]
+        server.bind((address, 0))
+        server.listen(max(readers, 1))
+    except OSError as exc:
+        server.close()
+        return f"the reference rank cannot serve its value toward {toward}: {exc}"
+    data = pickle.dumps(_KEPT.get(slot), protocol=pickle.HIGHEST_PROTOCOL)
+    deadline = time.monotonic() + timeout
+
+    def serve() -> None:
+        served = 0
+        try:
+            while served < readers and time.monotonic() < deadline:
+                server.settimeout(max(deadline - time.monotonic(), 0.01))
+                try:
+                    conn, _ = server.accept()
+                except OSError:
+                    return
+                with conn:
+                    conn.settimeout(max(deadline - time.monotonic(), 0.01))
+                    try:
+                        typed = _read_exactly(conn, len(token.encode()))
+                        if not hmac.compare_digest(typed, token.encode()):
+                            continue
+                        conn.sendall(len(data).to_bytes(8, "big") + data)
+                        served += 1
+                    except OSError:
+                        continue
+        finally:
+            server.close()
+
+    threading.Thread(target=serve, name="distcomp-compare-serve", daemon=True).start()
+    return address, int(server.getsockname()[1])
 
 
-def diff_value(slot: str, path: str | None, rtol: float | None) -> dict:
-    """max |diff| of the kept value against the reference in ``path``; forget the value.
+def _read_exactly(conn: Any, size: int) -> bytes:
+    chunks = []
+    while size:
+        chunk = conn.recv(min(size, 1 << 20))
+        if not chunk:
+            raise ConnectionError("the reference rank closed the connection")
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def fetch_value(source: tuple[str, int, str], timeout: float) -> Any:
+    """The value that :func:`serve_value` serves at ``(address, port, token)``."""
+    import pickle
+    import socket
+
+    address, port, token = source
+    with socket.create_connection((address, port), timeout=timeout) as conn:
+        conn.sendall(token.encode())
+        size = int.from_bytes(_read_exactly(conn, 8), "big")
+        return pickle.loads(_read_exactly(conn, size))
+
+
+def diff_value(
+    slot: str, source: tuple[str, int, str] | None, rtol: float | None, timeout: float = 120.0
+) -> dict:
+    """max |diff| of the kept value against the reference served at ``source`` (see
+    :func:`fetch_value`; None: nothing to compare); forget the value.
 
     A mapping gives one result per key; keys only one side has are listed. ``close`` is
     True when every element is within ``rtol`` of the reference (numpy's ``allclose``).
     """
-    import pickle
-
     value = _KEPT.pop(slot, None)
-    if path is None:
+    if source is None:
         return {}
-    with open(path, "rb") as f:
-        reference = pickle.load(f)
+    try:
+        reference = fetch_value(source, timeout)
+    except OSError as exc:
+        return {"maxdiff": None, "close": False, "why": f"cannot fetch the reference: {exc}"}
 
     def as_float(v: Any) -> Any:
         import numpy
