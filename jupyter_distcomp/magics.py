@@ -3,7 +3,8 @@
 Forms::
 
     %%distcomp NAME            cell body = YAML spec; binds NAME in the notebook
-    %%distcomp run NAME [--ranks 0,2-3] [--timeout S] [--group-output] [--background] [--debug-ranks 0,2]
+    %%distcomp run NAME [--ranks 0,2-3] [--timeout S] [--group-output] [--background]
+                                  [--debug-ranks 0,2]
     %distcomp wait NAME [--timeout S] | where NAME [--ranks ...]
     %distcomp compare NAME EXPR [--ranks ...] [--rtol X]
     %distcomp debug NAME [--rank R]
@@ -70,6 +71,11 @@ def _build_parser() -> _Parser:
         "--group-output", action="store_true", help="show output grouped by rank, in rank order"
     )
     run.add_argument("--background", action="store_true", help="return at once; see `wait`")
+    run.add_argument(
+        "--debug-ranks",
+        default=None,
+        help="ranks whose breakpoint() stops, e.g. 0,2 (default: all)",
+    )
     wait = sub.add_parser("wait", help="wait for the background cell of NAME, raise its error")
     wait.add_argument("name")
     wait.add_argument("--timeout", type=float, default=None, help="seconds to wait at most")
@@ -81,11 +87,6 @@ def _build_parser() -> _Parser:
     compare.add_argument("expr", help="a Python expression, quoted if it has spaces")
     compare.add_argument("--ranks", default=None, help="ranks to compare (default: all)")
     compare.add_argument("--rtol", type=float, default=None, help="relative tolerance")
-    run.add_argument(
-        "--debug-ranks",
-        default=None,
-        help="ranks whose breakpoint() stops, e.g. 0,2 (default: all)",
-    )
     debug = sub.add_parser("debug", help="post-mortem pdb on a rank whose last cell failed")
     debug.add_argument("name")
     debug.add_argument("--rank", type=int, default=None, help="default: the lowest failed rank")
