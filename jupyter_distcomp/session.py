@@ -288,7 +288,9 @@ class Session:
     def _placement_of(self, component: Component) -> Placement:
         """The hosts of ``component``: its own (``restart --hosts``), else DistComp.hosts."""
         names = [name for name, known in self.components.items() if known is component]
-        backend = self.backend
+        backend = self._backend
+        if backend is None:  # no ranks yet: the settings say (ipyparallel stays unimported)
+            return self.placement
         return backend.placement_of(names[0]) if names else backend.placement
 
     def wait_background(self, name: str, timeout: float | None = None) -> Any:
