@@ -15,7 +15,7 @@ import os
 import statistics
 import time
 
-from common import SPEC, quiet
+from common import bench_shell, quiet
 
 RANKS = 4
 
@@ -31,16 +31,9 @@ def timed(shell, cell: str, n: int) -> float:
 
 
 def main() -> None:
-    from IPython.testing.globalipapp import get_ipython
-
     from jupyter_distcomp.ranks import get_backend
 
-    shell = get_ipython()
-    shell.run_line_magic("load_ext", "jupyter_distcomp")
-    quiet(shell.run_cell, f"%%distcomp bench\n{SPEC}")
-    shell.user_ns["bench"].runsettings.resource_layout.configure(
-        instance_count=1, process_count_per_node=RANKS
-    )
+    shell = bench_shell(RANKS)
     backend = get_backend()
     world, _ = quiet(backend.start, "bench", shell.user_ns["bench"])
     view = world.client[:]

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import SPEC, quiet
+from common import bench_shell, quiet
 
 RANKS = 4
 ALLREDUCE = """
@@ -149,16 +149,9 @@ def bench_allreduce(shell, world) -> tuple[float, float]:
 
 
 def main() -> None:
-    from IPython.testing.globalipapp import get_ipython
-
     from jupyter_distcomp.ranks import get_backend
 
-    shell = get_ipython()
-    shell.run_line_magic("load_ext", "jupyter_distcomp")
-    quiet(shell.run_cell, f"%%distcomp bench\n{SPEC}")
-    shell.user_ns["bench"].runsettings.resource_layout.configure(
-        instance_count=1, process_count_per_node=RANKS
-    )
+    shell = bench_shell(RANKS)
     backend = get_backend()
     print(f"jupyter-distcomp local ranks, {RANKS} ranks on {os.cpu_count()} core(s)\n")
 

@@ -25,3 +25,17 @@ def quiet(fn: Any, *args: Any) -> tuple[Any, str]:
     with redirect_stdout(out), redirect_stderr(io.StringIO()):
         result = fn(*args)
     return result, out.getvalue()
+
+
+def bench_shell(ranks: int) -> Any:
+    """The process's IPython shell with the extension loaded and the component ``bench``
+    defined on one node of ``ranks`` processes."""
+    from IPython.testing.globalipapp import get_ipython
+
+    shell = get_ipython()
+    shell.run_line_magic("load_ext", "jupyter_distcomp")
+    quiet(shell.run_cell, f"%%distcomp bench\n{SPEC}")
+    shell.user_ns["bench"].runsettings.resource_layout.configure(
+        instance_count=1, process_count_per_node=ranks
+    )
+    return shell

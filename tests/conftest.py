@@ -25,14 +25,10 @@ def public_specs() -> list[Path]:
 @pytest.fixture
 def ip():
     """A real IPython shell that raises on cell errors, with the extension loaded."""
-    from IPython.testing.globalipapp import get_ipython
+    from .ranks_support import loaded_shell
 
-    shell = get_ipython()
-    # render every mimetype, as a notebook kernel does (the terminal shell only does text)
-    shell.display_formatter.active_types = shell.display_formatter.format_types
-    shell.run_line_magic("load_ext", "jupyter_distcomp")
-    yield shell
-    shell.run_line_magic("unload_ext", "jupyter_distcomp")
+    with loaded_shell() as shell:
+        yield shell
 
 
 # -- the browser tests: one JupyterLab server and one Chromium per test module ------------

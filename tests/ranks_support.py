@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import io
 import time
-from contextlib import redirect_stderr, redirect_stdout
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 
 import psutil
 
@@ -118,3 +119,18 @@ def wait_gone(procs: list[psutil.Process], seconds: float = 10) -> list[psutil.P
     while alive(procs) and time.monotonic() < deadline:
         time.sleep(0.1)
     return alive(procs)
+
+
+@contextmanager
+def loaded_shell() -> Iterator:
+    """The test process's IPython shell with the extension loaded, unloaded afterwards;
+    it renders every mimetype, as a notebook kernel does (the terminal shell only text)."""
+    from IPython.testing.globalipapp import get_ipython
+
+    shell = get_ipython()
+    shell.display_formatter.active_types = shell.display_formatter.format_types
+    shell.run_line_magic("load_ext", "jupyter_distcomp")
+    try:
+        yield shell
+    finally:
+        shell.run_line_magic("unload_ext", "jupyter_distcomp")

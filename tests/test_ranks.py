@@ -10,21 +10,16 @@ import json
 
 import pytest
 
-from .ranks_support import MPI_SPEC, define, run_cell
+from .ranks_support import MPI_SPEC, define, loaded_shell, run_cell
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def ip():
-    from IPython.testing.globalipapp import get_ipython
-
-    shell = get_ipython()
-    shell.display_formatter.active_types = shell.display_formatter.format_types
-    shell.run_line_magic("load_ext", "jupyter_distcomp")
-    define(shell, "mpi", MPI_SPEC, nodes=2, per_node=2)
-    yield shell
-    shell.run_line_magic("unload_ext", "jupyter_distcomp")
+    with loaded_shell() as shell:
+        define(shell, "mpi", MPI_SPEC, nodes=2, per_node=2)
+        yield shell
 
 
 def by_rank(stdout: str) -> dict[str, list[str]]:

@@ -10,22 +10,17 @@ import time
 
 import pytest
 
-from .ranks_support import MPI_SPEC, define, run_cell
+from .ranks_support import MPI_SPEC, define, loaded_shell, run_cell
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def ip():
-    from IPython.testing.globalipapp import get_ipython
-
-    shell = get_ipython()
-    shell.display_formatter.active_types = shell.display_formatter.format_types
-    shell.run_line_magic("load_ext", "jupyter_distcomp")
-    define(shell, "w", MPI_SPEC, nodes=1, per_node=4)
-    assert run_cell(shell, "%%distcomp run w\nimport time\nfrom mpi4py import MPI").ok
-    yield shell
-    shell.run_line_magic("unload_ext", "jupyter_distcomp")
+    with loaded_shell() as shell:
+        define(shell, "w", MPI_SPEC, nodes=1, per_node=4)
+        assert run_cell(shell, "%%distcomp run w\nimport time\nfrom mpi4py import MPI").ok
+        yield shell
 
 
 def ready(ip) -> None:
