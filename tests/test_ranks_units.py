@@ -19,6 +19,7 @@ from jupyter_distcomp.ranks.failures import (
     render_stack,
 )
 from jupyter_distcomp.ranks.output import RankOutput
+from jupyter_distcomp.ranks.run import CellRun
 
 
 @pytest.mark.parametrize(
@@ -148,6 +149,35 @@ def test_output_labels_every_line_and_keeps_partial_lines():
         out.stream(1, "stdout", "c\n\n")
         out.finish()
     assert buffer.getvalue() == "[rank 1] a\n[rank 0] x\n[rank 1] bc\n[rank 1] \n"
+
+
+class LandingReply:
+    """A rank's reply whose last output lands while the kernel asks whether its output is
+    complete: ipyparallel's receiving thread runs beside the cell's loop."""
+
+    def __init__(self, text: str):
+        self.output = {"stdout": "", "stderr": "", "outputs": [], "execute_result": None}
+        self._text = text
+
+    def replied(self) -> bool:
+        return True
+
+    def output_complete(self) -> bool:
+        self.output["stdout"] = self._text
+        return True
+
+
+def test_output_completing_as_the_cell_ends_is_shown():
+    run = CellRun.__new__(CellRun)  # the cell's output loop alone, without ranks
+    run.ranks, run.running = [0, 1], {0, 1}
+    run.futures = {rank: LandingReply(f"back {rank}\n") for rank in run.ranks}
+    run.out = RankOutput(lambda r: f"[rank {r}]")
+    run._offsets, run._rich_seen, run._result_seen, run._replied_at = {}, {}, set(), {}
+    buffer = io.StringIO()
+    with redirect_stdout(buffer):
+        run._pump()
+    assert not run.running
+    assert buffer.getvalue() == "[rank 0] back 0\n[rank 1] back 1\n"
 
 
 def test_grouped_output_is_in_rank_order():

@@ -178,6 +178,10 @@ class CellRun:
 
     # -- output and completion ----------------------------------------------------------
     def _pump(self) -> None:
+        # which ranks ended is decided before their output is read: output that completes
+        # between the two is still read below
+        now = time.monotonic()
+        ended = [rank for rank in self.running if self._output_ended(rank, now)]
         for rank in self.ranks:
             md = self.futures[rank].output
             for name in ("stdout", "stderr"):
@@ -193,15 +197,16 @@ class CellRun:
             if md["execute_result"] and rank not in self._result_seen:
                 self._result_seen.add(rank)
                 self.out.rich(rank, md["execute_result"], result=True)
-        now = time.monotonic()
-        for rank in list(self.running):
-            reply = self.futures[rank]
-            if reply.replied() and (
-                reply.output_complete() or now - self._replied_at.get(rank, now) > OUTPUT_GRACE
-            ):
-                self.running.discard(rank)
+        self.running.difference_update(ended)
         self.out.flush_partial(force=not self.running)
         self.out.flush()
+
+    def _output_ended(self, rank: int, now: float) -> bool:
+        """The rank replied and all its output is in (or none came for OUTPUT_GRACE)."""
+        reply = self.futures[rank]
+        return reply.replied() and (
+            reply.output_complete() or now - self._replied_at.get(rank, now) > OUTPUT_GRACE
+        )
 
     def _errors(self, skip_interrupts: bool = False) -> dict[int, Any]:
         """Each failed rank's RemoteError; deaths are reported apart."""
