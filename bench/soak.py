@@ -14,13 +14,25 @@ In one IPython shell with the extension loaded (the kernel's side, as a notebook
 Prints the faults injected and survived, the processes left (every pid the soak saw started,
 checked by pid, so a process reparented to PID 1 still counts), and the growth of the
 kernel's threads, open file descriptors and memory between the end of the warm-up and the
-end. Targets: every fault survived, 0 processes left, threads and descriptors flat, memory
-within MEMORY_SLACK_MIB (the warm-up runs 100 cells, 2 command runs and 2 faults first).
+end. Memory is the resident size once the C allocator has handed its free pages back
+(``malloc_trim``), so what it keeps for reuse is not counted as growth.
+
+IPython itself keeps every cell's source and printed output for the session's history; any
+kernel grows by that. The peer: after the three phases, plain IPython cells print the same
+text in the same writes, and their growth is IPython's share. Targets: every fault survived,
+0 processes left, threads and descriptors flat, and the kernel's growth beyond IPython's
+share within MEMORY_SLACK_MIB: resident memory, or with ``--objects`` the memory the
+Python objects hold (tracemalloc: no allocator pages kept for reuse, no fragmentation).
+The warm-up (300 cells, 2 command runs and 2 faults) starts the long-lived threads and
+fills the bounded records first.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
+import gc
 import io
 import os
 import random
@@ -29,6 +41,8 @@ import sys
 import tempfile
 import threading
 import time
+import tracemalloc
+from array import array
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
@@ -64,7 +78,17 @@ while True:
 """
 
 
-MEMORY_SLACK_MIB = 5  # the allocator's noise: what "flat" allows the kernel's memory to grow
+LEFT_AFTER = 5.0  # seconds after `%distcomp stop` a process still running counts as left
+#: what "flat" allows the kernel to grow beyond IPython's own records: the Python objects of
+#: the bounded records (message signatures, ids) as they cycle, and the allocator's noise
+MEMORY_SLACK_MIB = {"rss_mib": 5.0, "heap_mib": 0.5}
+#: a plain IPython cell that writes what a soak cell wrote, chunk by chunk
+PEER = """\
+import sys as _sys
+def _soak_peer(writes):
+    for stream, size in writes:
+        getattr(_sys, stream).write("." * size)
+"""
 
 
 def culprits(text: str) -> list[int]:
@@ -76,13 +100,40 @@ def culprits(text: str) -> list[int]:
     return [int(rank) for rank in re.findall(r"rank (\d+) ", match.group(1))] if match else []
 
 
+def _trim() -> None:
+    """Hand the C allocator's free pages back to the system (glibc; elsewhere nothing)."""
+    name = ctypes.util.find_library("c")
+    trim = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    if trim is not None:
+        trim(0)
+
+
 def figures() -> dict[str, float]:
+    """The kernel's threads, descriptors, resident memory and (with ``--objects``) its
+    Python objects' memory, traced by tracemalloc; both in MiB."""
     me = psutil.Process()
+    gc.collect()
+    _trim()
     return {
         "threads": me.num_threads(),
         "fds": me.num_fds(),
-        "rss_mib": me.memory_info().rss / 2**20,
+        # what tracemalloc keeps for its traces is the soak's, not the kernel's
+        "rss_mib": (me.memory_info().rss - tracemalloc.get_tracemalloc_memory()) / 2**20,
+        "heap_mib": tracemalloc.get_traced_memory()[0] / 2**20,
     }
+
+
+class Writes(io.StringIO):
+    """A cell's captured output that also notes the size of each write, for the peer."""
+
+    def __init__(self, name: str, sizes: array | None):
+        super().__init__()
+        self.name, self.sizes = name, sizes
+
+    def write(self, text: str) -> int:
+        if self.sizes is not None and text:
+            self.sizes.extend((self.name == "stderr", len(text)))
+        return super().write(text)
 
 
 class Soak:
@@ -94,6 +145,9 @@ class Soak:
         self.folder = folder
         self.seen: dict[int, float] = {}  # pid -> create time of every process we saw start
         self.ranks = ranks
+        #: while recording: (stderr?, size) of every write; a cell's end: (2, its source's size)
+        self.writes: array | None = None
+        self.failures: list[str] = []  # what failed cells and command runs printed
         self._watching = True
         self._watcher = threading.Thread(target=self._watch, daemon=True)
 
@@ -107,11 +161,29 @@ class Soak:
             time.sleep(0.2)
 
     def cell(self, source: str) -> tuple[bool, str]:
-        out = io.StringIO()
-        with redirect_stdout(out), redirect_stderr(out):
+        out, err = Writes("stdout", self.writes), Writes("stderr", self.writes)
+        with redirect_stdout(out), redirect_stderr(err):
             result = self.ip.run_cell(source)
+        if self.writes is not None:
+            self.writes.extend((2, len(source)))
         error = result.error_in_exec or result.error_before_exec
-        return result.success, f"{out.getvalue()}{error or ''}"
+        return result.success, f"{out.getvalue()}{err.getvalue()}{error or ''}"
+
+    def peer(self, writes: array) -> None:
+        """Plain IPython cells writing what the recorded cells wrote, write by write, each
+        as long as the recorded cell and different from the others (IPython keeps each
+        distinct cell's source)."""
+        self.cell(PEER)
+        cell: list[tuple[str, int]] = []
+        for i in range(0, len(writes), 2):
+            kind, size = writes[i], writes[i + 1]
+            if kind == 2:
+                self.ip.user_ns["_soak_writes"] = cell
+                call = "_soak_peer(_soak_writes)\n#"
+                self.cell(call + str(i).rjust(size - len(call), "."))
+                cell = []
+            else:
+                cell.append(("stderr" if kind else "stdout", size))
 
     def define(self) -> None:
         code = self.folder / "code"
@@ -122,19 +194,25 @@ class Soak:
         self.ip.user_ns["soak"].runsettings.resource_layout.configure(1, self.ranks)
         self._watcher.start()
 
+    def failed(self, ok: bool, text: str) -> int:
+        """1 for a failed cell, whose output is kept to be printed with the summary."""
+        if not ok:
+            self.failures.append(" ".join(text.split())[:400])
+        return not ok
+
     def run_cells(self, count: int) -> int:
         failed = 0
         for i in range(count):
-            ok, _ = self.cell(f"%%distcomp run soak\nvalue = mpi_rank + {i}\nprint(value)")
-            failed += not ok
+            failed += self.failed(
+                *self.cell(f"%%distcomp run soak\nvalue = mpi_rank + {i}\nprint(value)")
+            )
         return failed
 
     def run_commands(self, count: int) -> tuple[int, list[int]]:
         failed, children = 0, []
         for i in range(count):
             out = self.folder / f"out{i}"
-            ok, _ = self.cell(f"%distcomp command soak --output out={out}")
-            failed += not ok
+            failed += self.failed(*self.cell(f"%distcomp command soak --output out={out}"))
             children += [int(p.name.split("-")[1]) for p in out.glob("child*")]
         return failed, children
 
@@ -196,18 +274,29 @@ def main() -> int:
     parser.add_argument("--kills", type=int, default=50)
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--seed", type=int, default=12)
+    parser.add_argument(
+        "--objects",
+        action="store_true",
+        help="also trace the Python objects' memory (tracemalloc; its own upkeep inflates "
+        "the resident figure, so that target is not checked)",
+    )
     args = parser.parse_args()
     random.seed(args.seed)
+    if args.objects:
+        # traced from the start: bounded records that replace entries as they go (message
+        # signatures, ids) then count the same before and after
+        tracemalloc.start()
     with tempfile.TemporaryDirectory(prefix="distcomp-soak-") as tmp:
         soak = Soak(args.ranks, Path(tmp))
         soak.define()
         tic = time.monotonic()
         # warm-up: the first world, command runs and faults start the kernel's long-lived
-        # threads; the first cells fill the heap's arenas and ipyparallel's bounded records
+        # threads; the cells after the last restart fill its client's bounded records
         soak.run_cells(50)
         soak.run_commands(2)
         soak.kill_ranks(2)
-        soak.run_cells(50)
+        soak.run_cells(250)
+        soak.writes = array("q")
         before = figures()
         progress("after the warm-up", before, tic)
         failed_cells = soak.run_cells(args.cells)
@@ -218,27 +307,46 @@ def main() -> int:
         soak.run_cells(50)
         after = figures()
         progress(f"after {args.kills} rank kills", after, tic)
+        writes, soak.writes = soak.writes, None
+        soak.peer(writes)
+        peer = figures()
+        progress("after the peer's plain cells", peer, tic)
         soak.stop()
-        time.sleep(1)  # let the last processes end before they are counted
+        stopped = time.monotonic()
         left = soak.left(children)
+        while left and time.monotonic() - stopped < LEFT_AFTER:
+            time.sleep(0.1)
+            left = soak.left(children)
+        lingered = time.monotonic() - stopped
         seconds = time.monotonic() - tic
     print(f"soak: {args.cells} cells, {args.commands} command runs, {args.kills} rank kills "
           f"on {args.ranks} ranks in {seconds:.0f} s")  # fmt: skip
     print(f"cells failed: {failed_cells}; command runs failed: {failed_commands}")
+    for failure in soak.failures:
+        print(f"  failed: {failure}")
     print(f"faults injected: {args.kills}; survived: {survived}; killed rank named: {named}")
     for note in notes:
         print(f"  not named: {note}")
-    print(f"processes left: {len(left)}")
+    print(f"processes left: {len(left)}, {LEFT_AFTER:.0f} s after the stop" if left else
+          f"processes left: 0 (the last ended {lingered:.1f} s after the stop)")  # fmt: skip
     for line in left:
         print(f"  {line}")
-    for key in before:
+    for key in ("threads", "fds"):
         print(f"growth of the kernel's {key}: {before[key]:.0f} -> {after[key]:.0f} "
               f"({after[key] - before[key]:+.0f})")  # fmt: skip
+    beyond = {}
+    measured = [("heap_mib", "Python objects")] if args.objects else [("rss_mib", "memory")]
+    for key, what in measured:
+        grown, records = after[key] - before[key], peer[key] - after[key]
+        beyond[key] = grown - records
+        print(f"growth of the kernel's {what}: {before[key]:.1f} -> {after[key]:.1f} MiB "
+              f"({grown:+.2f}); IPython's records (the peer's plain cells): {records:+.2f} MiB; "
+              f"beyond them: {beyond[key]:+.2f} MiB (at most {MEMORY_SLACK_MIB[key]})")  # fmt: skip
     clean = not failed_cells and not failed_commands and survived == args.kills and not left
     flat = (
         after["threads"] <= before["threads"]
         and after["fds"] <= before["fds"]
-        and after["rss_mib"] - before["rss_mib"] <= MEMORY_SLACK_MIB
+        and all(beyond[key] <= MEMORY_SLACK_MIB[key] for key in beyond)
     )
     return 0 if clean and flat else 1
 
