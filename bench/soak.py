@@ -18,8 +18,8 @@ end. Memory is the resident size once the C allocator has handed its free pages 
 (``malloc_trim``), so what it keeps for reuse is not counted as growth.
 
 IPython itself keeps every cell's source and printed output for the session's history; any
-kernel grows by that. The peer: after the three phases, plain IPython cells print the same
-text in the same writes, and their growth is IPython's share. Targets: every fault survived,
+kernel grows by that. The peer: a second kernel with the same warm-up runs plain IPython
+cells that print the same text in the same writes, and their growth is IPython's share. Targets: every fault survived,
 0 processes left, threads and descriptors flat, and the kernel's growth beyond IPython's
 share within MEMORY_SLACK_MIB: resident memory, or with ``--objects`` the memory the
 Python objects hold (tracemalloc: no allocator pages kept for reuse, no fragmentation).
@@ -267,6 +267,44 @@ def progress(when: str, now: dict[str, float], tic: float) -> None:
     print(f"  {when} ({time.monotonic() - tic:.0f} s): {said}", file=sys.stderr, flush=True)
 
 
+def warm_up(soak: Soak) -> None:
+    """The first world, command runs and faults start the kernel's long-lived threads; the
+    cells after the last restart fill its client's bounded records."""
+    soak.define()
+    soak.run_cells(50)
+    soak.run_commands(2)
+    soak.kill_ranks(2)
+    soak.run_cells(250)
+
+
+def run_peer(args: argparse.Namespace, writes: array, path: Path) -> dict[str, float]:
+    """The peer's growth, from a kernel of its own: the same warm-up (the same seed), then
+    plain cells writing ``writes``. Its own kernel, so that its heap is the one the soak's
+    kernel had before the phases, not one with the holes they left."""
+    import json
+    import subprocess
+
+    path.write_bytes(writes.tobytes())
+    argv = [sys.executable, __file__, "--peer-of", str(path), "--seed", str(args.seed)]
+    argv += ["--ranks", str(args.ranks)] + (["--objects"] if args.objects else [])
+    said = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    return json.loads(said.splitlines()[-1])
+
+
+def peer_process(args: argparse.Namespace) -> int:
+    import json
+
+    with tempfile.TemporaryDirectory(prefix="distcomp-soak-") as tmp:
+        soak = Soak(args.ranks, Path(tmp))
+        warm_up(soak)
+        before = figures()
+        soak.peer(array("q", args.peer_of.read_bytes()))
+        after = figures()
+        soak.stop()
+    print(json.dumps({key: after[key] - before[key] for key in after}))
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", type=int, default=1000)
@@ -280,22 +318,19 @@ def main() -> int:
         help="also trace the Python objects' memory (tracemalloc; its own upkeep inflates "
         "the resident figure, so that target is not checked)",
     )
+    parser.add_argument("--peer-of", type=Path, help=argparse.SUPPRESS)  # the peer's process
     args = parser.parse_args()
     random.seed(args.seed)
     if args.objects:
         # traced from the start: bounded records that replace entries as they go (message
         # signatures, ids) then count the same before and after
         tracemalloc.start()
+    if args.peer_of:
+        return peer_process(args)
     with tempfile.TemporaryDirectory(prefix="distcomp-soak-") as tmp:
         soak = Soak(args.ranks, Path(tmp))
-        soak.define()
         tic = time.monotonic()
-        # warm-up: the first world, command runs and faults start the kernel's long-lived
-        # threads; the cells after the last restart fill its client's bounded records
-        soak.run_cells(50)
-        soak.run_commands(2)
-        soak.kill_ranks(2)
-        soak.run_cells(250)
+        warm_up(soak)
         soak.writes = array("q")
         before = figures()
         progress("after the warm-up", before, tic)
@@ -307,10 +342,6 @@ def main() -> int:
         soak.run_cells(50)
         after = figures()
         progress(f"after {args.kills} rank kills", after, tic)
-        writes, soak.writes = soak.writes, None
-        soak.peer(writes)
-        peer = figures()
-        progress("after the peer's plain cells", peer, tic)
         soak.stop()
         stopped = time.monotonic()
         left = soak.left(children)
@@ -318,6 +349,9 @@ def main() -> int:
             time.sleep(0.1)
             left = soak.left(children)
         lingered = time.monotonic() - stopped
+        assert soak.writes is not None
+        records = run_peer(args, soak.writes, Path(tmp) / "writes")
+        progress("after the peer's plain cells (in a kernel of its own)", {}, tic)
         seconds = time.monotonic() - tic
     print(f"soak: {args.cells} cells, {args.commands} command runs, {args.kills} rank kills "
           f"on {args.ranks} ranks in {seconds:.0f} s")  # fmt: skip
@@ -337,10 +371,11 @@ def main() -> int:
     beyond = {}
     measured = [("heap_mib", "Python objects")] if args.objects else [("rss_mib", "memory")]
     for key, what in measured:
-        grown, records = after[key] - before[key], peer[key] - after[key]
-        beyond[key] = grown - records
+        grown = after[key] - before[key]
+        beyond[key] = grown - records[key]
         print(f"growth of the kernel's {what}: {before[key]:.1f} -> {after[key]:.1f} MiB "
-              f"({grown:+.2f}); IPython's records (the peer's plain cells): {records:+.2f} MiB; "
+              f"({grown:+.2f}); IPython's records (the peer's plain cells): "
+              f"{records[key]:+.2f} MiB; "
               f"beyond them: {beyond[key]:+.2f} MiB (at most {MEMORY_SLACK_MIB[key]})")  # fmt: skip
     clean = not failed_cells and not failed_commands and survived == args.kills and not left
     flat = (
