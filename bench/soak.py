@@ -19,12 +19,13 @@ end. Memory is the resident size once the C allocator has handed its free pages 
 
 IPython itself keeps every cell's source and printed output for the session's history; any
 kernel grows by that. The peer: a second kernel with the same warm-up runs plain IPython
-cells that print the same text in the same writes, and their growth is IPython's share. Targets: every fault survived,
-0 processes left, threads and descriptors flat, and the kernel's growth beyond IPython's
-share within MEMORY_SLACK_MIB: resident memory, or with ``--objects`` the memory the
-Python objects hold (tracemalloc: no allocator pages kept for reuse, no fragmentation).
-The warm-up (300 cells, 2 command runs and 2 faults) starts the long-lived threads and
-fills the bounded records first.
+cells that print the same text in the same writes, and their growth is IPython's share.
+
+Targets: every fault survived, 0 processes left, threads and descriptors flat, and the
+kernel's growth beyond IPython's share within MEMORY_SLACK_MIB: resident memory, or with
+``--objects`` the memory the Python objects hold (tracemalloc: no allocator pages kept for
+reuse, no fragmentation). The warm-up (300 cells, 2 command runs and 2 faults) starts the
+long-lived threads and fills the bounded records first.
 """
 
 from __future__ import annotations
@@ -351,7 +352,7 @@ def main() -> int:
         lingered = time.monotonic() - stopped
         assert soak.writes is not None
         records = run_peer(args, soak.writes, Path(tmp) / "writes")
-        progress("after the peer's plain cells (in a kernel of its own)", {}, tic)
+        progress("the peer's growth (plain cells, in a kernel of its own)", records, tic)
         seconds = time.monotonic() - tic
     print(f"soak: {args.cells} cells, {args.commands} command runs, {args.kills} rank kills "
           f"on {args.ranks} ranks in {seconds:.0f} s")  # fmt: skip
