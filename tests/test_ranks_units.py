@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import io
 import sys
-from contextlib import redirect_stdout
+import time
+from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
 
@@ -19,7 +20,7 @@ from jupyter_distcomp.ranks.failures import (
     render_stack,
 )
 from jupyter_distcomp.ranks.output import RankOutput
-from jupyter_distcomp.ranks.run import CellRun
+from jupyter_distcomp.ranks.run import OUTPUT_GRACE, CellRun
 
 
 @pytest.mark.parametrize(
@@ -167,17 +168,45 @@ class LandingReply:
         return True
 
 
-def test_output_completing_as_the_cell_ends_is_shown():
-    run = CellRun.__new__(CellRun)  # the cell's output loop alone, without ranks
-    run.ranks, run.running = [0, 1], {0, 1}
-    run.futures = {rank: LandingReply(f"back {rank}\n") for rank in run.ranks}
+class StuckReply(LandingReply):
+    """A reply whose output never completes: its last message was lost."""
+
+    def output_complete(self) -> bool:
+        self.output["stdout"] = self._text
+        return False
+
+
+def output_loop(replies: dict) -> CellRun:
+    """A cell's output loop alone, without ranks."""
+    run = CellRun.__new__(CellRun)
+    run.ranks, run.running, run.futures = list(replies), set(replies), replies
     run.out = RankOutput(lambda r: f"[rank {r}]")
     run._offsets, run._rich_seen, run._result_seen, run._replied_at = {}, {}, set(), {}
-    buffer = io.StringIO()
-    with redirect_stdout(buffer):
+    run._cut_short = set()
+    return run
+
+
+def test_output_completing_as_the_cell_ends_is_shown():
+    run = output_loop({rank: LandingReply(f"back {rank}\n") for rank in (0, 1)})
+    buffer, said = io.StringIO(), io.StringIO()
+    with redirect_stdout(buffer), redirect_stderr(said):
         run._pump()
+        run._say_cut_short()
     assert not run.running
     assert buffer.getvalue() == "[rank 0] back 0\n[rank 1] back 1\n"
+    assert said.getvalue() == ""
+
+
+def test_output_still_incomplete_when_the_cell_ends_is_said():
+    run = output_loop({0: LandingReply("whole\n"), 1: StuckReply("part\n")})
+    run._replied_at = {0: time.monotonic(), 1: time.monotonic() - 2 * OUTPUT_GRACE}
+    buffer, said = io.StringIO(), io.StringIO()
+    with redirect_stdout(buffer), redirect_stderr(said):
+        run._pump()
+        run._say_cut_short()
+    assert not run.running
+    assert buffer.getvalue() == "[rank 0] whole\n[rank 1] part\n"
+    assert said.getvalue().startswith("distcomp: the output of rank 1 may be incomplete")
 
 
 def test_grouped_output_is_in_rank_order():

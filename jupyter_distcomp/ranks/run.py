@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -85,6 +86,7 @@ class CellRun:
         self._rich_seen: dict[int, int] = {}
         self._result_seen: set[int] = set()
         self._replied_at: dict[int, float] = {}
+        self._cut_short: set[int] = set()  # ranks that ended with their output incomplete
         self.fail_fast = FailFast(
             world,
             self.code,
@@ -125,6 +127,7 @@ class CellRun:
             self._interrupt()  # raises RankInterrupt, saying where each rank was
         finally:
             self.out.finish()
+            self._say_cut_short()
             self.debug.finish(self._errors())
         return execution.result
 
@@ -197,9 +200,18 @@ class CellRun:
             if md["execute_result"] and rank not in self._result_seen:
                 self._result_seen.add(rank)
                 self.out.rich(rank, md["execute_result"], result=True)
+        self._cut_short.update(r for r in ended if not self.futures[r].output_complete())
         self.running.difference_update(ended)
         self.out.flush_partial(force=not self.running)
         self.out.flush()
+
+    def _say_cut_short(self) -> None:
+        if self._cut_short:
+            print(
+                f"distcomp: the output of {format_ranks(self._cut_short)} may be incomplete: "
+                f"not all of it had arrived {OUTPUT_GRACE:g} s after the cell ended there.",
+                file=sys.stderr,
+            )
 
     def _output_ended(self, rank: int, now: float) -> bool:
         """The rank replied and all its output is in (or none came for OUTPUT_GRACE)."""
