@@ -79,6 +79,8 @@ while True:
 """
 
 
+#: held while the soak scans /proc for the processes the kernel started
+SCANNING = threading.Lock()
 LEFT_AFTER = 5.0  # seconds after `%distcomp stop` a process still running counts as left
 #: what "flat" allows the kernel to grow beyond IPython's own records: the Python objects of
 #: the bounded records (message signatures, ids) as they cycle, and the allocator's noise
@@ -115,9 +117,11 @@ def figures() -> dict[str, float]:
     me = psutil.Process()
     gc.collect()
     _trim()
+    with SCANNING:  # not the files the soak's own scan of /proc holds open
+        fds = me.num_fds()
     return {
         "threads": me.num_threads(),
-        "fds": me.num_fds(),
+        "fds": fds,
         # what tracemalloc keeps for its traces is the soak's, not the kernel's
         "rss_mib": (me.memory_info().rss - tracemalloc.get_tracemalloc_memory()) / 2**20,
         "heap_mib": tracemalloc.get_traced_memory()[0] / 2**20,
@@ -154,11 +158,12 @@ class Soak:
 
     def _watch(self) -> None:
         while self._watching:
-            for proc in psutil.Process().children(recursive=True):
-                try:
-                    self.seen.setdefault(proc.pid, proc.create_time())
-                except psutil.Error:
-                    pass
+            with SCANNING:
+                for proc in psutil.Process().children(recursive=True):
+                    try:
+                        self.seen.setdefault(proc.pid, proc.create_time())
+                    except psutil.Error:
+                        pass
             time.sleep(0.2)
 
     def cell(self, source: str) -> tuple[bool, str]:
