@@ -69,6 +69,7 @@ def main() -> None:
         args.model_dir.mkdir(parents=True, exist_ok=True)
         torch.save(model.module.state_dict(), args.model_dir / "model.pt")
         print(f"saved {args.model_dir / 'model.pt'}")
+    dist.barrier()  # no rank closes its connections while another still uses them
     dist.destroy_process_group()
 
 
