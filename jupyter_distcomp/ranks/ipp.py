@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import mpi, network
@@ -124,14 +124,11 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 FORWARDED = ("IPP_CLUSTER_ID", "IPP_PROFILE_DIR", "IPP_CONNECTION_INFO", "MPLBACKEND")
 
 
-def engine_environment(
-    listen: str = network.LOOPBACK, files: Mapping[str, str] | None = None
-) -> dict[str, str]:
+def engine_environment(listen: str = network.LOOPBACK) -> dict[str, str]:
     """Variables mpiexec and the engines need besides the kernel's own; the processes on
-    this machine listen on ``listen`` only; ``files``: :func:`mpi.run_files_environment`."""
+    this machine listen on ``listen`` only."""
     env = mpi.mpiexec_environment()
     env.update(network.listen_environment(listen))
-    env.update(files or {})
     if "MPLBACKEND" not in os.environ:
         # figures made on ranks come back as images, as in a notebook
         env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
@@ -140,10 +137,7 @@ def engine_environment(
 
 
 def cluster_config(
-    world_size: int,
-    placement: network.Placement | None = None,
-    process_count_per_node: int = 1,
-    files: Mapping[str, str] | None = None,
+    world_size: int, placement: network.Placement | None = None, process_count_per_node: int = 1
 ) -> Config:
     """traitlets config for ``Cluster(engines="mpi")``: our mpiexec, flags, heartbeat; with
     hosts, the engines run there and the controller listens on the address reaching them."""
@@ -161,7 +155,7 @@ def cluster_config(
     config.MPILauncher.mpi_args = network.mpiexec_flags(
         placement, world_size, process_count_per_node, FORWARDED
     )
-    config.MPIEngineSetLauncher.environment = engine_environment(listen, files)
+    config.MPIEngineSetLauncher.environment = engine_environment(listen)
     config.MPIEngineSetLauncher.engine_args = [
         "--log-level=WARN",
         f"--IPEngine.max_heartbeat_misses={ENGINE_MISSES}",
@@ -176,8 +170,7 @@ def cluster_config(
 
 
 class LocalCluster:
-    """A controller and one mpiexec engine set of ``world_size`` ranks, started by us;
-    ``files``: where mpiexec keeps its files (:func:`mpi.run_files_environment`).
+    """A controller and one mpiexec engine set of ``world_size`` ranks, started by us.
 
     Keeps mpiexec's launcher after the stop: it holds what mpiexec printed.
     """
@@ -189,7 +182,6 @@ class LocalCluster:
         timeout: float,
         placement: network.Placement | None = None,
         process_count_per_node: int = 1,
-        files: Mapping[str, str] | None = None,
     ):
         import ipyparallel
 
@@ -198,7 +190,7 @@ class LocalCluster:
             engines="mpi",
             n=world_size,
             profile_dir=profile_dir,
-            config=cluster_config(world_size, placement, process_count_per_node, files),
+            config=cluster_config(world_size, placement, process_count_per_node),
             load_profile=False,
             delay=0,  # engines wait for the controller's connection info anyway
             engine_timeout=int(timeout),
