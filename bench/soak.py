@@ -35,9 +35,11 @@ import ctypes
 import ctypes.util
 import gc
 import io
+import json
 import os
 import random
 import re
+import subprocess
 import sys
 import tempfile
 import threading
@@ -287,9 +289,6 @@ def run_peer(args: argparse.Namespace, writes: array, path: Path) -> dict[str, f
     """The peer's growth, from a kernel of its own: the same warm-up (the same seed), then
     plain cells writing ``writes``. Its own kernel, so that its heap is the one the soak's
     kernel had before the phases, not one with the holes they left."""
-    import json
-    import subprocess
-
     path.write_bytes(writes.tobytes())
     argv = [sys.executable, __file__, "--peer-of", str(path), "--seed", str(args.seed)]
     argv += ["--ranks", str(args.ranks)] + (["--objects"] if args.objects else [])
@@ -298,8 +297,6 @@ def run_peer(args: argparse.Namespace, writes: array, path: Path) -> dict[str, f
 
 
 def peer_process(args: argparse.Namespace) -> int:
-    import json
-
     with tempfile.TemporaryDirectory(prefix="distcomp-soak-") as tmp:
         soak = Soak(args.ranks, Path(tmp))
         warm_up(soak)

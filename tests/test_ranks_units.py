@@ -186,27 +186,30 @@ def output_loop(replies: dict) -> CellRun:
     return run
 
 
-def test_output_completing_as_the_cell_ends_is_shown():
-    run = output_loop({rank: LandingReply(f"back {rank}\n") for rank in (0, 1)})
-    buffer, said = io.StringIO(), io.StringIO()
-    with redirect_stdout(buffer), redirect_stderr(said):
+def pump_once(run: CellRun) -> tuple[str, str]:
+    """One pass of the output loop, then what the cell says as it ends: (stdout, stderr)."""
+    printed, said = io.StringIO(), io.StringIO()
+    with redirect_stdout(printed), redirect_stderr(said):
         run._pump()
         run._say_cut_short()
+    return printed.getvalue(), said.getvalue()
+
+
+def test_output_completing_as_the_cell_ends_is_shown():
+    run = output_loop({rank: LandingReply(f"back {rank}\n") for rank in (0, 1)})
+    printed, said = pump_once(run)
     assert not run.running
-    assert buffer.getvalue() == "[rank 0] back 0\n[rank 1] back 1\n"
-    assert said.getvalue() == ""
+    assert printed == "[rank 0] back 0\n[rank 1] back 1\n"
+    assert said == ""
 
 
 def test_output_still_incomplete_when_the_cell_ends_is_said():
     run = output_loop({0: LandingReply("whole\n"), 1: StuckReply("part\n")})
     run._replied_at = {0: time.monotonic(), 1: time.monotonic() - 2 * OUTPUT_GRACE}
-    buffer, said = io.StringIO(), io.StringIO()
-    with redirect_stdout(buffer), redirect_stderr(said):
-        run._pump()
-        run._say_cut_short()
+    printed, said = pump_once(run)
     assert not run.running
-    assert buffer.getvalue() == "[rank 0] whole\n[rank 1] part\n"
-    assert said.getvalue().startswith("distcomp: the output of rank 1 may be incomplete")
+    assert printed == "[rank 0] whole\n[rank 1] part\n"
+    assert said.startswith("distcomp: the output of rank 1 may be incomplete")
 
 
 def test_grouped_output_is_in_rank_order():
