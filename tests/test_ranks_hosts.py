@@ -205,6 +205,7 @@ x = torch.full((8, 4), float(dist.get_rank() + 1))
 model(x).sum().backward()
 grad = model.module.weight.grad.sum().item()
 print(socket.gethostname(), os.environ["NODE_RANK"], os.environ["MASTER_ADDR"], grad)
+dist.barrier()
 dist.destroy_process_group()
 """
 

@@ -68,6 +68,7 @@ total = torch.tensor([float(dist.get_rank() + 1)])
 dist.all_reduce(total)
 grads = [p.grad.clone() for p in model.parameters()]
 print(dist.get_rank(), dist.get_world_size(), os.environ["LOCAL_RANK"], os.environ["NODE_RANK"], int(total.item()))
+dist.barrier()
 dist.destroy_process_group()
 """
     cell = run_cell(ip, f"%%distcomp run ddp --timeout 120\n{code}")
