@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from collections.abc import Mapping
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -53,6 +54,26 @@ def mpiexec_environment(env: dict[str, str] | None = None) -> dict[str, str]:
         env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
         env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
     return env
+
+
+def run_files_environment(
+    folder: str, segments: str | None, given: Mapping[str, str]
+) -> dict[str, str]:
+    """Variables that keep one mpiexec's files in folders of its run, where ``given`` (the
+    environment it starts from) does not place them already:
+
+    - mpiexec's session directory, under ``folder``. Open MPI names it after mpiexec's pid,
+      and one that a killed mpiexec left behind stops a later mpiexec that gets the same pid
+      ("The PMIx server's listener thread failed to start").
+    - with ``segments``, the ranks' shared-memory segments, in that folder: a rank killed
+      with its mpiexec leaves its segment in memory.
+    """
+    wanted = {"PRTE_MCA_prte_local_tmpdir_base": folder}
+    if "PRTE_MCA_prte_tmpdir_base" in given:  # Open MPI refuses both
+        wanted = {}
+    if segments is not None:
+        wanted["OMPI_MCA_btl_sm_backing_directory"] = segments
+    return {key: value for key, value in wanted.items() if key not in given}
 
 
 def free_ports(addr: str, count: int) -> list[int]:

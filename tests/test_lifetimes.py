@@ -1,5 +1,6 @@
 """Nothing a run starts outlives it or its kernel: a rank's children, daemons that ``setsid``,
-the threads of a run, scratch folders of a killed kernel.
+the threads of a run, scratch folders of a killed kernel; and what a killed mpiexec left
+behind does not stop the next one.
 
 Each rank here starts a child (``sleep 311``) and a daemon that detaches (fork, ``setsid``,
 fork again, ``sleep 312``) and writes their pids to a file; the test then checks those exact
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -231,6 +234,17 @@ print("PIDS", child.pid, int(os.read(read, 64)))
 """
 
 
+def open_mpi_files() -> set[Path]:
+    """Open MPI's session folders in the temp dir and its shared-memory segments."""
+    temp = Path(os.environ.get("TMPDIR") or "/tmp")
+    return {*temp.glob("ompi.*"), *Path(scratch.SHARED_MEMORY).glob("sm_segment.*")}
+
+
+def scratch_folders() -> list[Path]:
+    temp = Path(os.environ.get("TMPDIR") or "/tmp")
+    return [*temp.glob("distcomp-*"), *Path(scratch.SHARED_MEMORY).glob("distcomp-*")]
+
+
 def printed_pids(text: str) -> list[int]:
     return [int(word) for line in text.splitlines() if "PIDS" in line for word in line.split()[-2:]]
 
@@ -243,6 +257,7 @@ def test_what_engines_start_ends_with_stop_and_with_a_killed_kernel():
 
     kernel = Kernel()
     pids: list[int] = []
+    files_before = open_mpi_files()
     try:
         kernel.run(
             "%load_ext jupyter_distcomp\n%config DistComp.default_process_count_per_node = 2"
@@ -268,6 +283,11 @@ def test_what_engines_start_ends_with_stop_and_with_a_killed_kernel():
         psutil.Process(kernel.km.provisioner.process.pid).kill()
         assert wait_gone(orphaned, 30) == []
         assert processes_gone(started, 30) == [], "left running after the kernel was killed"
+        # mpiexec's session folder and the ranks' shared-memory segments are in the kernel's
+        # scratch folders, which the next kernel sweeps
+        assert open_mpi_files() - files_before == set()
+        left = [str(folder) for folder in scratch_folders() if "distcomp-keeper-" in folder.name]
+        assert left and set(left) <= set(scratch.sweep())
     finally:
         kernel.close()
         kill_all(pids)
@@ -301,3 +321,74 @@ def test_stop_from_another_thread_says_the_ranks_were_stopped(ip, tmp_path):
     assert "were stopped while the cell ran" in message, message
     assert "died" not in message and "the process is gone" not in message
     assert "working" in cell.stdout
+
+
+STALE_PIDS = 300  # more than the processes a run starts before mpiexec
+
+
+def plant_stale_sessions(root: Path) -> tuple[int, list[Path]]:
+    """What a killed mpiexec leaves in the temp dir, planted for each of the next
+    :data:`STALE_PIDS` pids: its session folder, named after its pid, with the rendezvous
+    file that Open MPI's PMIx server creates exclusively. Returns the last pid used before
+    and the folders planted."""
+    last = int(Path("/proc/sys/kernel/ns_last_pid").read_text())
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    planted = []
+    for pid in range(last + 1, last + 1 + STALE_PIDS):
+        pid = pid if pid < pid_max else pid - pid_max + 300  # Linux wraps above its first 300
+        folder = root / f"ompi.{pid}"
+        if folder.exists():
+            continue
+        folder.mkdir()
+        (folder / f"pmix.{socket.gethostname()}.tool").write_text("stale\n")
+        planted.append(folder)
+    return last, planted
+
+
+def pids_used_since(last: int) -> int:
+    now = int(Path("/proc/sys/kernel/ns_last_pid").read_text())
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    return now - last if now >= last else now + pid_max - 300 - last
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/sys/kernel/ns_last_pid").exists(), reason="Linux pids")
+@pytest.mark.parametrize("how", ["command", "run"])
+def test_mpiexec_starts_beside_what_a_killed_mpiexec_left(tmp_path, ip, how):
+    """Open MPI names mpiexec's session folder after its pid, and pids are reused: a folder a
+    killed mpiexec left behind made a later mpiexec with that pid fail ("The PMIx server's
+    listener thread failed to start"). Every pid the run can get has such a folder here."""
+    from .ranks_support import MPI_SPEC, define, run_cell
+
+    temp = Path(os.environ.get("TMPDIR") or "/tmp")
+    if how == "command":
+        code = tmp_path / "code"
+        code.mkdir()
+        (code / "hello.py").write_text("print('hello')\n")
+        spec = spawner(tmp_path, "mpi").replace(
+            "python spawn.py {outputs.out} {inputs.mode}", "python hello.py"
+        )
+        component = load_component(spec, base_dir=tmp_path)
+        component.runsettings.resource_layout.configure(1, 2)
+    else:
+        define(ip, "beside", MPI_SPEC, nodes=1, per_node=2)
+    last, planted = plant_stale_sessions(temp)
+    try:
+        if how == "command":
+            result = run_command(component, cwd=tmp_path, stream=None)
+            assert result.ok, [outcome.status for outcome in result.ranks]
+        else:
+            cell = run_cell(ip, "%%distcomp run beside\nprint('up', mpi_rank)")
+            assert cell.ok, cell.error
+            assert sorted(cell.stdout.split()).count("up") == 2, cell.stdout
+            shared = Path(scratch.SHARED_MEMORY)
+            assert list(shared.glob("distcomp-beside-*/sm_segment.*")), "segments elsewhere"
+            run_cell(ip, "%distcomp stop beside")
+            assert not list(shared.glob("distcomp-beside-*")), "left after the stop"
+        used = pids_used_since(last)
+        assert used < STALE_PIDS, (
+            f"{used} processes started: mpiexec may have missed the stale pids"
+        )
+    finally:
+        for folder in planted:
+            shutil.rmtree(folder, ignore_errors=True)

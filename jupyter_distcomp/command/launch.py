@@ -22,7 +22,6 @@ import json
 import os
 import queue
 import select
-import shutil
 import signal
 import socket
 import subprocess
@@ -199,8 +198,10 @@ class MpiLaunch:
         self.exited: set[int] = set()
         self.placement = placement = placement or network.Placement()
         self.tmp = scratch.make_folder("distcomp-")
+        self.segments = scratch.shared_memory_folder("distcomp-") if placement.local else None
         listen = placement.listen()
         env = {**mpi.mpiexec_environment(base_env), **network.listen_environment(listen)}
+        env.update(mpi.run_files_environment(self.tmp, self.segments, base_env))
         plan: dict = {"ranks": envs, "drop_mpi": drop_mpi}
         if placement.local:
             plan["socket"] = os.path.join(self.tmp, "s")
@@ -230,7 +231,7 @@ class MpiLaunch:
             )
         except BaseException:
             self.server.close()
-            shutil.rmtree(self.tmp, ignore_errors=True)
+            scratch.remove(self.tmp, self.segments)
             raise
         for name, pipe in _pipes(self.proc):
             self.threads.append(_thread(pump, pipe.fileno(), None, name, events))
@@ -303,7 +304,7 @@ class MpiLaunch:
         for item in closing:
             with contextlib.suppress(Exception):
                 item.close()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        scratch.remove(self.tmp, self.segments)
 
 
 def session_members(sessions: list[int]) -> list[int]:

@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import mpi, network
@@ -124,11 +124,14 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 FORWARDED = ("IPP_CLUSTER_ID", "IPP_PROFILE_DIR", "IPP_CONNECTION_INFO", "MPLBACKEND")
 
 
-def engine_environment(listen: str = network.LOOPBACK) -> dict[str, str]:
+def engine_environment(
+    listen: str = network.LOOPBACK, files: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """Variables mpiexec and the engines need besides the kernel's own; the processes on
-    this machine listen on ``listen`` only."""
+    this machine listen on ``listen`` only; ``files``: :func:`mpi.run_files_environment`."""
     env = mpi.mpiexec_environment()
     env.update(network.listen_environment(listen))
+    env.update(files or {})
     if "MPLBACKEND" not in os.environ:
         # figures made on ranks come back as images, as in a notebook
         env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
@@ -137,7 +140,10 @@ def engine_environment(listen: str = network.LOOPBACK) -> dict[str, str]:
 
 
 def cluster_config(
-    world_size: int, placement: network.Placement | None = None, process_count_per_node: int = 1
+    world_size: int,
+    placement: network.Placement | None = None,
+    process_count_per_node: int = 1,
+    files: Mapping[str, str] | None = None,
 ) -> Config:
     """traitlets config for ``Cluster(engines="mpi")``: our mpiexec, flags, heartbeat; with
     hosts, the engines run there and the controller listens on the address reaching them."""
@@ -155,7 +161,7 @@ def cluster_config(
     config.MPILauncher.mpi_args = network.mpiexec_flags(
         placement, world_size, process_count_per_node, FORWARDED
     )
-    config.MPIEngineSetLauncher.environment = engine_environment(listen)
+    config.MPIEngineSetLauncher.environment = engine_environment(listen, files)
     config.MPIEngineSetLauncher.engine_args = [
         "--log-level=WARN",
         f"--IPEngine.max_heartbeat_misses={ENGINE_MISSES}",
@@ -170,7 +176,8 @@ def cluster_config(
 
 
 class LocalCluster:
-    """A controller and one mpiexec engine set of ``world_size`` ranks, started by us.
+    """A controller and one mpiexec engine set of ``world_size`` ranks, started by us;
+    ``files``: where mpiexec keeps its files (:func:`mpi.run_files_environment`).
 
     Keeps mpiexec's launcher after the stop: it holds what mpiexec printed.
     """
@@ -182,6 +189,7 @@ class LocalCluster:
         timeout: float,
         placement: network.Placement | None = None,
         process_count_per_node: int = 1,
+        files: Mapping[str, str] | None = None,
     ):
         import ipyparallel
 
@@ -190,7 +198,7 @@ class LocalCluster:
             engines="mpi",
             n=world_size,
             profile_dir=profile_dir,
-            config=cluster_config(world_size, placement, process_count_per_node),
+            config=cluster_config(world_size, placement, process_count_per_node, files),
             load_profile=False,
             delay=0,  # engines wait for the controller's connection info anyway
             engine_timeout=int(timeout),

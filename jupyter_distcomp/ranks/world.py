@@ -8,13 +8,12 @@ status table and the JupyterLab panel, signals ranks, and stops everything it st
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .. import scratch
+from .. import mpi, scratch
 from ..errors import RankError
 from ..layout import env_places, layout_text
 from ..network import Placement
@@ -70,6 +69,10 @@ class World(WorldHealth):
         self._stopped = False
         self._lock = threading.RLock()
         self._tmp = scratch.make_folder(f"distcomp-{name}-")
+        #: the ranks' shared-memory segments (on this machine), removed with the world
+        self._segments = (
+            scratch.shared_memory_folder(f"distcomp-{name}-") if self.placement.local else None
+        )
         self._monitor: threading.Thread | None = None
         self._thread: threading.Thread | None = None
         self._start_finished = False
@@ -149,6 +152,7 @@ class World(WorldHealth):
             START_TIMEOUT,
             self.placement,
             self.process_count_per_node,
+            mpi.run_files_environment(self._tmp, self._segments, os.environ),
         )
         cluster.start()
         if self._stopped:
@@ -269,7 +273,7 @@ class World(WorldHealth):
             self.cluster.stop()  # keeps what mpiexec printed, for the reports
             if not self.placement.local:  # the ranks' stack files on their hosts
                 remote.remove(self.placement.ssh_command, self.placement.hosts, self._tmp)
-        shutil.rmtree(self._tmp, ignore_errors=True)
+        scratch.remove(self._tmp, self._segments)
 
     def describe_layout(self) -> str:
         return (
