@@ -3,8 +3,8 @@
 libyaml's parser (when available) gives the events; PyYAML's composer turns them into nodes with
 their start and end marks, which we keep per key path, and the plain data is constructed from
 the same node tree. The composer refuses what would exhaust the kernel before it is built:
-nesting deeper than ``MAX_DEPTH`` (libyaml's own composer recurses in C and crashes the process),
-aliases that expand past ``MAX_ALIAS_VALUES`` values (a "billion laughs"), integers longer than
+nesting deeper than ``MAX_DEPTH`` (libyaml's own composer recurses in C and crashes the process;
+its scanner refuses past its own limit, which is reported the same way), aliases that expand past ``MAX_ALIAS_VALUES`` values (a "billion laughs"), integers longer than
 Python converts, and lone surrogates, which are not text.
 """
 
@@ -30,6 +30,9 @@ def _key_text(key_node: yaml.Node) -> str:
 MAX_DEPTH = 64
 #: values that aliases (``*name``) may add to a document, all aliases together
 MAX_ALIAS_VALUES = 10_000
+#: libyaml's scanner's word for nesting past its own limit (1,000 levels), which it reaches
+#: before the composer sees the events of a deep flow collection
+_LIBYAML_TOO_DEEP = "exceeded maximum nesting depth"
 #: longest integer, in digits, that Python converts from text
 MAX_INT_DIGITS = sys.get_int_max_str_digits() or 4300
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -53,6 +56,14 @@ class TooComplex(Exception):
 
 def _at(mark: Any) -> tuple[int, int]:
     return mark.line + 1, mark.column + 1
+
+
+def _too_deep(mark: Any) -> TooComplex:
+    return TooComplex(
+        f"the spec nests lists and mappings more than {MAX_DEPTH} levels deep. "
+        "Fix: close the brackets, or flatten the structure.",
+        *_at(mark),
+    )
 
 
 class _Loader(
@@ -83,11 +94,7 @@ class _Loader(
         if not self.check_event(yaml.SequenceStartEvent, yaml.MappingStartEvent):
             return super().compose_node(parent, index)
         if self._depth >= MAX_DEPTH:
-            raise TooComplex(
-                f"the spec nests lists and mappings more than {MAX_DEPTH} levels deep. "
-                "Fix: close the brackets, or flatten the structure.",
-                *_at(getattr(self.peek_event(), "start_mark", None)),
-            )
+            raise _too_deep(getattr(self.peek_event(), "start_mark", None))
         self._depth += 1
         try:
             node = super().compose_node(parent, index)
@@ -208,6 +215,10 @@ def compose_positions(text: str) -> tuple[Any, Positions]:
         positions = Positions()
         _walk(node, (), positions, set())
         data = loader.construct_document(node)
+    except yaml.MarkedYAMLError as exc:
+        if exc.problem != _LIBYAML_TOO_DEEP or exc.problem_mark is None:
+            raise
+        raise _too_deep(exc.problem_mark) from None
     finally:
         loader.dispose()
     return data, positions
