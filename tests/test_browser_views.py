@@ -61,7 +61,11 @@ def wait_text(page, index: int, pattern: str, timeout: float = 120) -> str:
 
 
 def prompt_number(page, index: int) -> int:
-    return int(re.sub(r"\D", "", cell(page, index).locator(".jp-InputPrompt").inner_text()))
+    """The cell's execution count. The prompt shows ``[*]`` until the kernel's reply arrives,
+    which can be after the cell's output is already shown."""
+    prompt = cell(page, index).locator(".jp-InputPrompt", has_text=re.compile(r"\d"))
+    prompt.wait_for(timeout=30_000)
+    return int(re.sub(r"\D", "", prompt.inner_text()))
 
 
 def test_states_errors_and_views_a_person_sees(lab, page):
