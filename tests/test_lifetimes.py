@@ -139,10 +139,13 @@ def test_what_ranks_start_ends_with_the_run(tmp_path, launcher):
 @pytest.mark.parametrize("launcher", ["torch.distributed", "mpi"])
 def test_what_ranks_start_ends_with_a_killed_kernel(tmp_path, launcher):
     out = tmp_path / "out"
+    temp = tmp_path / "temp"  # the kernel's temp dir: what it leaves there is seen
+    temp.mkdir()
     kernel = subprocess.Popen(
         [sys.executable, "-c", KERNEL, spawner(tmp_path, launcher), str(tmp_path), str(out)],
         stdout=subprocess.PIPE,
         text=True,
+        env={**os.environ, "TMPDIR": str(temp)},
     )
     pids: list[int] = []
     try:
@@ -158,6 +161,11 @@ def test_what_ranks_start_ends_with_a_killed_kernel(tmp_path, launcher):
         assert wait_gone(pids) == []
     finally:
         kill_all(pids)
+    # the run's scratch folders (its stack files among them) outlive the killed kernel
+    # until the next kernel sweeps them
+    left = sorted(str(folder) for folder in temp.glob("distcomp-*"))
+    assert left, "the run made no scratch folder in its temp dir"
+    assert sorted(scratch.sweep(str(temp))) == left
 
 
 def command_threads() -> list[threading.Thread]:

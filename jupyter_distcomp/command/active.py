@@ -12,11 +12,11 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from .. import scratch
 
 STACK_SITE = str(Path(__file__).parent.parent / "standalone" / "stack_site")
 _STACK_FILE = re.compile(r"^(\d+)-(\d+)\.stack$")
@@ -31,7 +31,7 @@ class ActiveRun:
     def __init__(self, world_size: int, cwd: Path) -> None:
         self.world_size = world_size
         self.cwd = str(cwd)
-        self.folder = tempfile.mkdtemp(prefix="distcomp-stacks-")
+        self.folder = scratch.make_folder("distcomp-stacks-")
         self.supervisors: Callable[[], dict[int, int]] = dict
         self.interrupt: Callable[[], None] = lambda: None
 
@@ -67,7 +67,7 @@ class ActiveRun:
         return {rank: target for rank, (_, target) in found.items()}
 
     def close(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
+        scratch.remove(self.folder)
 
 
 @contextlib.contextmanager
