@@ -4,8 +4,9 @@ libyaml's parser (when available) gives the events; PyYAML's composer turns them
 their start and end marks, which we keep per key path, and the plain data is constructed from
 the same node tree. The composer refuses what would exhaust the kernel before it is built:
 nesting deeper than ``MAX_DEPTH`` (libyaml's own composer recurses in C and crashes the process;
-its scanner refuses past its own limit, which is reported the same way), aliases that expand past ``MAX_ALIAS_VALUES`` values (a "billion laughs"), integers longer than
-Python converts, and lone surrogates, which are not text.
+its scanner refuses past a limit of its own, reported the same way), aliases that expand past
+``MAX_ALIAS_VALUES`` values (a "billion laughs"), integers longer than Python converts, and lone
+surrogates, which are not text.
 """
 
 from __future__ import annotations
