@@ -69,8 +69,8 @@ def px_round_trips(world) -> list[float]:
 
 
 def main() -> None:
-    from jupyter_distcomp.ranks import get_backend
-    from jupyter_distcomp.spec import load_component
+    from jupyter_distcomp.core.spec_parsing import load_component
+    from jupyter_distcomp.local.ranks.backend import get_backend
 
     component = load_component(SPEC)
     component.runsettings.resource_layout.configure(instance_count=1, process_count_per_node=2)

@@ -51,8 +51,8 @@ def main() -> None:
         return
     from IPython.testing.globalipapp import get_ipython
 
-    from jupyter_distcomp.network import Placement
-    from jupyter_distcomp.ranks import get_backend
+    from jupyter_distcomp.local.ranks.backend import get_backend
+    from jupyter_distcomp.machine.hosts import Placement
 
     shell = get_ipython()
     shell.run_line_magic("load_ext", "jupyter_distcomp")

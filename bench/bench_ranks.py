@@ -149,7 +149,7 @@ def bench_allreduce(shell, world) -> tuple[float, float]:
 
 
 def main() -> None:
-    from jupyter_distcomp.ranks import get_backend
+    from jupyter_distcomp.local.ranks.backend import get_backend
 
     shell = bench_shell(RANKS)
     backend = get_backend()

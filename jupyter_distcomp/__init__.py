@@ -1,7 +1,10 @@
 """jupyter-distcomp: distributed Azure ML components, written, run and debugged in a notebook.
 
-``%load_ext jupyter_distcomp`` registers ``%%distcomp``. Heavy packages (ipyparallel, mpi4py,
-azure-ai-ml, ipywidgets) are imported only when a feature needs them.
+``%load_ext jupyter_distcomp`` registers ``%%distcomp``. The public names below are imported
+on first use, so ``import jupyter_distcomp`` stays cheap; heavy packages (ipyparallel,
+mpi4py, azure-ai-ml, ipywidgets) are imported inside the functions that need them. The
+layers, each a folder, import only the ones below them: ``notebook`` -> ``local`` |
+``azureml`` -> ``machine`` -> ``core`` -> ``errors``, ``contracts``, ``rank_side``.
 """
 
 from __future__ import annotations
@@ -12,9 +15,10 @@ if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
 _LAZY = {
-    "load_component": ("spec", "load_component"),
-    "Component": ("model", "Component"),
-    "rank_environments": ("layout", "rank_environments"),
+    "load_component": ("core.spec_parsing", "load_component"),
+    "Component": ("core.model", "Component"),
+    "rank_environments": ("core.layout", "rank_environments"),
+    "run_command": ("local.command", "run_command"),
     "SpecError": ("errors", "SpecError"),
     "SpecWarning": ("errors", "SpecWarning"),
     "LayoutError": ("errors", "LayoutError"),
@@ -43,36 +47,16 @@ def __getattr__(name: str) -> Any:
 
 def load_ipython_extension(ipython: InteractiveShell) -> None:
     """``%load_ext jupyter_distcomp``: a session for this shell, its magics and settings."""
-    import atexit
+    from .notebook.extension import load
 
-    from .magics import DistCompMagics
-    from .session import Session
-
-    session = Session(ipython)
-    magics = DistCompMagics(ipython, session)
-    ipython.register_magics(magics)
-    configurables: list[Any] = ipython.configurables  # `%config` lists and sets these
-    for configurable in session.configurables:
-        if configurable not in configurables:
-            configurables.append(configurable)
-    atexit.register(session.shutdown)
-    session.open_channel()  # the JupyterLab ranks panel's channel (a no-op outside a kernel)
+    load(ipython)
 
 
 def unload_ipython_extension(ipython: InteractiveShell) -> None:
     """``%unload_ext jupyter_distcomp``: stop the ranks, close the channel, drop the settings."""
-    import atexit
+    from .notebook.extension import unload
 
-    magics = ipython.magics_manager.registry.pop("DistCompMagics", None)
-    if magics is None:
-        return
-    session = magics.session
-    atexit.unregister(session.shutdown)
-    session.close()
-    configurables: list[Any] = ipython.configurables
-    for configurable in (*session.configurables, magics):
-        if configurable in configurables:
-            configurables.remove(configurable)
+    unload(ipython)
 
 
 def _jupyter_labextension_paths() -> list[dict[str, str]]:

@@ -38,7 +38,7 @@ class SpecError(DistcompError, ValueError):
     ``line`` and ``column`` are 1-based positions in the YAML text of the offending key or
     value (None when the error is not about a place in the text); ``path`` is the dotted key
     path such as ``inputs.lr.default``. ``offset`` is the 0-based character offset in the
-    command template for template errors (spec/loader.py maps it to a YAML line).
+    command template for template errors (core/spec_parsing/loader.py maps it to a YAML line).
     """
 
     def __init__(

@@ -13,8 +13,8 @@ import json
 import pytest
 
 from jupyter_distcomp import load_component
-from jupyter_distcomp.layout import rank_environments
-from jupyter_distcomp.mpi import loopback_interface
+from jupyter_distcomp.azureml import submit
+from jupyter_distcomp.core.layout import rank_environments
 
 from .azure_standin import AzureStandIn
 
@@ -109,7 +109,8 @@ TF = {
 
 
 def table(columns: str, rows: str) -> list[dict[str, str]]:
-    """The hand-written rows as dicts; ``-`` is an absent variable, LO the loopback name."""
+    """The hand-written rows as dicts; ``-`` is an absent variable, LO the loopback interface
+    the layout is given (``lo`` unless told otherwise)."""
     names = columns.split()
     envs = []
     for line in rows.strip().splitlines():
@@ -117,7 +118,7 @@ def table(columns: str, rows: str) -> list[dict[str, str]]:
         assert len(values) == len(names), line
         env = {n: v for n, v in zip(names, values, strict=True) if v != "-"}
         if env.get("NCCL_SOCKET_IFNAME") == "LO":
-            env["NCCL_SOCKET_IFNAME"] = loopback_interface()
+            env["NCCL_SOCKET_IFNAME"] = "lo"
         envs.append({**env, "AZUREML_EXPERIMENT_ID": EXP})
     return envs
 
@@ -229,7 +230,7 @@ def test_the_submitted_job_carries_the_layout(standin, tmp_path, launcher, layou
         instance_count=nodes, process_count_per_node=ppn
     )
     before = len(standin.job_puts())
-    component.submit(standin.ml_client(show_progress=False), compute="cpu-cluster")
+    submit(component, standin.ml_client(show_progress=False), compute="cpu-cluster")
     put = standin.job_puts()[before]
     body = put.body["properties"]
     assert body["resources"]["instanceCount"] == nodes

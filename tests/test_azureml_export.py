@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from jupyter_distcomp import AzureMLError
-from jupyter_distcomp.azureml import export
+from jupyter_distcomp.azureml import export, to_azureml_component, to_azureml_job
 
 from .azure_standin import prepare_spec, required_values
 from .conftest import PUBLIC_SPECS, public_spec_ids
@@ -51,7 +51,7 @@ def test_job_yaml_round_trips_through_load_job(spec, tmp_path):
     component.runsettings.resource_layout.configure(instance_count=3, process_count_per_node=2)
     values = required_values(component)
     path = export(component, tmp_path / "out" / "job.yml", inputs=values, compute="cpu-cluster")
-    original = component.to_azureml_job(inputs=values, compute="cpu-cluster")
+    original = to_azureml_job(component, inputs=values, compute="cpu-cluster")
     loaded = load_job(path)
     assert _rest(loaded, path.parent) == _rest(original, tmp_path / "project")
     data = yaml.safe_load(path.read_text())
@@ -69,7 +69,7 @@ def test_component_yaml_round_trips_through_load_component(spec, tmp_path):
     component.runsettings.resource_layout.configure(instance_count=2)
     path = export(component, tmp_path / "component.yml", component_form=True)
     loaded = load_component(path)
-    assert _component_dict(loaded) == _component_dict(component.to_azureml_component())
+    assert _component_dict(loaded) == _component_dict(to_azureml_component(component))
     assert loaded.resources.instance_count == 2
     assert loaded._validate().passed
 
@@ -117,8 +117,9 @@ environment:
 
 def test_export_magic(ip, tmp_path, monkeypatch):
     from azure.ai.ml import load_job
-    from IPython.core.error import UsageError
     from IPython.utils.capture import capture_output
+
+    from jupyter_distcomp import SpecError
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text("print('hi')\n")
@@ -144,7 +145,7 @@ def test_export_magic(ip, tmp_path, monkeypatch):
     assert yaml.safe_load((tmp_path / "quick_component.yml").read_text())["name"] == "mpi_quick"
 
     result = ip.run_cell("%distcomp export quick bad.yml --input stepz=3")
-    assert isinstance(result.error_in_exec, UsageError)
+    assert isinstance(result.error_in_exec, SpecError)
     assert "has no input 'stepz'. Did you mean 'steps'?" in str(result.error_in_exec)
     result = ip.run_cell("%distcomp export quick bad.yml")
     assert "needs values for its required inputs: data" in str(result.error_in_exec)

@@ -67,7 +67,7 @@ def client(standin, **kwargs):
 def test_submitted_job_keeps_layout_command_and_inputs(standin, tmp_path):
     component = make(tmp_path)
     component.runsettings.resource_layout.configure(instance_count=3, process_count_per_node=2)
-    job = component.submit(client(standin), inputs={"data": DATA}, compute="cpu-cluster")
+    job = submit(component, client(standin), inputs={"data": DATA}, compute="cpu-cluster")
 
     def kind(r) -> str:
         if "/codes/" in r.path:
@@ -110,7 +110,7 @@ def test_submitted_job_keeps_layout_command_and_inputs(standin, tmp_path):
 def test_launcher_reaches_the_service_as_its_distribution(standin, tmp_path, launcher, kind):
     component = make(tmp_path, launcher)
     component.runsettings.resource_layout.configure(instance_count=2, process_count_per_node=4)
-    component.submit(client(standin), inputs={"data": DATA}, compute="gpu")
+    submit(component, client(standin), inputs={"data": DATA}, compute="gpu")
     body = standin.job_puts()[0].body["properties"]
     assert body["distribution"] == {"distributionType": kind, "processCountPerInstance": 4}
     assert body["resources"]["instanceCount"] == 2
@@ -118,7 +118,7 @@ def test_launcher_reaches_the_service_as_its_distribution(standin, tmp_path, lau
 
 def test_inline_environment_is_registered_first(standin, tmp_path):
     component = make(tmp_path, environment="docker: {image: 'python:3.11-slim'}")
-    component.submit(client(standin), inputs={"data": DATA}, compute="cpu")
+    submit(component, client(standin), inputs={"data": DATA}, compute="cpu")
     (env_put,) = standin.find("PUT", "/environments/CliV2AnonymousEnvironment/versions/")
     assert env_put.body["properties"]["image"] == "python:3.11-slim"
     body = standin.job_puts()[0].body["properties"]
@@ -232,8 +232,6 @@ def test_interactive_services_reach_the_job_and_their_endpoints_are_printed(
 
 
 def test_submit_magic_reports_a_failed_job(ip, standin, tmp_path, monkeypatch):
-    from IPython.core.error import UsageError
-
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text("print('training')\n")
     standin.statuses = ("Queued", "Failed")
@@ -241,7 +239,7 @@ def test_submit_magic_reports_a_failed_job(ip, standin, tmp_path, monkeypatch):
     assert ip.run_cell(f"%%distcomp train\n{spec}").success
     _configure(ip, standin)
     result = ip.run_cell(f"%distcomp submit train --compute cpu --input data={DATA} --wait")
-    assert isinstance(result.error_in_exec, UsageError)
+    assert isinstance(result.error_in_exec, AzureMLError)
     assert "ended Failed. Its logs are in Azure ML studio: https://ml.azure.com/runs/" in str(
         result.error_in_exec
     )

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_distcomp.core.spec_parsing import load_component
 from jupyter_distcomp.errors import SpecError
-from jupyter_distcomp.spec import load_component
 
 BAD_SPECS = json.loads((Path(__file__).parent / "data" / "bad_specs.json").read_text("utf-8"))
 

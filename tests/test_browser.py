@@ -280,7 +280,7 @@ def test_ranks_panel_shows_a_debugging_rank_and_where_for_a_background_cell(lab,
             "%%distcomp run bg_demo --background\nimport time\n"
             "def load_batch():\n    time.sleep(120)\nload_batch()",
             # what the debugger of a rank does while rank 1 is at a pdb prompt
-            "from jupyter_distcomp.ranks import get_backend\n"
+            "from jupyter_distcomp.local.ranks.backend import get_backend\n"
             "get_backend().world('bg_demo').set_state([1], 'debugging')",
         ],
     )

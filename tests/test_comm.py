@@ -1,6 +1,8 @@
-"""The ranks panel's channel (jupyter_distcomp/comm.py) in a real kernel, seen from a client
-the way JupyterLab sees it: the comm the kernel opens at %load_ext, rank-state events while a
-cell runs, and a comm opened by a reloaded page that stops the ranks."""
+"""The ranks panel's channel (jupyter_distcomp/notebook/comm.py) in a real kernel, seen from a
+client the way JupyterLab sees it: the comm the kernel opens at %load_ext, rank-state events
+while a cell runs, and a comm opened by a reloaded page that stops the ranks. Every message
+the kernel sends matches its definition in contracts.json, as ipykernel checks its own wire
+messages against one reference (its tests/test_message_spec.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +12,14 @@ import uuid
 import psutil
 import pytest
 
+from jupyter_distcomp.notebook.comm import validator
+
 from .ranks_support import MPI_SPEC
 
 pytestmark = pytest.mark.slow
+
+#: the data of every comm message the kernel sent in this module's tests
+SENT: list[dict] = []
 
 
 @pytest.fixture
@@ -36,6 +43,7 @@ def run(client, code: str, timeout: float = 120) -> list[dict]:
         msg = client.get_iopub_msg(timeout=timeout)
         if msg["msg_type"] in ("comm_open", "comm_msg"):
             seen.append(msg)
+            SENT.append(msg["content"]["data"])
         if msg["msg_type"] == "error":
             raise AssertionError("\n".join(msg["content"]["traceback"]))
         if (
@@ -115,12 +123,17 @@ def test_kernel_announces_streams_states_and_obeys_a_reloaded_page(kernel):
             break
     assert data["ok"] is False and "nope" in data["message"]
 
+    assert {data["type"] for data in SENT} == {"snapshot", "world", "result"}
+    for data in SENT:
+        validator("KernelMessage")(data)
+
 
 def _next_comm_msg(client, comm_id: str, timeout: float = 60) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         msg = client.get_iopub_msg(timeout=timeout)
         if msg["msg_type"] == "comm_msg" and msg["content"]["comm_id"] == comm_id:
+            SENT.append(msg["content"]["data"])
             return msg
     raise AssertionError(f"no comm message in {timeout} s")
 

@@ -391,7 +391,7 @@ def test_an_unauthenticated_connection_is_refused():
     from multiprocessing import AuthenticationError
     from multiprocessing.connection import Client
 
-    from jupyter_distcomp.debug.channel import DebugChannel
+    from jupyter_distcomp.local.debug.channel import DebugChannel
 
     channel = DebugChannel()
     try:

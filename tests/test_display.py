@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
-from jupyter_distcomp.display import EnvTable, component_html, component_line, component_text
-from jupyter_distcomp.rankview import rank_view
-from jupyter_distcomp.spec import load_component
+from jupyter_distcomp.core.rank_view import rank_view
+from jupyter_distcomp.core.spec_parsing import load_component
+from jupyter_distcomp.notebook.views.component import component_html, component_line, component_text
+from jupyter_distcomp.notebook.views.env import EnvTable
 
 from .ranks_support import MPI_SPEC, TF_SPEC
 

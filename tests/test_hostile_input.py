@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_distcomp.core.ranges import parse_ranks
+from jupyter_distcomp.core.spec_parsing import load_component
 from jupyter_distcomp.errors import LayoutError, RankError, SpecError
-from jupyter_distcomp.ranges import parse_ranks
-from jupyter_distcomp.spec import load_component
 
 V15 = """\
 name: hostile
@@ -188,23 +188,23 @@ def test_environment_mistakes_name_the_key(extra, line, says):
     ids=["200KB", "NUL", "bytes", "list", "5000 digits"],
 )
 def test_a_value_no_program_can_take_names_the_input(value, says, tmp_path: Path):
-    from jupyter_distcomp.command.bindings import bind_inputs
+    from jupyter_distcomp.core.bindings import local_inputs
 
     component = load_component(v15("python a.py [--x {inputs.x}] --n {inputs.n}"))
     name = "n" if isinstance(value, int) else "x"
     with pytest.raises(SpecError) as raised:
-        bind_inputs(component, {name: value}, tmp_path)
+        local_inputs(component, {name: value}, tmp_path)
     assert f"input '{name}'" in str(raised.value) and says in str(raised.value)
     assert raised.value.path == f"inputs.{name}"
 
 
 @pytest.mark.parametrize(("value", "says"), [("a\0b", "NUL"), (["a"], "a list")])
 def test_a_data_path_no_program_can_take_names_the_input(value, says, tmp_path: Path):
-    from jupyter_distcomp.command.bindings import bind_inputs
+    from jupyter_distcomp.core.bindings import local_inputs
 
     component = load_component(v15("python a.py [--d {inputs.data}]"))
     with pytest.raises(SpecError, match=f"'data'.*{says}|{says}.*'data'"):
-        bind_inputs(component, {"data": value}, tmp_path)
+        local_inputs(component, {"data": value}, tmp_path)
 
 
 def test_magic_arguments_are_not_expanded_from_python_variables(ip, tmp_path, monkeypatch):

@@ -108,6 +108,11 @@ def test_where_shows_the_stacks_of_a_background_command(kernel, tmp_path, launch
     assert "ranks 0-1: running, current stack" in text, text
     assert 'train.py", line 5, in <module>' in text and "in wait_for_data" in text
     assert "time.sleep(30)" in text, "the source line of the user's file is missing"
+    # the definition cell runs again while the command runs: a new component, the same name
+    reply, text, _ = kernel.run(f"%%distcomp cmd\n{spec}")
+    assert reply["status"] == "ok", text
+    reply, text, _ = kernel.run("%distcomp where cmd")
+    assert "ranks 0-1: running, current stack" in text, text
     reply, text, _ = kernel.run("%distcomp wait cmd --timeout 0.1")
     assert reply["status"] == "error" and "still runs" in text
     reply, text, _ = kernel.run("%distcomp interrupt cmd")

@@ -8,8 +8,8 @@ import subprocess
 import sys
 import time
 
-from jupyter_distcomp.command.active import STACK_SITE
-from jupyter_distcomp.ranks.failures import main_thread_stack, stack_sections
+from jupyter_distcomp.local.command.active import STACK_SITE
+from jupyter_distcomp.local.stacks import main_thread_stack, stack_sections
 
 PROGRAM = """
 import time

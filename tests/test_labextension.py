@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_distcomp.spec import load_component
+from jupyter_distcomp.core.spec_parsing import load_component
 
 ROOT = Path(__file__).resolve().parent.parent
 LABEXTENSION = ROOT / "labextension"

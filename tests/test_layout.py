@@ -1,4 +1,4 @@
-"""The variables each rank sees, per launcher and layout (jupyter_distcomp.layout)."""
+"""The variables each rank sees, per launcher and layout (jupyter_distcomp.core.layout)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from unittest import mock
 
 import pytest
 
-from jupyter_distcomp.errors import LayoutError
-from jupyter_distcomp.layout import (
+from jupyter_distcomp.core.layout import (
     LAUNCHER_VARIABLES,
     LOCAL_EXPERIMENT_ID,
     PORT_AT_START,
@@ -18,12 +17,13 @@ from jupyter_distcomp.layout import (
     rank_environments,
     rank_table,
 )
-from jupyter_distcomp.mpi import free_ports, loopback_interface
+from jupyter_distcomp.errors import LayoutError
+from jupyter_distcomp.machine.network import free_ports, listener_ports
 
 LAYOUTS = [(1, 1), (1, 4), (2, 2), (3, 1)]
 LAUNCHERS = ["torch.distributed", "mpi", "deepspeed", "tensorflow"]
 PORT = 29511
-LO = loopback_interface()
+LO = "lo"  # what the layout names unless given the interface of the machine running it
 
 
 # -- test data: user code, copied unchanged (kept as text so no formatter touches it) ---------
@@ -263,12 +263,27 @@ def test_counts_given_as_text_are_accepted():
 
 
 # -- ports ------------------------------------------------------------------------------------
-def test_a_free_port_is_chosen_and_can_be_bound():
-    envs = rank_environments("torch.distributed", 1, 2)
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_the_layout_binds_nothing_and_gives_azure_ports_unless_given_others(launcher):
+    with mock.patch("socket.socket.bind", side_effect=AssertionError("bound")):
+        envs = rank_environments(launcher, 2, 1, master_addr="203.0.113.9")
+        given = rank_environments(launcher, 2, 1, master_addr="203.0.113.9", master_port=PORT)
+    text = json.dumps(envs)
+    assert "203.0.113.9:2222" in text if launcher == "tensorflow" else "6105" in text
+    assert str(PORT) in json.dumps(given)
+
+
+def test_the_ports_a_world_takes_here_are_free_and_reach_every_rank():
+    ports = listener_ports("127.0.0.1", 1)
+    assert ports is not None
+    envs = rank_environments("torch.distributed", 1, 2, master_port=ports)
     port = int(envs[0]["MASTER_PORT"])
     assert port != 6105 and {e["MASTER_PORT"] for e in envs} == {str(port)}
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))  # free: a rank 0 can listen on it
+    tf = rank_environments("tensorflow", 3, 1, master_port=listener_ports("127.0.0.1", 3))
+    hosts = json.loads(tf[0]["TF_CONFIG"])["cluster"]["worker"]
+    assert len(set(hosts)) == 3 and "127.0.0.1:2222" not in hosts
 
 
 def test_free_ports_are_distinct_and_bindable():
@@ -279,14 +294,14 @@ def test_free_ports_are_distinct_and_bindable():
             sock.bind(("127.0.0.1", port))
 
 
-@pytest.mark.parametrize("launcher", LAUNCHERS)
-def test_an_address_of_another_machine_binds_nothing(launcher):
+def test_no_port_is_taken_on_an_address_of_another_machine():
     with mock.patch("socket.socket.bind", side_effect=AssertionError("bound")):
-        envs = rank_environments(launcher, 2, 1, master_addr="203.0.113.9")
-        given = rank_environments(launcher, 2, 1, master_addr="203.0.113.9", master_port=PORT)
-    text = json.dumps(envs)
-    assert "203.0.113.9:2222" in text if launcher == "tensorflow" else "6105" in text
-    assert str(PORT) in json.dumps(given)
+        assert listener_ports("203.0.113.9", 2) is None
+
+
+def test_a_layout_given_the_wrong_number_of_ports_says_so():
+    with pytest.raises(ValueError, match=r"listens on 3 port\(s\), 1 given"):
+        rank_environments("tensorflow", 3, 1, master_port=[1234])
 
 
 def test_the_tensorflow_layout_of_the_issue_needs_no_local_port():

@@ -55,7 +55,7 @@ class Tracker:
             try:
                 parent = proc.parent()
                 command = " ".join(proc.cmdline())
-                guarded = parent is not None and "standalone.guard" in " ".join(parent.cmdline())
+                guarded = parent is not None and "rank_side.guard" in " ".join(parent.cmdline())
                 if "ipyparallel.controller" in command and guarded:
                     found.append(proc)
             except psutil.Error:
@@ -143,7 +143,7 @@ def test_a_world_replaced_or_stopped_while_starting_leaves_nothing_behind(change
 
 ORPHAN = """
 import os, signal, subprocess, sys
-from jupyter_distcomp.ranks import ipp
+from jupyter_distcomp.local.ranks import ipp
 guard = ipp.cluster_config(1).MPILauncher.mpi_cmd[:-1]  # the guard, as mpiexec's
 proc = subprocess.Popen(
     [*guard, "sleep", "31337"], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL

@@ -23,9 +23,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from jupyter_distcomp import scratch
-from jupyter_distcomp.command import run_command
-from jupyter_distcomp.spec import load_component
+from jupyter_distcomp.core.spec_parsing import load_component
+from jupyter_distcomp.local.command import run_command
+from jupyter_distcomp.machine import scratch
 
 SPAWN = r"""
 import json, os, subprocess, sys, time
@@ -64,8 +64,8 @@ launcher:
 
 KERNEL = """
 import sys
-from jupyter_distcomp.command import run_command
-from jupyter_distcomp.spec import load_component
+from jupyter_distcomp.local.command import run_command
+from jupyter_distcomp.core.spec_parsing import load_component
 component = load_component(sys.argv[1], base_dir=sys.argv[2])
 component.runsettings.resource_layout.configure(1, 2)
 run_command(component, inputs={"mode": "hang"}, outputs={"out": sys.argv[3]}, cwd=sys.argv[2])
@@ -190,7 +190,7 @@ def test_mpi_runs_leave_no_thread_behind(tmp_path):
 
 def test_scratch_folders_of_a_dead_owner_are_swept(tmp_path):
     make = (
-        "import sys; from jupyter_distcomp import scratch; "
+        "import sys; from jupyter_distcomp.machine import scratch; "
         "print(scratch.make_folder('distcomp-test-'), flush=True); "
         "sys.stdin.read()"
     )

@@ -9,7 +9,7 @@ import sys
 import pytest
 from IPython.core.error import UsageError
 
-from jupyter_distcomp import Component
+from jupyter_distcomp import Component, DistcompError, SpecError
 
 SPEC = """\
 name: mpi_demo
@@ -66,9 +66,11 @@ def test_invalid_spec_fails_the_cell_with_the_message_only(ip):
     bad = SPEC.replace("type: mpi", "type: horovod")
     result, captured = run_cell(ip, "demo_bad", bad)
     assert not result.success
-    assert isinstance(result.error_in_exec, UsageError)
-    message = str(result.error_in_exec)
-    assert "line 9, column 9" in message and "horovod" in message  # as the cell counts
+    error = result.error_in_exec
+    assert isinstance(error, SpecError), "the spec's error reaches the cell with its type"
+    assert (error.line, error.column, error.path) == (9, 9, "launcher.type")  # as the cell counts
+    message = str(error)
+    assert "line 9, column 9" in message and "horovod" in message
     assert "Traceback" not in captured.stdout + captured.stderr
     assert "demo_bad" not in ip.user_ns
 
@@ -92,20 +94,21 @@ def test_redefinition_keeps_user_settings(ip):
 
 
 def test_usage_errors(ip):
-    for line, cell, words in [
-        ("", "x: 1", "needs a component name"),
-        ("my-comp", SPEC, "Python identifier"),
-        ("empty", None, "must hold the component's YAML"),
-        ("env nope", None, "No component named 'nope'"),
-        ("run", "x = 1", "the following arguments are required: name"),
+    for line, cell, kind, words in [
+        ("", "x: 1", UsageError, "needs a component name"),
+        ("my-comp", SPEC, UsageError, "Python identifier"),
+        ("empty", None, UsageError, "must hold the component's YAML"),
+        ("env nope", None, DistcompError, "No component named 'nope'"),
+        ("run", "x = 1", UsageError, "the following arguments are required: name"),
     ]:
-        result, _ = run_cell(ip, line, cell)
-        assert not result.success and isinstance(result.error_in_exec, UsageError), line
+        result, captured = run_cell(ip, line, cell)
+        assert not result.success and type(result.error_in_exec) is kind, line
         assert words in str(result.error_in_exec), (line, str(result.error_in_exec))
+        assert "Traceback" not in captured.stdout + captured.stderr
 
 
 def test_env_table_per_rank(ip):
-    pytest.importorskip("jupyter_distcomp.layout")
+    pytest.importorskip("jupyter_distcomp.core.layout")
     run_cell(ip, "envdemo", SPEC)
     result, captured = run_cell(ip, "env envdemo --instance-count 2 --process-count-per-node 2")
     assert result.success, result.error_in_exec

@@ -1,4 +1,5 @@
-"""Where ranks listen and which hosts they run on (jupyter_distcomp.network).
+"""Where ranks listen and which hosts they run on (jupyter_distcomp.machine: network, hosts,
+mpi).
 
 The rules (hostfiles, host lists, the listen address, mpiexec's flags) directly; then, with
 real ranks on this machine, that no process the project starts listens beyond loopback:
@@ -18,15 +19,9 @@ import psutil
 import pytest
 
 from jupyter_distcomp.errors import LayoutError
-from jupyter_distcomp.network import (
-    LOOPBACK,
-    Placement,
-    check_hosts,
-    is_loopback,
-    listen_address,
-    mpiexec_host_args,
-    read_hostfile,
-)
+from jupyter_distcomp.machine.hosts import Placement, check_hosts, read_hostfile
+from jupyter_distcomp.machine.mpi import mpiexec_host_args
+from jupyter_distcomp.machine.network import LOOPBACK, is_loopback, listen_address
 
 from .ranks_support import MPI_SPEC, define, run_cell
 
@@ -97,7 +92,7 @@ def test_with_hosts_mpiexec_gets_them_node_by_node_and_ssh():
 
 
 def test_variables_follow_the_hosts_node_by_node():
-    from jupyter_distcomp.layout import rank_environments
+    from jupyter_distcomp.core.layout import rank_environments
 
     tf = rank_environments("tensorflow", 2, 1, worker_count=4, node_hosts=["node0", "node1"])
     workers = json.loads(tf[0]["TF_CONFIG"])["cluster"]["worker"]
@@ -190,8 +185,8 @@ launcher:
 @pytest.mark.slow
 @pytest.mark.parametrize(("launcher", "kind"), [("mpi", "mpi"), ("torch.distributed", "torch")])
 def test_nothing_the_ranks_of_a_command_start_listens_beyond_loopback(tmp_path, launcher, kind):
-    from jupyter_distcomp.command import run_command
-    from jupyter_distcomp.spec import load_component
+    from jupyter_distcomp.core.spec_parsing import load_component
+    from jupyter_distcomp.local.command import run_command
 
     code, go = tmp_path / "code", tmp_path / "go"
     code.mkdir()

@@ -32,8 +32,8 @@ def by_rank(stdout: str) -> dict[str, list[str]]:
 
 
 def test_mpi_world_and_variables_match_the_layout(ip):
-    from jupyter_distcomp.layout import rank_environments
-    from jupyter_distcomp.ranks import get_backend
+    from jupyter_distcomp.core.layout import rank_environments
+    from jupyter_distcomp.local.ranks.backend import get_backend
 
     code = (
         "import os, json\nfrom mpi4py import MPI\n"
@@ -62,7 +62,7 @@ def test_mpi_world_and_variables_match_the_layout(ip):
 
 
 def test_state_persists_and_reuses_the_running_ranks(ip):
-    from jupyter_distcomp.ranks import get_backend
+    from jupyter_distcomp.local.ranks.backend import get_backend
 
     pids = [r["pid"] for r in get_backend().status("mpi")]
     assert run_cell(ip, "%%distcomp run mpi\nx = mpi_rank * 10").ok
@@ -216,7 +216,7 @@ def test_dead_rank_ends_the_cell_saying_why(ip, kill, reason):
 
 
 def test_listeners_see_each_rank_go_busy_and_back_to_idle(ip):
-    from jupyter_distcomp.ranks import get_backend
+    from jupyter_distcomp.local.ranks.backend import get_backend
 
     events: list[dict] = []
     backend = get_backend()

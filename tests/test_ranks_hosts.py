@@ -21,7 +21,7 @@ import time
 import psutil
 import pytest
 
-from jupyter_distcomp.network import is_loopback
+from jupyter_distcomp.machine.network import is_loopback
 
 from .netns_support import NamespaceHosts, unavailable
 from .ranks_support import MPI_SPEC, TF_SPEC, wait_gone

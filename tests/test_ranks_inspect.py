@@ -31,7 +31,7 @@ def ready(ip) -> None:
 
 
 def states(ip) -> list[str]:
-    from jupyter_distcomp.ranks import get_backend
+    from jupyter_distcomp.local.ranks.backend import get_backend
 
     return [r["state"] for r in get_backend().status("w")]
 
@@ -92,7 +92,7 @@ def test_without_fail_fast_the_cell_waits_for_every_rank(ip):
 
 
 def test_a_rank_at_a_debugger_prompt_is_not_counted_as_stuck(ip):
-    from jupyter_distcomp.ranks import get_backend
+    from jupyter_distcomp.local.ranks.backend import get_backend
 
     ready(ip)
     ip.run_line_magic("config", "DistComp.fail_fast_grace = 2")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_distcomp.ranks import ipp
+from jupyter_distcomp.local.ranks import ipp
 
 RANKS = Path(ipp.__file__).parent
 

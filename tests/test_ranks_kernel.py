@@ -98,7 +98,7 @@ def test_definition_prestarts_ranks_in_the_background(kernel):
     reply, text, _ = kernel.run("%%distcomp run pre\nprint('hello', mpi_rank)")
     assert reply["status"] == "ok" and "[rank 1] hello 1" in text
     reply, text, _ = kernel.run(
-        "from jupyter_distcomp.ranks import get_backend\n"
+        "from jupyter_distcomp.local.ranks.backend import get_backend\n"
         "print('START', get_backend().world('pre').started_seconds)"
     )
     start_seconds = float(text.split("START")[1].split()[0])

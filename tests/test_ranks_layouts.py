@@ -75,8 +75,8 @@ dist.destroy_process_group()
     assert cell.ok, cell.traceback_text() if cell.error else cell.stdout
     lines = sorted(line for line in cell.stdout.splitlines() if "rank" in line)
     assert lines == ["[node 0 rank 0] 0 2 0 0 3", "[node 1 rank 1] 1 2 0 1 3"]
-    from jupyter_distcomp.layout import rank_environments
-    from jupyter_distcomp.ranks import get_backend
+    from jupyter_distcomp.core.layout import rank_environments
+    from jupyter_distcomp.local.ranks.backend import get_backend
 
     port = int(get_backend().world("ddp").envs[0]["MASTER_PORT"])
     envs = rank_environments("torch.distributed", 2, 1, master_port=port)
@@ -121,7 +121,7 @@ def test_tensorflow_ranks_read_tf_config(ip):
     code = "import os, json\ncfg = json.loads(os.environ['TF_CONFIG'])\nprint(json.dumps(cfg))"
     cell = run_cell(ip, f"%%distcomp run tf\n{code}")
     assert cell.ok
-    from jupyter_distcomp.ranks import get_backend
+    from jupyter_distcomp.local.ranks.backend import get_backend
 
     expected = get_backend().world("tf").envs  # TF_CONFIG ports are picked per world
     for line in cell.stdout.splitlines():
@@ -131,7 +131,7 @@ def test_tensorflow_ranks_read_tf_config(ip):
 
 
 def test_deepspeed_ranks_get_the_pytorch_variables_as_on_azure(ip):
-    from jupyter_distcomp.ranks import get_backend
+    from jupyter_distcomp.local.ranks.backend import get_backend
 
     define(ip, "ds", MPI_SPEC.replace("type: mpi", "type: deepspeed"), nodes=1, per_node=2)
     code = "import os, json\nprint(json.dumps(dict(os.environ)))"
@@ -162,8 +162,6 @@ def rank_lines(cell) -> dict[int, dict]:
      ("tensorflow", ["TF_CONFIG"])],
 )  # fmt: skip
 def test_every_view_shows_the_ports_the_ranks_hold(ip, launcher, keys):
-    from jupyter_distcomp.widgets import panel_for
-
     name = f"port_{launcher.split('.')[0]}"
     define(ip, name, MPI_SPEC.replace("type: mpi", f"type: {launcher}"), nodes=2, per_node=1)
     before = run_cell(ip, f"%distcomp env {name}").outputs[0].data["text/plain"]
@@ -175,7 +173,7 @@ def test_every_view_shows_the_ports_the_ranks_hold(ip, launcher, keys):
     after = run_cell(ip, f"%distcomp env {name}").outputs[0].data["text/plain"]
     again = run_cell(ip, f"%distcomp env {name}").outputs[0].data["text/plain"]
     assert after == again and "held by the running ranks" in after  # no new port per call
-    panel = panel_for(name, ip.user_ns[name])
+    panel = ip.magics_manager.registry["DistCompMagics"].session.panel(name)
     for rank, values in held.items():
         for key, value in values.items():
             if key == "TF_CONFIG":  # shown in readable parts: each task's host:port

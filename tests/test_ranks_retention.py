@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from jupyter_distcomp.ranks.health import RankInfo, WorldHealth
+from jupyter_distcomp.local.ranks.health import RankInfo, WorldHealth
 
 
 def _live_results() -> int:

@@ -10,17 +10,13 @@ from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
 
-from jupyter_distcomp import mpi
+from jupyter_distcomp.core.ranges import format_ranks, parse_ranks
 from jupyter_distcomp.errors import RankError
-from jupyter_distcomp.ranges import format_ranks, parse_ranks
-from jupyter_distcomp.ranks.failures import (
-    death_reason,
-    error_sections,
-    group_errors,
-    render_stack,
-)
-from jupyter_distcomp.ranks.output import RankOutput
-from jupyter_distcomp.ranks.run import OUTPUT_GRACE, CellRun
+from jupyter_distcomp.local.ranks.failures import death_reason, error_sections, group_errors
+from jupyter_distcomp.local.ranks.output import RankOutput
+from jupyter_distcomp.local.ranks.run import OUTPUT_GRACE, CellRun
+from jupyter_distcomp.local.stacks import render_stack
+from jupyter_distcomp.machine import mpi
 
 
 @pytest.mark.parametrize(
@@ -258,7 +254,7 @@ def test_importing_the_ranks_package_imports_no_ipyparallel():
     import subprocess
 
     code = (
-        "import sys, jupyter_distcomp.ranks as r, jupyter_distcomp.ranges as g\n"
+        "import sys, jupyter_distcomp.local.ranks.backend as r, jupyter_distcomp.core.ranges as g\n"
         "r.get_backend(); g.parse_ranks('0', 1)\n"
         "print('ipyparallel' in sys.modules, 'zmq' in sys.modules)"
     )
@@ -277,8 +273,8 @@ def _observers(layout) -> int:
 @pytest.fixture
 def idle_backend(monkeypatch):
     """A backend whose worlds never start a process."""
-    from jupyter_distcomp.ranks.backend import RankBackend
-    from jupyter_distcomp.ranks.world import World
+    from jupyter_distcomp.local.ranks.backend import RankBackend
+    from jupyter_distcomp.local.ranks.world import World
 
     monkeypatch.setattr(World, "start_async", lambda self, delay=0.0: None)
     backend = RankBackend()
@@ -288,7 +284,7 @@ def idle_backend(monkeypatch):
 
 def test_a_redefined_or_stopped_component_leaves_no_layout_observer(idle_backend):
     from jupyter_distcomp import load_component
-    from jupyter_distcomp.spec.loader import carry_over_settings
+    from jupyter_distcomp.core.spec_parsing.loader import carry_over_settings
 
     from .ranks_support import MPI_SPEC
 
@@ -329,3 +325,33 @@ def test_a_layout_change_restarts_only_the_current_component(idle_backend):
     new.runsettings.resource_layout.configure(instance_count=2, process_count_per_node=2)
     assert idle_backend.world("c") is not world
     assert idle_backend.world("c").world_size == 4
+
+
+def test_stopping_a_world_that_is_starting_leaves_the_backend_free(monkeypatch):
+    """stop() waits for a starting world to notice, outside the backend's lock: other
+    components can start and stop meanwhile."""
+    import threading
+
+    from jupyter_distcomp import load_component
+    from jupyter_distcomp.local.ranks.backend import RankBackend
+    from jupyter_distcomp.local.ranks.world import World
+
+    from .ranks_support import MPI_SPEC
+
+    release = threading.Event()
+    monkeypatch.setattr(World, "_start_embedded", lambda self: release.wait(30))
+    backend = RankBackend()
+    try:
+        backend.start("slow", load_component(MPI_SPEC), wait=False)
+        stopper = threading.Thread(target=backend.stop, args=("slow",))
+        stopper.start()
+        stopper.join(0.3)
+        assert stopper.is_alive(), "stop() returns only once the start has noticed"
+        other = threading.Thread(target=backend.stop, args=("other",))
+        other.start()
+        other.join(10)
+        assert not other.is_alive() and stopper.is_alive()
+        assert backend.world("slow") is None, "the stopping world left the backend at once"
+    finally:
+        release.set()
+        backend.shutdown()

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from jupyter_distcomp import SpecError, SpecWarning, load_component
-from jupyter_distcomp.values import coerce_value
+from jupyter_distcomp.core.values import coerce_value
 
 from .conftest import PUBLIC_SPECS, public_spec_ids
 
@@ -277,7 +277,7 @@ def test_render_traceback_is_the_message_only():
 def test_shipped_schema_is_valid_and_accepts_every_public_spec():
     import jsonschema
 
-    from jupyter_distcomp.spec import SCHEMA_PATH, schema
+    from jupyter_distcomp.core.spec_parsing import SCHEMA_PATH, schema
 
     assert SCHEMA_PATH.is_file()
     jsonschema.Draft7Validator.check_schema(schema())

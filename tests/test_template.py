@@ -1,4 +1,4 @@
-"""The command template (jupyter_distcomp.template): local argv, v2 syntax, Azure's expansion."""
+"""The command template (jupyter_distcomp.core.template): local argv, v2 syntax, Azure's expansion."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jupyter_distcomp.core.spec_parsing import load_component
+from jupyter_distcomp.core.template import expand_azureml, placeholders, to_azureml
+from jupyter_distcomp.core.template import render as template
 from jupyter_distcomp.errors import SpecError
-from jupyter_distcomp.spec import load_component
-from jupyter_distcomp.template import expand_azureml, placeholders, to_azureml
-from jupyter_distcomp.template import render as template
 
 from .conftest import PUBLIC_SPECS, public_spec_ids
 

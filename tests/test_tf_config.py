@@ -9,10 +9,10 @@ from dataclasses import replace
 import pytest
 
 from jupyter_distcomp import load_component
-from jupyter_distcomp.command import run_command
+from jupyter_distcomp.core.layout import rank_environments
+from jupyter_distcomp.core.tf_config import FIX, empty_ps_hint
 from jupyter_distcomp.errors import RankError
-from jupyter_distcomp.layout import rank_environments
-from jupyter_distcomp.tf_config import FIX, empty_ps_hint
+from jupyter_distcomp.local.command import run_command
 
 SPEC = """\
 name: tf_crash

@@ -16,8 +16,9 @@ import psutil
 import pytest
 from IPython.utils.capture import capture_output
 
-from jupyter_distcomp.spec import load_component
-from jupyter_distcomp.widgets import RunSettingsPanel, get_panel, panel_for
+from jupyter_distcomp.core.spec_parsing import load_component
+from jupyter_distcomp.notebook.session import Session
+from jupyter_distcomp.notebook.widgets import RunSettingsPanel, get_panel, panel_for
 
 SPEC = """\
 name: train_demo
@@ -76,8 +77,8 @@ def component(launcher: str = "mpi", base_dir=None):
 def panel():
     made = []
 
-    def make(comp=None, name="demo", **options):
-        made.append(RunSettingsPanel(name, comp or component(), **options))
+    def make(comp=None, name="demo", session=None):
+        made.append(RunSettingsPanel(name, comp or component(), session or Session()))
         return made[-1]
 
     yield make
@@ -149,10 +150,10 @@ def test_env_flags_and_config_defaults_write_the_settings_the_panel_shows(ip):
 
 
 def test_widget_of_an_unknown_component_is_a_clear_usage_error(ip):
-    from IPython.core.error import UsageError
+    from jupyter_distcomp import DistcompError
 
     ip.run_cell_magic("distcomp", "wknown", spec_text())
-    with pytest.raises(UsageError, match=r"No component named 'wknwn'.*wknown"):
+    with pytest.raises(DistcompError, match=r"No component named 'wknwn'.*wknown"):
         ip.run_line_magic("distcomp", "widget wknwn")
 
 
@@ -235,7 +236,10 @@ def test_input_values_flow_both_ways_and_optional_ones_can_be_unset(panel, tmp_p
 
     by_class(p, "distcomp-input-data").value = ""  # a cleared path unbinds the data input
     assert "data" not in settings.inputs
-    assert "has no value" in p.preview.value and "Traceback" not in p.preview.value
+    assert (
+        "needs values for its required inputs: data" in p.preview.value
+        and "Traceback" not in p.preview.value
+    )
 
 
 def test_invalid_values_are_marked_at_the_control_with_the_reason(panel, tmp_path):
@@ -328,7 +332,7 @@ def test_stable_css_classes_for_browser_tests(panel):
         "distcomp-progress",
     ):
         assert css in found, css
-    import jupyter_distcomp.widgets as module
+    import jupyter_distcomp.notebook.widgets as module
 
     undocumented = {c for c in found if f"``{c}``" not in module.__doc__}
     assert not {
@@ -410,7 +414,9 @@ def test_action_errors_land_in_the_status_line(panel, tmp_path):
     press(p, "submit")
     assert p.worker.state == "error" and "needs a compute target" in p.worker.text
     press(p, "run-command")
-    assert p.worker.state == "error" and "input 'data' has no value" in p.worker.text
+    assert (
+        p.worker.state == "error" and "needs values for its required inputs: data" in p.worker.text
+    )
     assert "Traceback" not in p.worker.text
     assert all(not b.disabled for k, b in p.buttons.items() if k != "stop")  # usable again
     # no ranks and no action: nothing to stop
@@ -427,8 +433,6 @@ def standin():
 
 def azure_session(standin, **settings):
     """A session whose AzureML settings name the stand-in's workspace."""
-    from jupyter_distcomp.session import Session
-
     session = Session()
     azureml = session.azureml
     azureml.subscription_id = standin.subscription
@@ -531,7 +535,7 @@ def eventually(check, seconds: float = 5) -> bool:
 
 @pytest.mark.slow
 def test_start_ranks_then_stop_leaves_no_process(panel):
-    from jupyter_distcomp.ranks import get_backend
+    from jupyter_distcomp.local.ranks.backend import get_backend
 
     comp = load_component(HELLO)
     p = panel(comp, name="wstart")
@@ -602,9 +606,9 @@ def test_stop_interrupts_a_running_command(panel, tmp_path):
 
 
 def test_panel_for_reuses_the_panel_of_the_same_component():
-    comp = component()
-    first = panel_for("wreuse", comp)
-    assert panel_for("wreuse", comp) is first
-    second = panel_for("wreuse", component())
+    comp, session = component(), Session()
+    first = panel_for("wreuse", comp, session)
+    assert panel_for("wreuse", comp, session) is first
+    second = panel_for("wreuse", component(), session)
     assert second is not first and first.closed
     second.close()

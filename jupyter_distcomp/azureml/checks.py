@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from ..errors import AzureMLError, AzureMLWarning
 
 if TYPE_CHECKING:
-    from ..model import Component
+    from ..core.model import Component
 
 
 def check_code_folder(component: Component, path: Path) -> None:

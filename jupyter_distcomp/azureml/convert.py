@@ -20,15 +20,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core.layout import MPI_LAUNCHERS, tensorflow_tasks
 from ..errors import AzureMLError, AzureMLWarning, DistcompError
-from ..layout import MPI_LAUNCHERS, tensorflow_tasks
 from .checks import check_code_folder, outside_package, warn_return_code
 from .environment import build_environment
 from .values import job_inputs, job_outputs
 
 if TYPE_CHECKING:
-    from ..model import Component
-    from ..model import Input as SpecInput
+    from ..core.model import Component
+    from ..core.model import Input as SpecInput
 
 #: tag that keeps the v1.5 name when the v2 name had to be sanitised
 ORIGINAL_NAME_TAG = "distcomp_original_name"
@@ -121,7 +121,7 @@ def to_azureml_job(
 
     sanitized = sanitize_name(component.name)
     layout = component.runsettings.resource_layout
-    from ..template import to_azureml
+    from ..core.template import to_azureml
 
     values = job_inputs(component, inputs)
     with quiet_sdk():
@@ -161,7 +161,7 @@ def warn_if_commands_differ(component: Component, command: str, values: dict[str
     import shlex
     import warnings
 
-    from ..template import expand_azureml, render_command
+    from ..core.template import expand_azureml, render_command
 
     data = {n: f"/mnt/azureml/inputs/{n}" for n in values if component.inputs[n].is_data}
     outputs = {n: f"/mnt/azureml/outputs/{n}" for n in component.outputs}

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import AzureMLError
 
 if TYPE_CHECKING:
-    from ..model import Component
+    from ..core.model import Component
 
 #: base image for specs that give conda dependencies but no image (Azure ML's own CPU image)
 DEFAULT_IMAGE = "mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu22.04:latest"

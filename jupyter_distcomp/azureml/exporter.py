@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from ..core.bindings import input_values
 from ..errors import AzureMLError
 from .convert import quiet_sdk, to_azureml_component, to_azureml_job
-from .values import input_values
 
 if TYPE_CHECKING:
-    from ..model import Component
+    from ..core.model import Component
 
 
 def _relative(path: Any, folder: Path) -> Any:

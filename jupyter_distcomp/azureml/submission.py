@@ -18,12 +18,17 @@ from typing import TYPE_CHECKING, Any
 from ..errors import AzureMLError
 from .convert import to_azureml_job
 from .failures import explain, scrub
-from .summary import job_status
 
 if TYPE_CHECKING:
-    from ..model import Component
+    from ..core.model import Component
 
 TERMINAL_STATUSES = ("Completed", "Failed", "Canceled", "NotResponding", "Paused")
+
+
+def job_status(job: Any) -> str:
+    """The job's status as text (``Running``, ``Completed``, ...), empty when it has none."""
+    status = getattr(job, "status", None)
+    return str(getattr(status, "value", status) or "")
 
 
 def find_credentials() -> list[str]:

@@ -7,6 +7,20 @@
  */
 import contracts from '../../jupyter_distcomp/contracts.json';
 
+import type {
+  KernelMessage,
+  RankAction,
+  RankState
+} from './messages.generated';
+import type { JSONSchema } from './schema';
+
+/** What is read here of a comm schema definition; ajv and the type generator read it all. */
+interface IDefinition {
+  enum?: string[];
+  oneOf?: { $ref: string }[];
+  properties?: Record<string, { const?: string }>;
+}
+
 interface IContracts {
   subcommands: string[];
   launchers: string[];
@@ -18,9 +32,7 @@ interface IContracts {
   v2_data_types: string[];
   comm: {
     target: string;
-    actions: string[];
-    messages: string[];
-    rank_states: string[];
+    schema: JSONSchema & { definitions: Record<string, IDefinition> };
   };
 }
 
@@ -47,11 +59,55 @@ export const PARAMETER_TYPE_NAMES: readonly string[] =
 /** v2 data types that are not parameters (besides names ending in directory, file, ...). */
 export const V2_DATA_TYPES: readonly string[] = CONTRACTS.v2_data_types;
 
-/** The ranks panel's comm: its target name and what travels over it. */
+/** The ranks panel's comm: its target name and the JSON Schema of its messages. */
 export const COMM_TARGET: string = CONTRACTS.comm.target;
-export const COMM_ACTIONS: readonly string[] = CONTRACTS.comm.actions;
-export const COMM_MESSAGES: readonly string[] = CONTRACTS.comm.messages;
-export const RANK_STATES: readonly string[] = CONTRACTS.comm.rank_states;
+export const COMM_SCHEMA: JSONSchema = CONTRACTS.comm.schema;
+
+/**
+ * What the comm schema's definition `name` holds at `key`; fails at load time, like `named`,
+ * when contracts.json no longer has it.
+ */
+function fromDefinition<K extends keyof IDefinition>(
+  name: string,
+  key: K
+): NonNullable<IDefinition[K]> {
+  const value = CONTRACTS.comm.schema.definitions[name]?.[key];
+  if (value === undefined) {
+    throw new Error(
+      `jupyter_distcomp/contracts.json: the comm schema's ${name} has no ${key}`
+    );
+  }
+  return value;
+}
+
+/** What the panel may ask of a component's ranks. */
+export const COMM_ACTIONS: readonly string[] = fromDefinition(
+  'RankAction',
+  'enum'
+);
+/** The definition of each message the kernel sends (KernelMessage's branches), by `type`. */
+export const KERNEL_MESSAGE_DEFINITIONS: Readonly<Record<string, string>> =
+  Object.fromEntries(
+    fromDefinition('KernelMessage', 'oneOf').map(branch => {
+      const name = branch.$ref.replace('#/definitions/', '');
+      const type = fromDefinition(name, 'properties').type?.const;
+      if (type === undefined) {
+        throw new Error(
+          `jupyter_distcomp/contracts.json: the comm schema's ${name} has no const type`
+        );
+      }
+      return [type, name];
+    })
+  );
+/** The `type` of each message the kernel sends. */
+export const COMM_MESSAGES: readonly string[] = Object.keys(
+  KERNEL_MESSAGE_DEFINITIONS
+);
+/** The states of a rank. */
+export const RANK_STATES: readonly string[] = fromDefinition(
+  'RankState',
+  'enum'
+);
 
 /** `name`, after checking that `list` (a list of contracts.json) holds it. */
 export function named<T extends string>(
@@ -74,14 +130,14 @@ export const RANK_ACTION = {
   stop: named(COMM_ACTIONS, 'stop', 'comm action'),
   refresh: named(COMM_ACTIONS, 'refresh', 'comm action'),
   where: named(COMM_ACTIONS, 'where', 'comm action')
-} as const;
+} as const satisfies { [A in RankAction]: A };
 
 /** The `type` of a message from the kernel. */
 export const COMM_MESSAGE = {
   snapshot: named(COMM_MESSAGES, 'snapshot', 'comm message type'),
   world: named(COMM_MESSAGES, 'world', 'comm message type'),
   result: named(COMM_MESSAGES, 'result', 'comm message type')
-} as const;
+} as const satisfies { [T in KernelMessage['type']]: T };
 
 /** The state of one rank, as the kernel reports it. */
 export const RANK_STATE = {
@@ -90,9 +146,4 @@ export const RANK_STATE = {
   busy: named(RANK_STATES, 'busy', 'rank state'),
   dead: named(RANK_STATES, 'dead', 'rank state'),
   debugging: named(RANK_STATES, 'debugging', 'rank state')
-} as const;
-
-export type RankAction = (typeof RANK_ACTION)[keyof typeof RANK_ACTION];
-export type CommMessageType = (typeof COMM_MESSAGE)[keyof typeof COMM_MESSAGE];
-/** One of RANK_STATES; a kernel of another version may report a state not listed there. */
-export type RankState = (typeof RANK_STATE)[keyof typeof RANK_STATE] | string;
+} as const satisfies { [S in RankState]: S };

@@ -1,11 +1,12 @@
 /**
  * Spec text -> diagnostics with positions, for the editor.
  *
- * The checks are the kernel's (jupyter_distcomp/spec/): the shared JSON Schema run by ajv,
- * unknown top-level keys as warnings, and `{inputs.x}` / `${{inputs.x}}` placeholders that
- * name no declared port. Messages follow the kernel's wording (what, where, the fix) so a
- * user sees the same sentence while typing and when the cell runs. Positions come from the `yaml` parser's
- * node ranges, so a mark sits on the offending key or value, not on the whole cell.
+ * The checks are the kernel's (jupyter_distcomp/core/spec_parsing/): the shared JSON Schema
+ * run by ajv, unknown top-level keys as warnings, and `{inputs.x}` / `${{inputs.x}}`
+ * placeholders that name no declared port. Messages follow the kernel's wording (what,
+ * where, the fix) so a user sees the same sentence while typing and when the cell runs.
+ * Positions come from the `yaml` parser's node ranges, so a mark sits on the offending key
+ * or value, not on the whole cell.
  */
 import Ajv, { ErrorObject, ValidateFunction } from 'ajv';
 import {
@@ -109,7 +110,7 @@ export function specDiagnostics(
   return found.sorted();
 }
 
-/** What the schema cannot say: a DistributedComponent needs a launcher (the kernel's spec/loader.py rule). */
+/** What the schema cannot say: a DistributedComponent needs a launcher (the kernel's spec_parsing/loader.py rule). */
 function componentRules(data: Record<string, unknown>, found: Collector): void {
   const type =
     typeof data.type === 'string' ? data.type.split('@')[0].toLowerCase() : '';

@@ -61,18 +61,25 @@ const editorPlugin: JupyterFrontEndPlugin<void> = {
     registerDiagnostics(extensions, settings);
     const highlighter = new SpecHighlighter(tracker, languages, settings);
     if (settingRegistry) {
-      void settingRegistry.load(PLUGIN_ID).then(loaded => {
-        const update = () => {
-          settings.highlighting = loaded.get('highlighting')
-            .composite as boolean;
-          settings.diagnostics = loaded.get('diagnostics').composite as boolean;
-          settings.diagnosticsDelay = loaded.get('diagnosticsDelay')
-            .composite as number;
-          highlighter.refresh();
-        };
-        loaded.changed.connect(update);
-        update();
-      });
+      settingRegistry
+        .load(PLUGIN_ID)
+        .then(loaded => {
+          const update = () => {
+            settings.highlighting = loaded.get('highlighting')
+              .composite as boolean;
+            settings.diagnostics = loaded.get('diagnostics')
+              .composite as boolean;
+            settings.diagnosticsDelay = loaded.get('diagnosticsDelay')
+              .composite as number;
+            highlighter.refresh();
+          };
+          loaded.changed.connect(update);
+          update();
+        })
+        .catch(reason => {
+          // the defaults above stay in force
+          console.error(`Failed to load settings for ${PLUGIN_ID}.`, reason);
+        });
     }
   }
 };
@@ -98,6 +105,7 @@ const ranksPlugin: JupyterFrontEndPlugin<void> = {
       label: 'Show distcomp ranks panel',
       caption:
         'The ranks of the active notebook: layout, state, interrupt/restart/stop',
+      describedBy: { args: { type: 'object', properties: {} } },
       execute: () => app.shell.activateById(panel.id)
     });
     palette?.addItem({ command: CommandIDs.showRanks, category: CATEGORY });
@@ -135,6 +143,19 @@ const templatesPlugin: JupyterFrontEndPlugin<void> = {
         return `Insert %%distcomp template: ${template?.label ?? 'component'}`;
       },
       caption: 'A new cell below with a distributed component spec to edit',
+      describedBy: {
+        args: {
+          type: 'object',
+          properties: {
+            launcher: {
+              type: 'string',
+              enum: TEMPLATES.map(t => t.launcher),
+              description:
+                'The launcher of the template to insert (default: the first one)'
+            }
+          }
+        }
+      },
       isEnabled: () => tracker.currentWidget !== null,
       execute: args => {
         const panel = tracker.currentWidget;

@@ -1,9 +1,10 @@
 /**
- * The kernel's rules for each input of a spec (jupyter_distcomp/spec/loader.py `_input` and
- * jupyter_distcomp/values.py `coerce_value`), for the editor: a misspelt parameter type, a
- * default that its type refuses, `min` / `max` / `enum` where they do not apply. The type
- * spellings come from contracts.json, which the kernel reads too; the messages are the
- * kernel's, so a user reads the same sentence while typing and when the cell runs.
+ * The kernel's rules for each input of a spec (jupyter_distcomp/core/spec_parsing/loader.py
+ * `_input` and jupyter_distcomp/core/values.py `coerce_value`), for the editor: a misspelt
+ * parameter type, a default that its type refuses, `min` / `max` / `enum` where they do not
+ * apply. The type spellings come from contracts.json, which the kernel reads too; the
+ * messages are the kernel's, so a user reads the same sentence while typing and when the
+ * cell runs.
  * tests/data/bad_specs.json holds a spec for each rule, checked by both test suites.
  */
 import {

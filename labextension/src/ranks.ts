@@ -1,6 +1,7 @@
 /**
  * The ranks of each kernel, as told by the kernel over the `jupyter_distcomp` comm
- * (see jupyter_distcomp/comm.py for why a comm and why the kernel opens it).
+ * (see jupyter_distcomp/notebook/comm.py for why a comm and why the kernel opens it).
+ * Messages each way are typed and checked by ./messages, from contracts.json's comm schema.
  */
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { Kernel, KernelMessage } from '@jupyterlab/services';
@@ -9,31 +10,17 @@ import { ISignal, Signal } from '@lumino/signaling';
 import {
   COMM_MESSAGE,
   COMM_TARGET,
-  CommMessageType,
   RANK_ACTION,
-  RANK_STATE,
-  RankAction,
-  RankState
+  RANK_STATE
 } from './contracts';
+import {
+  IRankRequest,
+  IWorld,
+  KernelMessage as FromKernel,
+  parseKernelMessage,
+  RankAction
+} from './messages';
 import { markStalePanels } from './stalePanels';
-
-export interface IRank {
-  rank: number;
-  node: number;
-  local_rank: number;
-  state: RankState;
-  pid: number | null;
-}
-
-export interface IWorld {
-  name: string;
-  instance_count: number;
-  process_count_per_node: number;
-  stopped?: boolean;
-  /** a `%%distcomp run NAME --background` cell runs on these ranks */
-  background?: boolean;
-  ranks: IRank[];
-}
 
 /** The last "where" the kernel answered: each rank's stack, as text. */
 export interface IWhere {
@@ -116,50 +103,57 @@ export class KernelRanks {
         this.kernel.status === 'busy'
           ? `${action} ${name}: queued until the running cell ends.`
           : `${action} ${name}...`;
-      this.comm!.send({ action, name });
+      const request: IRankRequest = { action, name };
+      this.comm!.send({ ...request }); // a copy: send takes a JSONObject, an interface is none
     }
     this._changed.emit();
   }
 
+  /** A message from the kernel; one this version does not know is logged and ignored. */
   private receive(data: unknown): void {
-    const message = data as {
-      type?: CommMessageType;
-      worlds?: IWorld[];
-      world?: IWorld;
-      action?: string;
-      name?: string;
-      ok?: boolean;
-      message?: string;
-    };
-    if (message.type === COMM_MESSAGE.snapshot) {
-      this.worlds.clear();
-      (message.worlds ?? []).forEach(world =>
-        this.worlds.set(world.name, world)
+    const { message, reason } = parseKernelMessage(data);
+    if (message) {
+      this.apply(message);
+    } else {
+      console.warn(
+        `jupyter-distcomp: ignored a message from the kernel's ranks comm: ${reason}`,
+        data
       );
-    } else if (message.type === COMM_MESSAGE.world && message.world) {
-      if (
-        this.message &&
-        !this.message.startsWith('Interrupting') &&
-        movedOn(this.worlds.get(message.world.name), message.world)
-      ) {
-        this.message = ''; // the ranks moved on: the last action's result is history
-      }
-      if (message.world.stopped) {
-        this.worlds.delete(message.world.name);
-      } else {
-        this.worlds.set(message.world.name, message.world);
-      }
-    } else if (
-      message.type === COMM_MESSAGE.result &&
-      message.action === RANK_ACTION.where &&
-      message.ok
-    ) {
-      this.where = { name: message.name ?? '', text: message.message ?? '' };
-      this.message = '';
-    } else if (message.type === COMM_MESSAGE.result) {
-      this.message = `${message.ok ? '' : 'Failed: '}${message.message ?? ''}`;
     }
     this._changed.emit();
+  }
+
+  private apply(message: FromKernel): void {
+    switch (message.type) {
+      case COMM_MESSAGE.snapshot:
+        this.worlds.clear();
+        message.worlds.forEach(world => this.worlds.set(world.name, world));
+        break;
+      case COMM_MESSAGE.world: {
+        const world = message.world;
+        if (
+          this.message &&
+          !this.message.startsWith('Interrupting') &&
+          movedOn(this.worlds.get(world.name), world)
+        ) {
+          this.message = ''; // the ranks moved on: the last action's result is history
+        }
+        if (world.stopped) {
+          this.worlds.delete(world.name);
+        } else {
+          this.worlds.set(world.name, world);
+        }
+        break;
+      }
+      case COMM_MESSAGE.result:
+        if (message.action === RANK_ACTION.where && message.ok) {
+          this.where = { name: message.name ?? '', text: message.message };
+          this.message = '';
+        } else {
+          this.message = `${message.ok ? '' : 'Failed: '}${message.message}`;
+        }
+        break;
+    }
   }
 }
 

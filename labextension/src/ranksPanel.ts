@@ -6,8 +6,9 @@
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
-import { RANK_ACTION, RANK_STATE, RankAction } from './contracts';
-import { IWorld, KernelRanks, RanksService } from './ranks';
+import { RANK_ACTION, RANK_STATE } from './contracts';
+import { IWorld, RankAction } from './messages';
+import { KernelRanks, RanksService } from './ranks';
 
 const ICON_SVG =
   '<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" viewBox="0 0 16 16"><g class="jp-icon3" fill="#616161">' +

@@ -2,8 +2,10 @@ import {
   COMM_ACTIONS,
   COMM_MESSAGE,
   COMM_MESSAGES,
+  COMM_SCHEMA,
   COMM_TARGET,
   COMPONENT_TYPES,
+  KERNEL_MESSAGE_DEFINITIONS,
   LAUNCHER_ALIASES,
   LAUNCHERS,
   named,
@@ -30,6 +32,30 @@ describe('contracts', () => {
     expect(() => named(COMM_ACTIONS, 'dance', 'comm action')).toThrow(
       /contracts\.json lists no comm action 'dance'/
     );
+  });
+
+  it("derive the comm's names from its schema, as contracts.py does", () => {
+    expect(COMM_SCHEMA.$schema).toBe('http://json-schema.org/draft-07/schema#');
+    expect(COMM_ACTIONS).toEqual([
+      'interrupt',
+      'restart',
+      'stop',
+      'refresh',
+      'where'
+    ]);
+    expect(RANK_STATES).toEqual([
+      'starting',
+      'idle',
+      'busy',
+      'debugging',
+      'dead'
+    ]);
+    expect(COMM_MESSAGES).toEqual(['snapshot', 'world', 'result']);
+    expect(KERNEL_MESSAGE_DEFINITIONS).toEqual({
+      snapshot: 'SnapshotMessage',
+      world: 'WorldMessage',
+      result: 'ResultMessage'
+    });
   });
 
   it('name the subcommands the first line detection knows', () => {

@@ -1,0 +1,13 @@
+"""Local ranks: notebook cells and the spec's command on real processes of this machine (or
+of the hosts the user names), each with the variables Azure ML gives it.
+
+- ``ranks``: ``%%distcomp run``: a world of ipyparallel engines under one mpiexec per
+  component, its cells, output, failures and health
+- ``command``: ``%distcomp command``: the spec's own command, one process per rank
+- ``debug``: ``breakpoint()`` on a rank prompts in the notebook (both of the above)
+- ``inspect``: where each rank is, and one value compared across ranks
+- ``stacks``: a rank's current Python stack, here or on its host
+
+Lower folders never import higher ones: ``inspect`` reads worlds and command runs, which use
+``debug``, which uses neither; ``stacks`` is used by all.
+"""

@@ -1,0 +1,15 @@
+"""``%distcomp command``: the spec's own command on local ranks, one process per rank.
+
+``run`` follows a run (labelled output, the first failure stops the others, time-outs);
+``launch`` starts the processes (one ``mpiexec`` for MPI launchers, plain processes
+otherwise); ``result`` says how each rank ended; ``active`` lets ``%distcomp where`` find
+a run in progress. Values are bound by ``core/bindings.py``. The processes run
+:mod:`jupyter_distcomp.rank_side.rank_exec`.
+"""
+
+from __future__ import annotations
+
+from .result import CommandResult, RankResult
+from .run import run_command
+
+__all__ = ["CommandResult", "RankResult", "run_command"]

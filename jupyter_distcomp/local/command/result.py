@@ -1,0 +1,158 @@
+"""How the ranks of a ``%distcomp command`` run ended, and the words for it.
+
+:class:`CommandResult` is what ``run_command`` returns (and attaches to its RankError as
+``.result``); :func:`failure_message` is that error's text. The message leads with what the user must look at: which ranks failed and how (exit code,
+or the signal's name, with a hint for the usual causes), then each failing rank's last
+stderr lines, then which ranks we stopped because of it. Ranks that fail the same way with
+the same stderr are shown once ("ranks 1-3").
+"""
+
+from __future__ import annotations
+
+import shlex
+import signal
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...core.ranges import format_ranks
+
+TAIL_LINES = 20
+
+_SIGNAL_HINTS = {
+    "SIGKILL": "killed: out of memory, or killed from outside",
+    "SIGSEGV": "segmentation fault in native code",
+    "SIGABRT": "aborted, usually by a failed check in native code",
+    "SIGBUS": "bus error in native code",
+    "SIGINT": "interrupted",
+    "SIGTERM": "terminated",
+}
+
+
+@dataclass
+class RankResult:
+    """How one rank ended. ``returncode`` < 0 is the number of the signal that ended it."""
+
+    rank: int
+    node: int
+    pid: int | None = None
+    returncode: int | None = None
+    stopped: bool = False  # ended by us (another rank failed, timeout, interrupt)
+    quit: bool = False  # its user typed q at its debugger prompt
+    stdout_tail: deque = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
+    stderr_tail: deque = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
+
+    @property
+    def status(self) -> str:
+        return rank_status(self)
+
+
+@dataclass
+class CommandResult:
+    """One run: what ran where, with which bound values, and how each rank ended."""
+
+    component: str
+    launcher: str
+    argv: list[str]
+    cwd: Path
+    inputs: dict[str, Any]
+    outputs: dict[str, str]
+    ranks: list[RankResult]
+    seconds: float = 0.0
+    timeout: float | None = None
+    timed_out: list[int] = field(default_factory=list)
+    interrupted: bool = False
+    launcher_tail: list[str] = field(default_factory=list)  # mpiexec's own messages
+    zero_or_greater: bool = False  # the spec's successful_return_code: ZeroOrGreater
+
+    def succeeded(self, code: int | None) -> bool:
+        return code == 0 or (self.zero_or_greater and code is not None and code > 0)
+
+    def __repr__(self) -> str:
+        codes = sorted({r.status for r in self.ranks})
+        outputs = ", ".join(f"{k}={v}" for k, v in self.outputs.items())
+        return (
+            f"<CommandResult {self.component}: {len(self.ranks)} ranks, {'; '.join(codes)}, "
+            f"{self.seconds:.1f} s{', outputs: ' + outputs if outputs else ''}>"
+        )
+
+    @property
+    def returncodes(self) -> list[int | None]:
+        return [r.returncode for r in self.ranks]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.timed_out and not self.interrupted
+
+    @property
+    def failed(self) -> list[RankResult]:
+        return [r for r in self.ranks if not r.stopped and not self.succeeded(r.returncode)]
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def rank_status(outcome: Any) -> str:
+    code = outcome.returncode
+    if code is None:
+        if outcome.stopped:
+            return "stopped"
+        return "ended without an exit status" if outcome.pid else "never started"
+    if code == 0:
+        return "exit code 0"
+    if code < 0:
+        name = signal_name(-code)
+        prefix = "stopped with " if outcome.stopped else "killed by "
+        hint = "" if outcome.stopped else f" ({_SIGNAL_HINTS.get(name, 'a signal')})"
+        return f"{prefix}{name}{hint}"
+    if getattr(outcome, "quit", False):
+        return f"quit in the debugger (exit code {code})"
+    return f"exit code {code}" + (" (after being stopped)" if outcome.stopped else "")
+
+
+def _tail(outcome: Any) -> list[str]:
+    lines = list(outcome.stderr_tail) or list(outcome.stdout_tail)
+    which = "stderr" if outcome.stderr_tail else "stdout"
+    if not lines:
+        return ["    (no output)"]
+    return [f"  last {len(lines)} lines of {which}:", *(f"    {line}" for line in lines)]
+
+
+def _grouped(outcomes: list[Any]) -> list[tuple[list[int], Any]]:
+    groups: dict[tuple, list[Any]] = {}
+    for outcome in outcomes:
+        key = (outcome.status, tuple(outcome.stderr_tail), tuple(outcome.stdout_tail))
+        groups.setdefault(key, []).append(outcome)
+    return [([o.rank for o in members], members[0]) for members in groups.values()]
+
+
+def failure_message(result: Any) -> str:
+    name = result.component
+    lines: list[str] = []
+    if result.timed_out:
+        lines.append(
+            f"`{name}` timed out after {result.timeout:g} s: {format_ranks(result.timed_out)} "
+            f"still running, stopped (SIGINT, then SIGKILL). Their last lines are below."
+        )
+        for ranks, outcome in _grouped([result.ranks[r] for r in result.timed_out]):
+            lines.append(f"{format_ranks(ranks)}: {outcome.status}")
+            lines.extend(_tail(outcome))
+    failed = result.failed if not result.timed_out else []
+    if failed:
+        lines.append(f"`{name}` failed on {format_ranks([r.rank for r in failed])}:")
+        for ranks, outcome in _grouped(failed):
+            lines.append(f"{format_ranks(ranks)}: {outcome.status}")
+            lines.extend(_tail(outcome))
+    stopped = [r.rank for r in result.ranks if r.stopped and r.rank not in result.timed_out]
+    if stopped and not result.timed_out:
+        lines.append(f"{format_ranks(stopped)} stopped because of the failure.")
+    if all(r.pid is None and r.returncode is None for r in result.ranks) and result.launcher_tail:
+        lines.append("mpiexec said:")
+        lines.extend(f"    {line}" for line in result.launcher_tail)
+    lines.append(f"command: {shlex.join(result.argv)}  (in {result.cwd})")
+    return "\n".join(lines)

@@ -1,0 +1,14 @@
+"""The kernel side of rank debugging: ``breakpoint()`` on a rank prompts in the notebook.
+
+- ``channel``: the authenticated listener one world (or one ``%distcomp command`` run) owns,
+  and the queue of ranks stopped at a breakpoint, in order of arrival.
+- ``serve``: the kernel's main thread serves those stops one at a time with ``input()``
+  (stdin requests in a notebook, the terminal in IPython); ``held``: the stops of a run in
+  the background, served by ``%distcomp wait``.
+- ``cells``: ``%%distcomp run`` cells: the world's start-up hook that puts the hook on each
+  engine, ``--debug-ranks``, ranks that quit, the rank ``%distcomp debug`` opens.
+
+``%distcomp command`` connects its processes through ``PYTHONBREAKPOINT`` in each rank's
+environment (``command/run.py``). The rank side is
+:mod:`jupyter_distcomp.rank_side.debug_hook`.
+"""

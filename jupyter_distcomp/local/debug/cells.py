@@ -1,0 +1,174 @@
+"""Debugging ``%%distcomp run`` ranks: the hook on each engine, one cell's stops, post-mortem.
+
+:func:`attach` is a world's start-up hook: it opens the world's
+:class:`~.channel.DebugChannel` (its address and key) and ships
+:mod:`~jupyter_distcomp.rank_side.debug_hook` to every engine as source, so a user's own
+cluster needs no install of this package. While a cell
+runs, :class:`CellDebug` serves the ranks that stop (the cell's time-out paused meanwhile),
+skips ranks outside ``--debug-ranks`` and turns ``q`` into one line per rank. A background
+cell's thread does not prompt: it says once in the cell's output that a rank stopped, and
+``%distcomp wait`` serves the prompts from the kernel's main thread.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ...contracts import RankState
+from ...core.ranges import format_ranks
+from ...errors import LayoutError, RankError
+from ...machine.network import is_local_host, listen_address
+from ...rank_side import debug_hook
+from .channel import DebugChannel
+from .held import HeldStops
+from .serve import serve
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    from ..ranks.world import World
+
+HOOK_MODULE = "distcomp_debug_hook"
+POST_MORTEM = f"__import__('sys').modules[{HOOK_MODULE!r}].post_mortem()"
+
+
+def load_hook(source: str, host: str, port: int, key: str, rank: int) -> None:
+    """Run on each engine (shipped as code): the hook module from its source, installed."""
+    import sys
+    import types
+
+    module = types.ModuleType("distcomp_debug_hook")
+    exec(compile(source, "distcomp_debug_hook.py", "exec"), module.__dict__)
+    sys.modules["distcomp_debug_hook"] = module
+    module.install(host, port, key, rank)
+
+
+def channel_host(world: World) -> str:
+    """The address the ranks already use: loopback for local ranks, else this machine's
+    address on the way to the first rank on another host."""
+    if world.placement.hosts:
+        return world.placement.listen()
+    remote = [i.host for i in world.ranks if i.host and not is_local_host(i.host)]
+    if not remote:
+        return "127.0.0.1"
+    try:
+        return listen_address(remote[:1])
+    except LayoutError:  # a name only the ranks' own machines resolve
+        return socket.gethostbyname(socket.gethostname())
+
+
+def attach(world: World) -> None:
+    """The world's start-up hook: its channel (one address and key per world), and the
+    hook on every rank."""
+    channel = DebugChannel(channel_host(world))
+    channel.on_state = lambda rank, state: _restate(world, rank, state)
+    source = Path(debug_hook.__file__).read_text(encoding="utf-8")
+    world.debugger = channel
+    world.call_each(
+        list(range(world.world_size)),
+        load_hook,
+        lambda info: (source, channel.host, channel.port, channel.key_hex, info.rank),
+    )
+
+
+def _restate(world: World, rank: int, state: RankState) -> None:
+    """busy -> debugging at a stop, debugging -> busy when it runs on; a rank that has
+    already replied (idle) or died stays so."""
+    before = RankState.BUSY if state == RankState.DEBUGGING else RankState.DEBUGGING
+    world.change_state(rank, before, state)
+
+
+class CellDebug:
+    """What one ``%%distcomp run`` cell does with breakpoints on its ranks."""
+
+    def __init__(self, world: World, debug_ranks: list[int] | None, wake: Callable[[], None]):
+        self.world = world
+        self.record = True  # the cell's failures become the post-mortem's targets
+        self.channel: DebugChannel | None = getattr(world, "debugger", None)
+        self.debug_ranks = debug_ranks
+        self.quits: set[int] = set()
+        self.held: HeldStops | None = None  # a background cell's stops
+        if self.channel is not None:
+            self.channel.allowed = set(debug_ranks) if debug_ranks is not None else None
+            self.channel.skipped = set()
+            self.channel.wake = wake
+            self.channel.serving = True
+
+    def serve(self, pump: Callable[[], None]) -> float:
+        """Serve the ranks stopped now; seconds spent at prompts (the time-out adds them)."""
+        if self.channel is None:
+            return 0.0
+        if self.held is not None:
+            return self.held.hold()
+        return serve(self.channel, before_prompt=pump, label=self.world.label, quits=self.quits)
+
+    def hold_in_background(self, running: Callable[[], Iterable[int]]) -> HeldStops | None:
+        """The cell runs in a thread from now on: its stops wait for `%distcomp wait`;
+        an interrupt at such a prompt sends SIGINT to the cell's ``running`` ranks."""
+        if self.channel is None:
+            return None
+        world = self.world
+        self.held = HeldStops(
+            self.channel,
+            world.name,
+            world.label,
+            self.quits,
+            lambda: world.signal(sorted(running()), signal.SIGINT),
+        )
+        return self.held
+
+    def drop_quits(self, errors: dict[int, Any]) -> dict[int, Any]:
+        """Errors without the ranks that quit in the debugger (pdb's BdbQuit)."""
+        for rank, err in errors.items():
+            if (getattr(err, "ename", None) or type(err).__name__) == "BdbQuit":
+                self.quits.add(rank)
+        return {r: e for r, e in errors.items() if r not in self.quits}
+
+    def finish(self, errors: dict[int, Any]) -> None:
+        """After the cell: one line per rank that quit, the skipped breakpoints once."""
+        if self.record:
+            self.world.failed_ranks = sorted(errors)
+        for rank in sorted(self.quits):
+            print(debug_hook.quit_line(rank), file=sys.stderr)
+        channel = self.channel
+        if channel is None:
+            return
+        if channel.skipped:
+            print(
+                f"breakpoint() skipped on {format_ranks(channel.skipped)}: --debug-ranks "
+                f"stops only {format_ranks(self.debug_ranks or [])}.",
+                file=sys.stderr,
+            )
+        channel.serving = False  # a stop from now on is answered "interrupted"
+        channel.allowed = None
+        channel.skipped = set()
+        channel.end_sessions()  # a rank still at a prompt (interrupted) reads EOF and quits
+
+
+def post_mortem_rank(world: World, rank: int | None) -> int:
+    """The rank to debug post-mortem: ``rank``, or the lowest that failed the last cell."""
+    failed = list(getattr(world, "failed_ranks", []))
+    if rank is None:
+        if not failed:
+            raise RankError(
+                f"No rank of {world.name!r} failed its last `%%distcomp run` cell, so there is "
+                f"nothing to debug post-mortem. Fix: run the failing cell first, or put "
+                f"breakpoint() in it."
+            )
+        return failed[0]
+    if not 0 <= rank < world.world_size:
+        raise RankError(
+            f"--rank {rank}: {world.name!r} has ranks 0-{world.world_size - 1}. "
+            f"Fix: --rank {failed[0] if failed else 0}."
+        )
+    if rank not in failed:
+        where = f" (failed: {format_ranks(failed)})" if failed else ""
+        raise RankError(
+            f"Rank {rank} of {world.name!r} did not fail its last `%%distcomp run` cell{where}. "
+            f"Fix: `%distcomp debug {world.name}` picks the lowest failed rank."
+        )
+    return rank

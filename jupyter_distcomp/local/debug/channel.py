@@ -1,0 +1,212 @@
+"""The debugger channel: a TCP listener whose every connection proves it holds the key.
+
+One channel per world (and per ``%distcomp command`` run): a random 32-byte key, a listener
+on the ranks' address (loopback for local ranks). Each connection must pass
+``multiprocessing.connection``'s HMAC challenge both ways within :data:`AUTH_SECONDS`, or it
+is closed unread; no one without the key can drive a rank's debugger.
+
+A rank that stops sends ``{"stop": ...}``; a reader thread per connection answers at once
+(``go``, or ``skip`` for a rank outside ``--debug-ranks``) and queues the stop. The kernel's
+main thread takes stops in order of arrival (:meth:`DebugChannel.take`), see serve.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import secrets
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import (
+    Connection,
+    answer_challenge,
+    deliver_challenge,
+)
+from typing import Any
+
+from ...contracts import RankState
+
+AUTH_SECONDS = 5.0
+
+
+class RankSession:
+    """One rank's connection: its messages after a stop, in order."""
+
+    def __init__(self, conn: Connection, channel: DebugChannel):
+        self.conn = conn
+        self.channel = channel
+        self.rank = -1
+        self.messages: queue.Queue[dict] = queue.Queue()
+        self.closed = False
+
+    def send(self, **message: Any) -> None:
+        try:
+            self.conn.send_bytes(json.dumps(message).encode())
+        except OSError:
+            self.closed = True
+
+    def close(self) -> None:
+        """Shut the connection down (which wakes the reader thread), then close it."""
+        self.closed = True
+        _shutdown(self.conn)
+        try:
+            self.conn.close()
+        except OSError:
+            pass
+
+    def read_loop(self) -> None:
+        """Reader thread: answer stops, queue everything else for the main thread."""
+        try:
+            while True:
+                message = json.loads(self.conn.recv_bytes())
+                if "hello" in message:
+                    self.rank = int(message["hello"])
+                elif "stop" in message:
+                    if "out" in message:  # pdb's words before the stop (--Return--)
+                        self.messages.put({"out": message["out"]})
+                    self.channel.stopped(self, message["stop"])
+                else:
+                    self.messages.put(message)
+        except (OSError, EOFError, ValueError, TypeError):  # TypeError: closed under us
+            pass
+        self.closed = True
+        self.messages.put({"end": "closed"})
+
+
+class DebugChannel:
+    """Listener, key and the queue of stopped ranks of one world."""
+
+    def __init__(self, host: str = "127.0.0.1"):
+        self.key = secrets.token_bytes(32)
+        self.host = host
+        self._server = socket.create_server((host, 0))
+        self.port: int = self._server.getsockname()[1]
+        self.refused = 0  # connections that failed the key challenge
+        self.allowed: set[int] | None = None  # ranks that may stop (None: all)
+        self.serving = True  # False between cells: a late stop is interrupted
+        self.skipped: set[int] = set()  # ranks whose breakpoint was skipped
+        self.on_state: Callable[[int, RankState], None] = lambda rank, state: None
+        self.wake: Callable[[], None] = lambda: None
+        self._stops: list[tuple[RankSession, dict]] = []
+        self._cond = threading.Condition()
+        self._sessions: list[RankSession] = []
+        self._closed = False
+        threading.Thread(target=self._accept, name="distcomp-debug", daemon=True).start()
+
+    @property
+    def key_hex(self) -> str:
+        return self.key.hex()
+
+    def rank_environment(self, rank: int, base: dict[str, str]) -> dict[str, str]:
+        """Variables that make ``breakpoint()`` in a process of rank ``rank`` connect here
+        (a ``PYTHONBREAKPOINT`` the user set in ``base`` wins)."""
+        from ...rank_side.debug_hook import ENV_ADDRESS, ENV_KEY, HOOK
+
+        env = {ENV_ADDRESS: f"{self.host}:{self.port}:{rank}", ENV_KEY: self.key_hex}
+        if "PYTHONBREAKPOINT" not in base:
+            env["PYTHONBREAKPOINT"] = HOOK
+        return env
+
+    # -- connections --------------------------------------------------------------------
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                sock, _ = self._server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._handshake, args=(sock,), daemon=True).start()
+
+    def _handshake(self, sock: socket.socket) -> None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # prompts are small
+        timeout = struct.pack("ll", int(AUTH_SECONDS), 0)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeout)
+        conn = Connection(sock.detach())
+        try:
+            deliver_challenge(conn, self.key)
+            answer_challenge(conn, self.key)
+        except (AuthenticationError, OSError, EOFError, ValueError):
+            self.refused += 1
+            conn.close()
+            return
+        raw = socket.socket(fileno=conn.fileno())  # the same socket: clear the time-out
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 0, 0))
+        raw.detach()
+        session = RankSession(conn, self)
+        with self._cond:
+            if self._closed:
+                session.close()
+                return
+            self._sessions.append(session)
+        session.read_loop()
+
+    # -- stops --------------------------------------------------------------------------
+    def stopped(self, session: RankSession, where: dict) -> None:
+        """Reader thread: a rank stopped at ``where``; serve it, or tell it to go on."""
+        if not self.serving:  # its cell ended (interrupted) before it stopped
+            session.send(interrupt="the cell ended")
+            return
+        if self.allowed is not None and session.rank not in self.allowed:
+            self.skipped.add(session.rank)
+            session.send(skip="not in --debug-ranks")
+            return
+        self.on_state(session.rank, RankState.DEBUGGING)
+        with self._cond:
+            self._stops.append((session, where))
+            self._cond.notify_all()
+        session.send(go=True)
+        self.wake()
+
+    def pending(self) -> bool:
+        return bool(self._stops)
+
+    def stopped_ranks(self) -> dict[int, dict]:
+        """The ranks waiting for their prompt, each with where it stopped."""
+        with self._cond:
+            return {session.rank: where for session, where in self._stops}
+
+    def take(
+        self, prefer: RankSession | None = None, wait: float = 0.0
+    ) -> tuple[RankSession, dict] | None:
+        """The next stop: ``prefer``'s if it stops within ``wait`` s, else the oldest."""
+        deadline = time.monotonic() + wait
+        with self._cond:
+            while True:
+                for index, (session, _) in enumerate(self._stops):
+                    if session is prefer:
+                        return self._stops.pop(index)
+                left = deadline - time.monotonic()
+                if prefer is None or prefer.closed or left <= 0:
+                    break
+                self._cond.wait(min(left, 0.05))
+            return self._stops.pop(0) if self._stops else None
+
+    def end_sessions(self) -> None:
+        """Close every rank's connection: ranks at a prompt read EOF and quit pdb."""
+        with self._cond:
+            sessions, self._sessions, self._stops = self._sessions, [], []
+        for session in sessions:
+            session.close()
+
+    def close(self) -> None:
+        self._closed = True
+        _shutdown(self._server)  # wakes the accepting thread
+        try:
+            self._server.close()
+        except OSError:
+            pass
+        self.end_sessions()
+
+
+def _shutdown(conn: Any) -> None:
+    """shutdown(2) a socket or a Connection's socket: a thread blocked reading it returns
+    (close alone neither wakes it nor tells the peer while that read holds the socket)."""
+    try:
+        with socket.socket(fileno=os.dup(conn.fileno())) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+    except (OSError, ValueError, TypeError):
+        pass

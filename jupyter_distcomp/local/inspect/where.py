@@ -1,0 +1,92 @@
+"""``%distcomp where NAME [--ranks ...]``: each rank's current Python stack, grouped.
+
+The stacks come from faulthandler on SIGUSR1 (``local/stacks.py``), so a rank answers while
+it runs Python, sleeps, or waits in C code such as an MPI or gloo collective. Identical
+stacks are shown once with their ranks; ranks that run nothing say so in one line. The
+processes of a ``%distcomp command`` run are found through ``command/active.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from ...contracts import RankState
+from ...core.ranges import format_ranks
+from ...errors import strip_ansi
+from ..stacks import collect_stacks, stack_sections
+
+if TYPE_CHECKING:
+    from ..command.active import ActiveRun
+    from ..ranks.world import World
+
+_RELATIVE = re.compile(r'File "(?!/)([^"<]+)"')
+#: states whose ranks run user code, and the heading their stacks get
+_LABELS = {RankState.BUSY: "busy, current stack", RankState.DEBUGGING: "at a debugger prompt"}
+
+
+class WhereReport:
+    """A title and ``(heading, lines)`` sections; shown as plain text."""
+
+    def __init__(self, title: str, sections: Iterable[tuple[str, list[str]]]) -> None:
+        self.title = title
+        self.sections = list(sections)
+
+    def text(self) -> str:
+        lines = [self.title]
+        for heading, body in self.sections:
+            lines.append(f"--- {heading} ---")
+            lines.extend(strip_ansi(line) for line in body)
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.text()
+
+
+def where(world: World, ranks: list[int] | None = None) -> WhereReport:
+    """Where each of ``ranks`` (default: all) of ``world`` is now."""
+    ranks = list(range(world.world_size)) if ranks is None else ranks
+    states = world.states()
+    working = [r for r in ranks if states[r] in _LABELS]
+    stacks = world.stacks(working) if working else {}
+    sections: list[tuple[str, list[str]]] = []
+    for state, label in _LABELS.items():
+        chosen = {r: stacks[r] for r in working if states[r] == state}
+        sections += stack_sections(chosen, world.cell_code, label)
+    rest: dict[str, list[int]] = {}
+    for rank in ranks:
+        if rank not in working:
+            rest.setdefault(states[rank], []).append(rank)
+    for state_name, group in rest.items():
+        sections.append((f"{format_ranks(group)}: {state_name}", []))
+    title = f"{world.name}: where {format_ranks(ranks)} are"
+    if world.background:
+        title += " (a background cell runs)"
+    return WhereReport(title, sections)
+
+
+def where_processes(title: str, ranks: list[int], run: ActiveRun) -> WhereReport:
+    """Where the processes of a ``%distcomp command`` run are: each rank's first Python
+    process, signalled to write its stack; relative file names in the stacks are relative
+    to the ranks' folder."""
+    targets = run.targets(ranks)
+
+    def send() -> None:
+        for pid, _, _ in targets.values():
+            try:
+                os.kill(pid, signal.SIGUSR1)
+            except ProcessLookupError:
+                pass
+
+    stacks = collect_stacks(
+        {r: t[1] for r, t in targets.items()}, {r: t[2] for r, t in targets.items()}, send
+    )
+    absolute = {r: _RELATIVE.sub(rf'File "{run.cwd}/\1"', stack) for r, stack in stacks.items()}
+    sections = stack_sections(absolute, "", "running, current stack")
+    quiet = [r for r in ranks if r not in stacks]
+    if quiet:
+        sections.append((f"{format_ranks(quiet)}: no Python stack (exited, or not Python)", []))
+    return WhereReport(title, sections)

@@ -1,0 +1,481 @@
+"""The ranks of every component in this kernel: start, reuse, run, watch, stop.
+
+One :class:`RankBackend` per kernel process (:func:`get_backend`). The magics, the
+run-settings widget, the JupyterLab ranks panel (through a comm) and ``%distcomp command``
+all go through it, so they agree on which ranks exist and what state each is in. How a
+start's progress is shown is the caller's (``progress``); a world's debugger attaches
+through its start-up hook.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ...contracts import RankState
+from ...core.layout import layout_text
+from ...core.ranges import format_ranks, parse_ranks
+from ...errors import RankError
+from ...machine.hosts import Placement
+from ..debug.cells import POST_MORTEM, attach, post_mortem_rank
+from .background import BackgroundCell
+from .connection import Connection
+from .run import CellRun
+from .world import World
+
+if TYPE_CHECKING:
+    from ...core.model import Component
+    from ...core.run_settings import ResourceLayout
+
+Listener = Callable[[dict], None]
+PRESTART_DELAY = 1.0  # seconds a pre-start waits for a layout change before launching
+
+
+class Progress(Protocol):
+    """How a start that the caller waits for is shown: ranks ready so far, then the end."""
+
+    def update(self, ready: int) -> None: ...
+
+    def done(self, summary: str) -> None: ...
+
+
+class _Quiet:
+    def update(self, ready: int) -> None:
+        pass
+
+    def done(self, summary: str) -> None:
+        pass
+
+
+class RankBackend:
+    def __init__(self) -> None:
+        self.worlds: dict[str, World] = {}
+        self.master_addr = "127.0.0.1"
+        self.default_connection = Connection()
+        self.connections: dict[str, Connection] = {}
+        self.placement = Placement()  # DistComp.hosts: where the nodes of every layout run
+        self.placements: dict[str, Placement] = {}  # per component (restart --hosts)
+        self._signatures: dict[str, tuple] = {}
+        self._components: dict[str, Component] = {}
+        self._listeners: list[Listener] = []
+        self._lock = threading.RLock()
+        self._stopping: list[threading.Thread] = []
+        # name -> (component, its layout, our observer): one observer per name at a time
+        self._watched: dict[str, tuple[Component, ResourceLayout, Callable[[Any], None]]] = {}
+        self.background: dict[str, BackgroundCell] = {}  # name -> its latest background cell
+        #: ``progress(name, world size)``: shows a start the caller waits for
+        self.progress: Callable[[str, int], Progress] = lambda name, total: _Quiet()
+
+    # -- listeners (the JupyterLab panel) -----------------------------------------------
+    def add_listener(self, callback: Listener) -> None:
+        """``callback(event)`` on every state change of any rank. It may be called from a
+        background thread; the event is a JSON-able dict (see :meth:`event`)."""
+        if callback not in self._listeners:
+            self._listeners.append(callback)
+
+    def remove_listener(self, callback: Listener) -> None:
+        if callback in self._listeners:
+            self._listeners.remove(callback)
+
+    @staticmethod
+    def event(world: World, stopped: bool = False) -> dict:
+        """The world as the ranks panel sees it: contracts.json's ``World``."""
+        return {
+            "name": world.name,
+            "instance_count": world.instance_count,
+            "process_count_per_node": world.process_count_per_node,
+            "stopped": stopped,
+            "background": world.background,
+            "ranks": [
+                {
+                    "rank": info.rank,
+                    "node": info.node,
+                    "local_rank": info.local_rank,
+                    "state": info.state,
+                    "pid": info.pid,
+                }
+                for info in world.ranks
+            ],
+        }
+
+    def _notify(self, world: World) -> None:
+        if self.worlds.get(world.name) is not world:
+            return  # a replaced world's last words
+        event = self.event(world)
+        for callback in list(self._listeners):
+            try:
+                callback(event)
+            except Exception as exc:  # a broken listener must not break the ranks
+                print(f"distcomp: a rank-state listener failed: {exc!r}", file=sys.stderr)
+
+    # -- starting -----------------------------------------------------------------------
+    def connect(self, name: str, connection: Connection | None) -> None:
+        """Use the user's own cluster for ``name`` (None: back to the local one)."""
+        if connection is None or connection.embedded:
+            self.connections.pop(name, None)
+        else:
+            self.connections[name] = connection
+
+    def _signature(self, name: str, component: Component) -> tuple:
+        layout = component.runsettings.resource_layout
+        return (
+            component.launcher_type or "mpi",
+            layout.instance_count,
+            layout.process_count_per_node,
+            layout.worker_count,
+            layout.parameter_server_count,
+            self.master_addr,
+            self.placement_of(name),
+            self.connections.get(name, self.default_connection),
+        )
+
+    def placement_of(self, name: str) -> Placement:
+        """Where the nodes of ``name`` run: its own hosts, else the notebook's."""
+        return self.placements.get(name, self.placement)
+
+    def place(self, name: str, placement: Placement | None) -> None:
+        """Run ``name``'s nodes on ``placement``'s hosts (None: follow DistComp.hosts)."""
+        if placement is None:
+            self.placements.pop(name, None)
+        else:
+            self.placements[name] = placement
+
+    def prestart(self, name: str, component: Component, delay: float = PRESTART_DELAY) -> World:
+        """Start the ranks of a just-defined component in the background.
+
+        The short delay lets a layout set right after the definition (the next cell) replace
+        the start before any process runs, instead of starting the default layout twice.
+        """
+        return self.start(name, component, wait=False, delay=delay)
+
+    def start(
+        self, name: str, component: Component, wait: bool = True, delay: float = 0.0
+    ) -> World:
+        """Start (or reuse, or restart when the layout changed) the ranks of ``name``."""
+        with self._lock:
+            signature = self._signature(name, component)
+            self._components[name] = component
+            world = self.worlds.get(name)
+            reason = ""
+            if world is not None:
+                healthy = world.error is None and not world.dead_ranks
+                if self._signatures.get(name) == signature and healthy:
+                    self._follow_layout(name, component)
+                    if wait:
+                        self._wait(world)
+                    return world
+                if healthy and world.used:
+                    reason = (
+                        f"The layout of {name} changed ({world.describe_layout()} -> "
+                        f"{_describe(signature)}): restarting its ranks."
+                    )
+                self._stop_in_background(world)
+            world = self._new_world(name, component, signature)
+            world.start_async(delay=delay)
+            self._follow_layout(name, component)
+        self._notify(world)  # the views show "starting 0 of N" at once, not "no ranks"
+        if reason:
+            print(reason, file=sys.stderr)
+        if wait:
+            self._wait(world)
+        return world
+
+    def _stop_in_background(self, world: World) -> None:
+        """Replace a world without making the cell wait for the old one's processes."""
+        thread = threading.Thread(target=world.stop, name=f"distcomp-stop-{world.name}")
+        thread.start()
+        self._stopping = [t for t in self._stopping if t.is_alive()] + [thread]
+
+    def _follow_layout(self, name: str, component: Component) -> None:
+        """Ranks that ran nothing yet follow layout changes at once (in the background), so
+        a layout set right after the definition does not make the first run wait."""
+        layout = component.runsettings.resource_layout
+        watched = self._watched.get(name)
+        if watched is not None and watched[0] is component and watched[1] is layout:
+            return
+        self._unfollow_layout(name)
+
+        def changed(change: Any) -> None:
+            world = self.worlds.get(name)
+            if world is None or world.used or self._components.get(name) is not component:
+                return
+            if self._signatures.get(name) != self._signature(name, component):
+                self.start(name, component, wait=False)
+
+        layout.observe(changed)
+        self._watched[name] = (component, layout, changed)
+
+    def _unfollow_layout(self, name: str) -> None:
+        watched = self._watched.pop(name, None)
+        if watched is not None:
+            _, layout, changed = watched
+            layout.unobserve(changed)
+
+    def _new_world(self, name: str, component: Component, signature: tuple) -> World:
+        layout = component.runsettings.resource_layout
+        placement = self.placement_of(name).for_layout(layout.instance_count)
+        world = World(
+            name,
+            # the ports are chosen here, once per world; every view shows these values
+            placement.rank_environments(component, self.master_addr),
+            launcher=component.launcher_type or "mpi",
+            instance_count=layout.instance_count,
+            process_count_per_node=layout.process_count_per_node,
+            connection=signature[-1],
+            placement=placement,
+            on_change=self._notify,
+            on_ready=(attach,),
+        )
+        self.worlds[name] = world
+        self._signatures[name] = signature
+        return world
+
+    def current_envs(self, name: str, component: Component) -> list[dict[str, str]] | None:
+        """The variables the ranks of ``name`` hold, while they match the current settings."""
+        world = self.worlds.get(name)
+        if world is None or world.error is not None:
+            return None
+        if self._signatures.get(name) != self._signature(name, component):
+            return None
+        return [dict(env) for env in world.envs]
+
+    def _wait(self, world: World) -> None:
+        if world.started:
+            world.raise_start_error()
+            return
+        progress = self.progress(world.name, world.world_size)
+        while not world.wait_started(0.1):
+            progress.update(world.ready_count)
+        world.raise_start_error()
+        progress.done(f"{world.world_size} rank(s) of {world.describe_layout()}")
+
+    # -- running ------------------------------------------------------------------------
+    def run_cell(
+        self,
+        name: str,
+        component: Component,
+        code: str,
+        ranks: str | Iterable[int] | None = None,
+        timeout: float | None = None,
+        group_output: bool = False,
+        first_line: int = 1,
+        fail_fast: float | None = None,
+        background: bool = False,
+        debug_ranks: str | None = None,
+        shell: Any = None,
+    ) -> Any:
+        """Run ``code`` on the ranks of ``name`` (all, or ``ranks`` such as ``"0,2-3"``);
+        ``first_line`` is the line of the cell where ``code`` starts (tracebacks count so);
+        ``background``: return a started :class:`BackgroundCell` at once;
+        ``breakpoint()`` stops only ``debug_ranks`` (default: every rank); ``shell``: the
+        IPython shell whose cell this is (its rich output and cell numbers)."""
+        # a bad rank list is refused before any rank starts
+        parse_ranks(ranks, component.runsettings.resource_layout.world_size)
+        world = self.worlds.get(name)
+        same = self._signatures.get(name) == self._signature(name, component)
+        # world.dead_ranks is kept current by the world's watcher thread
+        if world is not None and world.started and world.dead_ranks and same:
+            raise RankError(self._dead_message(world))
+        world = self.start(name, component, wait=True)
+        targets = parse_ranks(ranks, world.world_size)
+        busy = [r for r in targets if world.ranks[r].state == RankState.BUSY]
+        if busy:
+            earlier = self.background.get(name)
+            if earlier is not None and earlier.running:
+                raise RankError(
+                    f"{format_ranks(busy)} of {name!r} are busy with a background cell. Fix: "
+                    f"`%distcomp wait {name}` waits for it, `%distcomp interrupt {name}` stops it."
+                )
+            raise RankError(
+                f"{format_ranks(busy)} of {name!r} are still busy with an earlier cell (it "
+                f"timed out or was interrupted). Fix: `%distcomp interrupt {name}` (SIGINT), "
+                f"or `%distcomp restart {name}`."
+            )
+        try:
+            stopping = None if debug_ranks is None else parse_ranks(debug_ranks, world.world_size)
+        except RankError as exc:
+            raise RankError(str(exc).replace("--ranks", "--debug-ranks", 1)) from None
+        cell = CellRun(
+            world,
+            targets,
+            code,
+            timeout=timeout,
+            group_output=group_output,
+            shell=shell,
+            first_line=first_line,
+            fail_fast=fail_fast,
+            debug_ranks=stopping,
+        )
+        if not background:
+            return cell.run()
+        return self._in_background(world, targets, cell)
+
+    def _in_background(self, world: World, targets: list[int], run: CellRun) -> Any:
+        def ended() -> None:
+            try:
+                run.run()
+            finally:
+                world.background = False
+                self._notify(world)
+
+        world.background = True
+        world.set_state(targets, RankState.BUSY)  # from now on, not from when the thread runs
+        self.background[world.name] = cell = BackgroundCell(world.name, targets, ended)
+        held = run.debug.hold_in_background(lambda: run.running)
+        if held is not None:  # its stops are served by `%distcomp wait`
+            cell.serve, cell.stopped = held.serve_waiting, held.stopped
+        return cell.start()
+
+    def post_mortem(self, name: str, rank: int | None, shell: Any = None) -> None:
+        """Post-mortem pdb on a rank whose last ``%%distcomp run`` cell failed: the prompt
+        and commands are those of a breakpoint."""
+        world = self.worlds.get(name)
+        if world is None or not world.started or world.client is None:
+            raise RankError(
+                f"{name!r} has no running ranks to debug. Fix: run the failing "
+                f"`%%distcomp run {name}` cell first."
+            )
+        run = CellRun(world, [post_mortem_rank(world, rank)], POST_MORTEM, shell=shell)
+        run.debug.record = False
+        run.run()
+
+    def _dead_message(self, world: World) -> str:
+        from .failures import death_reason
+
+        said = world.mpiexec_output()
+        for info in world.ranks:
+            info.death = info.death or death_reason(info.rank, said) or None
+        why = "; ".join(f"{format_ranks([i.rank])} {i.death}" for i in world.ranks if i.death)
+        return (
+            f"{format_ranks(world.dead_ranks)} of {world.name!r} are dead "
+            f"({why or 'killed from outside, or mpiexec stopped'})."
+            + (f"\nmpiexec printed:\n{said}" if said else "")
+            + f"\nFix: `%distcomp restart {world.name}` starts a fresh world."
+        )
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def status(self, name: str | None = None) -> list[dict]:
+        """One record per rank: name, rank, node, local_rank, state, pid."""
+        names = [name] if name is not None else list(self.worlds)
+        records = []
+        for world_name in names:
+            world = self.worlds.get(world_name)
+            if world is None:
+                continue
+            world.check_alive()
+            for info in world.ranks:
+                records.append(
+                    {
+                        "name": world_name,
+                        "rank": info.rank,
+                        "node": info.node,
+                        "local_rank": info.local_rank,
+                        "state": info.state,
+                        "pid": info.pid,
+                        "host": info.host,
+                        "death": info.death,
+                    }
+                )
+        return records
+
+    def world(self, name: str) -> World | None:
+        return self.worlds.get(name)
+
+    def stop(self, name: str | None = None) -> list[str]:
+        """Stop the ranks of ``name`` (of every component when None); the stopped names.
+
+        The worlds leave the backend at once; stopping their processes (which waits for a
+        world still starting) happens outside the backend's lock.
+        """
+        with self._lock:
+            names = [name] if name is not None else list(self.worlds)
+            leaving = []
+            for world_name in names:
+                world = self.worlds.pop(world_name, None)
+                self._signatures.pop(world_name, None)
+                self._unfollow_layout(world_name)
+                if world is not None:
+                    leaving.append(world)
+        for world in leaving:
+            world.stop()
+            event = self.event(world, stopped=True)
+            for callback in list(self._listeners):
+                try:
+                    callback(event)
+                except Exception:
+                    pass
+        return [world.name for world in leaving]
+
+    def restart(self, name: str, component: Component | None = None) -> World:
+        component = component or self._components.get(name)
+        if component is None:
+            raise RankError(f"No ranks to restart for {name!r}: run a `%%distcomp run` cell first.")
+        self.stop(name)
+        return self.start(name, component, wait=True)
+
+    def interrupt(self, name: str) -> list[int]:
+        """SIGINT to every busy rank of ``name`` (at a breakpoint too); the ranks signalled."""
+        import signal
+
+        world = self.worlds.get(name)
+        if world is None:
+            return []
+        working = (RankState.BUSY, RankState.DEBUGGING)
+        busy = [info.rank for info in world.ranks if info.state in working]
+        world.signal(busy, signal.SIGINT)
+        return busy
+
+    def running_world(self, name: str) -> World:
+        """The started world of ``name``; a RankError saying how to start it otherwise."""
+        world = self.worlds.get(name)
+        if world is None or not world.started or world.client is None:
+            raise RankError(
+                f"{name!r} has no running ranks. Fix: run a `%%distcomp run {name}` cell first."
+            )
+        return world
+
+    def wait(self, name: str, timeout: float | None = None) -> BackgroundCell:
+        """Block until the background cell of ``name`` ends; raise its error."""
+        cell = self.background.get(name)
+        if cell is None:
+            raise RankError(
+                f"{name!r} has no background cell. Fix: start one with "
+                f"`%%distcomp run {name} --background`."
+            )
+        try:
+            cell.wait(timeout)
+        finally:
+            if not cell.running:  # collected; a time-out keeps the cell
+                self.background.pop(name, None)
+        return cell
+
+    def shutdown(self) -> None:
+        self.stop()
+        for thread in self._stopping:
+            thread.join(timeout=30)
+        self._stopping = []
+
+
+def _describe(signature: tuple) -> str:
+    launcher, nodes, ppn = signature[:3]
+    return f"{launcher}, {layout_text(nodes, ppn)}"
+
+
+_backend: RankBackend | None = None
+_backend_lock = threading.Lock()
+
+
+def get_backend() -> RankBackend:
+    """The one backend of this kernel process."""
+    global _backend
+    with _backend_lock:
+        if _backend is None:
+            _backend = RankBackend()
+        return _backend
+
+
+def existing_backend() -> RankBackend | None:
+    """The backend of this kernel process if ranks were ever asked for, else None."""
+    return _backend

@@ -1,0 +1,109 @@
+"""``%%distcomp run NAME --background``: the cell runs on the ranks while the kernel is free.
+
+The cell's :class:`~.run.CellRun` runs in a thread that carries the starting cell's context
+(``contextvars``), so ipykernel sends the ranks' labelled output to that cell's output area
+for as long as the cell runs. ``%distcomp wait NAME`` joins the thread and raises the error
+the cell collected; ``%distcomp status`` and the JupyterLab panel show that it runs. While it
+waits, ``%distcomp wait`` serves the prompts of ranks stopped at a breakpoint (``serve``);
+``%distcomp status`` names them (``stopped``).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ...core.ranges import format_ranks
+from ...errors import RankError
+
+#: how often ``wait`` looks for ranks stopped at a breakpoint
+WAIT_STEP = 0.1
+
+
+class BackgroundCell:
+    """One cell running in the background on ``ranks`` of world ``name``."""
+
+    def __init__(self, name: str, ranks: list[int], run: Callable[[], Any]) -> None:
+        self.name = name
+        self.ranks = ranks
+        self.started = time.monotonic()
+        self.ended: float | None = None
+        self.error: BaseException | None = None
+        self._run = run
+        #: serves the stopped ranks' prompts (the seconds spent), and names them
+        self.serve: Callable[[], float] = lambda: 0.0
+        self.stopped: Callable[[], list[int]] = list
+        self._done = threading.Event()
+        context = contextvars.copy_context()  # the starting cell's output area
+        self._thread = threading.Thread(
+            target=context.run, args=(self._main,), name=f"distcomp-background-{name}", daemon=True
+        )
+
+    def start(self) -> BackgroundCell:
+        self._thread.start()
+        return self
+
+    def _main(self) -> None:
+        try:
+            self._run()
+        except BaseException as exc:  # kept for `%distcomp wait`
+            self.error = exc
+        finally:
+            self.ended = time.monotonic()
+            self._done.set()
+        if self.error is None:
+            print(f"{self.name}: the background cell finished ({self.seconds:.1f} s).", flush=True)
+        else:
+            summary = getattr(self.error, "summary", None) or str(self.error).split("\n")[0]
+            print(
+                f"{self.name}: the background cell failed: {summary}. "
+                f"`%distcomp wait {self.name}` shows the error.",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    @property
+    def running(self) -> bool:
+        return not self._done.is_set()
+
+    @property
+    def seconds(self) -> float:
+        return (self.ended or time.monotonic()) - self.started
+
+    def describe(self) -> str:
+        state = "running" if self.running else ("failed" if self.error else "finished")
+        stopped = self.stopped() if self.running else []
+        held = (
+            f"; {format_ranks(stopped)} stopped at a breakpoint: `%distcomp wait {self.name}` "
+            "opens its prompt"
+            if stopped
+            else ""
+        )
+        return (
+            f"{self.name}: background cell on {format_ranks(self.ranks)}, {state} "
+            f"({self.seconds:.1f} s){held}"
+        )
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until the cell ends, serving the prompts of ranks that stop meanwhile (the
+        time at a prompt does not count); raise its error. A time-out leaves it running."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._done.wait(WAIT_STEP):
+            paused = self.serve()
+            if deadline is None:
+                continue
+            deadline += paused
+            if time.monotonic() > deadline:
+                break
+        if not self._done.is_set():
+            raise RankError(
+                f"the background cell of {self.name!r} still runs after {timeout:g} s "
+                f"({format_ranks(self.ranks)}). It keeps running: `%distcomp where {self.name}` "
+                f"shows where each rank is, `%distcomp interrupt {self.name}` stops it."
+            )
+        if self.error is not None:
+            raise self.error

@@ -1,0 +1,199 @@
+"""Is each rank alive, what did mpiexec say, where is a rank stuck: the World's senses.
+
+:class:`WorldHealth` is the base of :class:`~.world.World`, kept apart so the lifecycle code
+stays readable. It declares the attributes of World it reads; World sets them.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ...contracts import RankState
+from ...core.ranges import rank_label
+from ...machine.network import is_local_host
+from ..stacks import RemoteRank, collect_stacks, file_size, remote_stacks
+from . import ipp
+from .failures import mpiexec_messages
+
+if TYPE_CHECKING:
+    import psutil
+
+    from ...machine.hosts import Placement
+    from .ipp import Client, LocalCluster
+
+
+@dataclass
+class RankInfo:
+    rank: int
+    node: int
+    local_rank: int
+    state: RankState = RankState.STARTING
+    pid: int | None = None
+    host: str | None = None
+    main_thread: int | None = None
+    engine_id: int | None = None
+    death: str | None = None  # why it died, once known
+    gone_at: float | None = None  # when its own process was seen gone while mpiexec ran
+    process: psutil.Process | None = None  # looked up on the first liveness check
+
+
+class WorldHealth:
+    world_size: int
+    instance_count: int
+    ranks: list[RankInfo]
+    cluster: LocalCluster | None  # ours; None before the start and for the user's own cluster
+    client: Client | None
+    placement: Placement
+    error: BaseException | None
+    _on_change: Callable[[Any], None]
+    _done: threading.Event
+    _lock: threading.RLock
+    _stopped: bool
+    _tmp: str
+
+    # -- state --------------------------------------------------------------------------
+    def _changed(self) -> None:
+        try:
+            self._on_change(self)
+        except Exception:
+            pass
+
+    def set_state(self, ranks: list[int], state: RankState) -> None:
+        """Put ``ranks`` in ``state`` (a dead rank stays dead)."""
+        self._set(ranks, state, lambda current: current != RankState.DEAD)
+
+    def change_state(self, rank: int, before: RankState, after: RankState) -> None:
+        """``rank`` goes from ``before`` to ``after``, if it is still in ``before``."""
+        self._set([rank], after, lambda current: current == before)
+
+    def _set(self, ranks: list[int], state: RankState, allowed: Callable[[str], bool]) -> None:
+        changed = False
+        with self._lock:
+            for rank in ranks:
+                info = self.ranks[rank]
+                if info.state != state and allowed(info.state):
+                    info.state = state
+                    changed = True
+        if changed:
+            self._changed()
+
+    def states(self) -> dict[int, RankState]:
+        return {info.rank: info.state for info in self.ranks}
+
+    @property
+    def dead_ranks(self) -> list[int]:
+        return [info.rank for info in self.ranks if info.state == RankState.DEAD]
+
+    def label(self, rank: int) -> str:
+        return rank_label(rank, self.ranks[rank].node, self.instance_count)
+
+    # -- liveness -----------------------------------------------------------------------
+    def mpiexec_alive(self) -> bool:
+        """Our mpiexec still runs (always True for the user's own cluster)."""
+        return self.cluster is None or self.cluster.mpiexec_alive()
+
+    def _pid_alive(self, info: RankInfo) -> bool:
+        import psutil
+
+        if info.pid is None or not is_local_host(info.host):
+            return self.client is not None and info.engine_id in ipp.engine_ids(self.client)
+        try:
+            if info.process is None:
+                info.process = psutil.Process(info.pid)
+            return info.process.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    def check_alive(self) -> list[int]:
+        """Mark ranks whose process is gone as dead; return the newly dead ranks."""
+        if not self._done.is_set() or self.error is not None or self._stopped:
+            return []
+        newly = []
+        mpiexec_alive = self.mpiexec_alive()
+        now = time.monotonic()
+        with self._lock:
+            for info in self.ranks:
+                if info.state == RankState.DEAD:
+                    continue
+                if mpiexec_alive and not self._pid_alive(info):
+                    info.gone_at = now
+                if not mpiexec_alive or info.gone_at is not None:
+                    info.state = RankState.DEAD
+                    newly.append(info.rank)
+        if newly:
+            self._changed()
+        return newly
+
+    def first_gone(self) -> list[int]:
+        """The ranks whose own process was seen gone first, before mpiexec stopped the rest."""
+        seen = [info for info in self.ranks if info.gone_at is not None]
+        first = min((info.gone_at for info in seen if info.gone_at is not None), default=None)
+        return [info.rank for info in seen if info.gone_at == first]
+
+    def _watch(self) -> None:
+        while not self._stopped and self.dead_ranks != list(range(self.world_size)):
+            self.check_alive()
+            time.sleep(0.5)
+
+    # -- mpiexec's own words ------------------------------------------------------------
+    def output_size(self) -> int:
+        path = self.cluster.output_file() if self.cluster else None
+        return file_size(path) if path else 0
+
+    def mpiexec_output(self, since: int = 0, limit: int = 40) -> str:
+        """What mpiexec (and ranks' fatal errors) printed, without the engines' log lines."""
+        if self.cluster is None:
+            return ""
+        return mpiexec_messages(self.cluster.mpiexec_text(since), limit)
+
+    # -- signals and stacks ---------------------------------------------------------------
+    def signal(self, ranks: list[int], sig: int) -> None:
+        """Send ``sig`` to ranks: directly to local pids, through the nanny otherwise."""
+        remote: list[int] = []
+        for rank in ranks:
+            info = self.ranks[rank]
+            if info.pid and is_local_host(info.host):
+                try:
+                    os.kill(info.pid, sig)
+                except ProcessLookupError:
+                    pass
+            elif info.engine_id is not None:
+                remote.append(info.engine_id)
+        if remote and self.client is not None:
+            ipp.send_signal(self.client, sig, remote)
+
+    def stacks(self, ranks: list[int], wait: float = 1.0) -> dict[int, str]:
+        """Each rank's current main-thread Python stack (via faulthandler on SIGUSR1), taken
+        on the host that runs the rank."""
+        local = [r for r in ranks if is_local_host(self.ranks[r].host)]
+        paths = {r: os.path.join(self._tmp, f"rank-{r}.stack") for r in local}
+        threads = {r: self.ranks[r].main_thread for r in local}
+        send = functools.partial(self.signal, local, signal.SIGUSR1)
+        result = collect_stacks(paths, threads, send, wait)
+        result.update(self._remote_stacks([r for r in ranks if r not in local], wait))
+        for rank in ranks:
+            result.setdefault(rank, "(no stack: the rank did not answer SIGUSR1)")
+        return result
+
+    def _remote_stacks(self, ranks: list[int], wait: float) -> dict[int, str]:
+        """Stacks of ranks on the placement's hosts, over ssh (none for a user's cluster)."""
+        hosts = self.placement.hosts
+        targets = [
+            RemoteRank(
+                r,
+                hosts[self.ranks[r].node],
+                self.ranks[r].pid or 0,
+                os.path.join(self._tmp, f"rank-{r}.stack"),
+                self.ranks[r].main_thread,
+            )
+            for r in ranks
+            if self.ranks[r].pid and self.ranks[r].node < len(hosts)
+        ]
+        return remote_stacks(self.placement.ssh_command, targets, wait) if targets else {}

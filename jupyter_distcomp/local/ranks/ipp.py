@@ -1,0 +1,385 @@
+"""ipyparallel, behind one adapter: the cluster, the client, each rank's reply, the processes.
+
+No other module of this package imports ipyparallel or calls into its objects: they get
+clusters, clients and replies from here. :data:`RELIES_ON` names everything used, and a test
+checks it against the installed ipyparallel. ipyparallel is imported on first use only.
+
+ipyparallel's cluster methods are coroutines; they all run on one event loop, in one daemon
+thread (``distcomp-ipyparallel``) started on first use and shared by every world of the kernel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import threading
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ...machine import mpi, shim
+from ...machine.hosts import Placement
+from ...machine.network import LOOPBACK
+from ...rank_side import reaper
+from ...rank_side.guard import GRACE
+
+if TYPE_CHECKING:
+    import logging
+
+    from ipyparallel import AsyncResult, Client
+    from traitlets.config import Config
+
+T = TypeVar("T")
+
+#: What this module uses of ipyparallel, as dotted names (a test checks each exists).
+RELIES_ON = (
+    "ipyparallel.Client",
+    "ipyparallel.Client.__getitem__",
+    "ipyparallel.Client.ids",
+    "ipyparallel.Client.send_signal",
+    "ipyparallel.Client.close",
+    "ipyparallel.Cluster",
+    "ipyparallel.Cluster.start_cluster",
+    "ipyparallel.Cluster.connect_client",
+    "ipyparallel.Cluster.stop_cluster",
+    "ipyparallel.Cluster.engine_set",
+    "ipyparallel.Cluster.engines",
+    "ipyparallel.Cluster.controller",
+    "ipyparallel.Cluster.shutdown_atexit",
+    "ipyparallel.DirectView.execute",
+    "ipyparallel.DirectView.apply_async",
+    "ipyparallel.client.asyncresult.AsyncResult.split",
+    "ipyparallel.client.asyncresult.AsyncResult.metadata",
+    "ipyparallel.client.asyncresult.AsyncResult.ready",
+    "ipyparallel.client.asyncresult.AsyncResult.get",
+    "ipyparallel.client.asyncresult.AsyncResult.wait_for_output",
+    "ipyparallel.client.asyncresult.AsyncResult.add_done_callback",
+    "ipyparallel.cluster.launcher.ipcontroller_cmd_argv",
+    "ipyparallel.cluster.launcher.LocalProcessLauncher.process",
+    "ipyparallel.cluster.launcher.LocalProcessLauncher.output_file",
+    "ipyparallel.cluster.launcher.LocalProcessLauncher.get_output",
+    "ipyparallel.cluster.launcher.LocalProcessLauncher.stop_seconds_until_kill",
+    "ipyparallel.cluster.launcher.LocalControllerLauncher.controller_cmd",
+    "ipyparallel.cluster.launcher.LocalControllerLauncher.controller_args",
+    "ipyparallel.cluster.launcher.MPILauncher.mpi_cmd",
+    "ipyparallel.cluster.launcher.MPILauncher.mpi_args",
+    "ipyparallel.cluster.launcher.MPIEngineSetLauncher.environment",
+    "ipyparallel.cluster.launcher.MPIEngineSetLauncher.engine_args",
+    "ipyparallel.engine.app.IPEngine.max_heartbeat_misses",
+    "ipyparallel.controller.heartmonitor.HeartMonitor.period",
+    "ipyparallel.controller.heartmonitor.HeartMonitor.max_heartmonitor_misses",
+)
+#: The names of RELIES_ON that must stay coroutine functions (they run on our event loop).
+COROUTINES = (
+    "ipyparallel.Cluster.start_cluster",
+    "ipyparallel.Cluster.connect_client",
+    "ipyparallel.Cluster.stop_cluster",
+)
+
+#: The hub pings engines every HEARTBEAT_MS. ipyparallel's default (3000 ms) is most of a
+#: ~10 s start: registration only completes on a heartbeat cycle. 200 ms makes 4 ranks
+#: ready in about a third of that time; the miss limits keep the same patience in seconds.
+HEARTBEAT_MS = 200
+HUB_MISSES = 50  # 10 s without an answer before the hub gives an engine up
+ENGINE_MISSES = 150  # 30 s without the hub before an engine shuts itself down
+#: run through this, the controller and mpiexec die with the kernel
+GUARD = [sys.executable, "-m", "jupyter_distcomp.rank_side.guard"]
+#: seconds ipyparallel waits for a guard after SIGTERM before its SIGKILL: longer than the
+#: guard's own GRACE, so that the guard, which owns every process below it (also those that
+#: lost their parent), is what ends a controller or mpiexec slow to stop. A SIGKILLed guard
+#: would leave the controller's schedulers and mpiexec's ranks to PID 1.
+STOP_SECONDS = int(GRACE) + 5
+
+
+# -- the event loop ---------------------------------------------------------------------
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_lock = threading.Lock()
+
+
+def event_loop() -> asyncio.AbstractEventLoop:
+    """The loop that runs ipyparallel's coroutines (its thread starts on the first call)."""
+    global _loop
+    with _loop_lock:
+        if _loop is None:
+            loop = asyncio.new_event_loop()
+            ready = threading.Event()
+
+            def main() -> None:
+                asyncio.set_event_loop(loop)
+                loop.call_soon(ready.set)
+                loop.run_forever()
+
+            threading.Thread(target=main, name="distcomp-ipyparallel", daemon=True).start()
+            ready.wait()
+            _loop = loop
+        return _loop
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on the shared loop and wait for its result."""
+    return asyncio.run_coroutine_threadsafe(coro, event_loop()).result()
+
+
+# -- a cluster of our own ---------------------------------------------------------------
+#: what every engine on another host needs of the engine set's environment
+FORWARDED = ("IPP_CLUSTER_ID", "IPP_PROFILE_DIR", "IPP_CONNECTION_INFO", "MPLBACKEND")
+
+
+def engine_environment(
+    listen: str = LOOPBACK, files: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Variables mpiexec and the engines need besides the kernel's own; the processes on
+    this machine listen on ``listen`` only; ``files``: :func:`mpi.run_files_environment`."""
+    env = mpi.mpiexec_environment()
+    env.update(shim.listen_environment(listen))
+    env.update(files or {})
+    if "MPLBACKEND" not in os.environ:
+        # figures made on ranks come back as images, as in a notebook
+        env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def cluster_config(
+    world_size: int,
+    placement: Placement | None = None,
+    process_count_per_node: int = 1,
+    files: Mapping[str, str] | None = None,
+) -> Config:
+    """traitlets config for ``Cluster(engines="mpi")``: our mpiexec, flags, heartbeat; with
+    hosts, the engines run there and the controller listens on the address reaching them."""
+    from ipyparallel.cluster.launcher import ipcontroller_cmd_argv
+    from traitlets.config import Config
+
+    placement = placement or Placement()
+    listen = placement.listen()
+    config = Config()
+    config.LocalProcessLauncher.stop_seconds_until_kill = STOP_SECONDS
+    # the guard exits at once if this process is gone by the time it starts
+    guard = [*GUARD, "--parent", str(os.getpid())]
+    config.MPILauncher.mpi_cmd = [*guard, mpi.mpiexec_path()]
+    config.LocalControllerLauncher.controller_cmd = [*guard, *ipcontroller_cmd_argv]
+    config.MPILauncher.mpi_args = mpi.mpiexec_flags(
+        placement, world_size, process_count_per_node, FORWARDED
+    )
+    config.MPIEngineSetLauncher.environment = engine_environment(listen, files)
+    config.MPIEngineSetLauncher.engine_args = [
+        "--log-level=WARN",
+        f"--IPEngine.max_heartbeat_misses={ENGINE_MISSES}",
+    ]
+    config.LocalControllerLauncher.controller_args = [
+        "--log-level=WARN",
+        f"--HeartMonitor.period={HEARTBEAT_MS}",
+        f"--HeartMonitor.max_heartmonitor_misses={HUB_MISSES}",
+        f"--ip={listen}",
+    ]
+    return config
+
+
+class LocalCluster:
+    """A controller and one mpiexec engine set of ``world_size`` ranks, started by us;
+    ``files``: where mpiexec keeps its files (:func:`mpi.run_files_environment`).
+
+    Keeps mpiexec's launcher after the stop: it holds what mpiexec printed.
+    """
+
+    def __init__(
+        self,
+        world_size: int,
+        profile_dir: str,
+        timeout: float,
+        placement: Placement | None = None,
+        process_count_per_node: int = 1,
+        files: Mapping[str, str] | None = None,
+    ):
+        import ipyparallel
+
+        self.world_size = world_size
+        self._cluster = ipyparallel.Cluster(
+            engines="mpi",
+            n=world_size,
+            profile_dir=profile_dir,
+            config=cluster_config(world_size, placement, process_count_per_node, files),
+            load_profile=False,
+            delay=0,  # engines wait for the controller's connection info anyway
+            engine_timeout=int(timeout),
+            log=quiet_log(),
+            # we stop it (session.shutdown at exit, the guard when the kernel dies);
+            # ipyparallel's own stop at exit would SIGKILL slow guards and forget the processes
+            shutdown_atexit=False,
+        )
+        self._engine_set: Any = None
+        self._stopped = False
+        self._stop_lock = threading.Lock()
+
+    def start(self) -> None:
+        run(self._cluster.start_cluster(self.world_size))
+        self._engine_set = self._cluster.engine_set
+
+    def connect(self) -> Client:
+        return run(self._cluster.connect_client())
+
+    def stop(self) -> None:
+        """Stop the controller and mpiexec; SIGKILL whatever outlives that. Idempotent."""
+        with self._stop_lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        self._engine_set = self._engine_set or self._cluster.engine_set
+        guards = guard_pids(self._cluster)
+        try:
+            run(self._cluster.stop_cluster())
+        except Exception:
+            pass
+        # whatever outlived the polite stop, below the guards (a guard adopts the orphans of
+        # its tree) and the guards themselves
+        reaper.kill_tree(guards, include_roots=True, timeout=3)
+
+    def mpiexec_alive(self) -> bool:
+        """mpiexec runs (or has not been launched yet); True once stopped."""
+        if self._stopped:
+            return True
+        engine_set = self._cluster.engine_set
+        process = getattr(engine_set, "process", None)
+        if process is None:
+            return engine_set is None
+        return _running(process)
+
+    def _launcher(self) -> Any:
+        if self._engine_set is None and not self._stopped:
+            self._engine_set = self._cluster.engine_set
+        return self._engine_set
+
+    def output_file(self) -> str | None:
+        return getattr(self._launcher(), "output_file", None) or None
+
+    def mpiexec_text(self, since: int = 0) -> str:
+        """Everything mpiexec printed from byte ``since`` on."""
+        path = self.output_file()
+        if path and os.path.exists(path):
+            with open(path, errors="replace") as f:
+                f.seek(since)
+                return f.read()
+        launcher = self._launcher()
+        if launcher is None:
+            return ""
+        # ipyparallel read the file into memory and removed it when mpiexec ended
+        text: str = launcher.get_output()
+        return text[since:]
+
+
+# -- clients ----------------------------------------------------------------------------
+def connect(timeout: float, **connection: str) -> Client:
+    """A client of a running cluster (``profile``, ``profile_dir``, ``cluster_id``)."""
+    import ipyparallel
+
+    return ipyparallel.Client(**connection, timeout=timeout)
+
+
+def engine_ids(client: Client) -> list[int]:
+    return list(client.ids)
+
+
+def view(client: Client, ids: list[int]) -> Any:
+    return client[ids]
+
+
+def close(client: Client) -> None:
+    """Close the client; never raises."""
+    try:
+        client.close(linger=0)
+    except Exception:
+        pass
+
+
+def call_each(
+    client: Client, calls: Sequence[tuple[int, Callable[..., Any], tuple]], timeout: float
+) -> list[Any]:
+    """Run ``function(*args)`` on each engine of ``calls`` at once; their results, in order."""
+    results = [client[eid].apply_async(function, *args) for eid, function, args in calls]
+    return [result.get(timeout=timeout) for result in results]
+
+
+def send_signal(client: Client, sig: int, ids: list[int]) -> None:
+    client.send_signal(sig, targets=ids, block=False)
+
+
+class RankReply:
+    """One engine's share of an ``execute``: its reply, and the output it sent so far."""
+
+    def __init__(self, part: AsyncResult):
+        self._part = part
+
+    @property
+    def output(self) -> dict[str, Any]:
+        """ipyparallel's metadata: ``stdout``, ``stderr``, ``outputs``, ``execute_result``."""
+        metadata = self._part.metadata
+        return metadata[0] if isinstance(metadata, list) else metadata
+
+    def on_reply(self, callback: Callable[[], None]) -> None:
+        """``callback()`` in ipyparallel's thread when the reply arrives."""
+        self._part.add_done_callback(lambda _: callback())
+
+    def replied(self) -> bool:
+        return bool(self._part.ready())
+
+    def output_complete(self) -> bool:
+        return bool(self._part.wait_for_output(0))
+
+    def outcome(self) -> Any:
+        """The reply's value, or the error (a RemoteError, an EngineError) the engine sent."""
+        if not self.replied():
+            return None
+        value = self._part.get(0, return_exceptions=True)
+        return value[0] if isinstance(value, list) and len(value) == 1 else value
+
+
+HISTORY_KEPT = 1000  # msg_ids in Client.history (ints index it; nothing of ours does)
+DIGESTS_KEPT = 4096  # message signatures remembered against replays (jupyter_client: 65536)
+
+
+class Execution:
+    """``code`` sent to some engines: the whole AsyncResult and each engine's reply."""
+
+    def __init__(self, client: Client, ids: list[int], code: str):
+        self.result = client[ids].execute(code, silent=False, block=False)
+        # a kernel runs cells for days: keep ipyparallel's per-message records bounded
+        del client.history[:-HISTORY_KEPT]
+        client.session.digest_history_size = min(client.session.digest_history_size, DIGESTS_KEPT)
+        # split() unmemoized: its lru_cache would keep the last 128 cells' results and output
+        parts = type(self.result).split.__wrapped__(self.result)
+        self.replies = [RankReply(part) for part in parts]
+
+    def wait_for_output(self, timeout: float) -> bool:
+        """Wait until every engine's output is complete (or ``timeout`` seconds pass)."""
+        return bool(self.result.wait_for_output(timeout))
+
+
+# -- processes --------------------------------------------------------------------------
+def quiet_log() -> logging.Logger:
+    """ipyparallel logs every engine line at exit; we report what matters ourselves."""
+    import logging
+
+    log = logging.getLogger("jupyter_distcomp.local.ranks.cluster")
+    if not log.handlers:
+        log.addHandler(logging.NullHandler())
+        log.propagate = False
+        log.setLevel(logging.CRITICAL)
+    return log
+
+
+def guard_pids(cluster: Any) -> list[int]:
+    """The guards of the controller and of mpiexec (the processes ipyparallel started)."""
+    launchers = [cluster.controller, *cluster.engines.values()]
+    processes = [getattr(launcher, "process", None) for launcher in launchers]
+    return [process.pid for process in processes if process is not None]
+
+
+def _running(proc: Any) -> bool:
+    """A psutil process that runs (not a zombie)."""
+    import psutil
+
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

@@ -1,0 +1,385 @@
+"""One ``%%distcomp run`` cell: send the code to the ranks, stream, and end it well.
+
+The cell ends when every chosen rank has answered, when a rank dies (within a few seconds,
+saying why), at the time-out (naming the busy ranks with their stacks, then interrupting
+them), or on a kernel interrupt (SIGINT to every busy rank, back within two seconds), or
+when a rank failed while the others stay busy (failfast.py).
+Built on each rank's :class:`~.ipp.RankReply`: ipyparallel accumulates the rank's output
+there, so reading it from the main thread loses nothing and needs no second transport.
+"""
+
+from __future__ import annotations
+
+import functools
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ...contracts import RankState
+from ...core.ranges import format_ranks
+from ...core.tf_config import empty_ps_hint
+from ...errors import RankError, RankInterrupt
+from ..debug.cells import CellDebug
+from ..stacks import stack_sections
+from . import ipp
+from .failfast import FailFast
+from .failures import death_reason, error_sections
+from .output import RankOutput
+
+if TYPE_CHECKING:
+    from .world import World
+
+INTERRUPT_GRACE = 1.5  # seconds the ranks get to answer SIGINT before the cell returns
+STACK_WAIT = 0.5  # seconds to wait for the busy ranks' stacks on an interrupt
+DEATH_GRACE = 2.0  # seconds to let mpiexec report a death and stop the other ranks
+OUTPUT_GRACE = 1.0  # seconds to wait for the last output after a rank's reply
+ALIVE_CHECK = 0.2  # seconds between checks that every rank's process still exists
+SAID_LINES = 40  # lines of mpiexec's output shown with a death
+REPORT_LINES = 2000  # lines of mpiexec's output searched for the cause of a death
+
+
+def cell_name(shell: Any, code: str) -> str:
+    """``Cell In[12]`` for the notebook's cell 12 that runs ``code`` (``Cell`` outside IPython).
+
+    IPython counts past a cell it stores in its history before running it; a cell run
+    without history (``run_cell(store_history=False)``) keeps the count.
+    """
+    count = getattr(shell, "execution_count", None)
+    if not isinstance(count, int):
+        return "Cell"
+    history = getattr(getattr(shell, "history_manager", None), "input_hist_raw", None)
+    if history and len(history) == count and code.strip() and code.strip() in history[-1]:
+        count -= 1
+    return f"Cell In[{count}]"
+
+
+class CellRun:
+    def __init__(
+        self,
+        world: World,
+        ranks: list[int],
+        code: str,
+        *,
+        timeout: float | None = None,
+        group_output: bool = False,
+        shell: Any = None,
+        first_line: int = 1,
+        fail_fast: float | None = None,
+        debug_ranks: list[int] | None = None,
+    ) -> None:
+        self.world = world
+        self.ranks = ranks
+        # comment lines up to ``first_line`` (IPython drops leading blank lines), so the
+        # ranks' line numbers are the cell's; a cell magic must stay the first line
+        pad = 0 if code.lstrip().startswith("%%") else first_line - 1
+        self.code = "#\n" * pad + code
+        #: how tracebacks name the cell: the notebook's own name for it
+        self.cell = cell_name(shell, code)
+        self.timeout = timeout
+        self.out = RankOutput(world.label, group=group_output, shell=shell)
+        self.wake = threading.Event()
+        self.futures: dict[int, ipp.RankReply] = {}
+        self.execution: ipp.Execution | None = None
+        self.running: set[int] = set()
+        self._offsets: dict[tuple[int, str], int] = {}
+        self._rich_seen: dict[int, int] = {}
+        self._result_seen: set[int] = set()
+        self._replied_at: dict[int, float] = {}
+        self._cut_short: set[int] = set()  # ranks that ended with their output incomplete
+        self.fail_fast = FailFast(
+            world,
+            self.code,
+            fail_fast,
+            self._errors_not_interrupts,
+            self._settle,
+            INTERRUPT_GRACE,
+            self.cell,
+        )
+        self.debug = CellDebug(world, debug_ranks, self.wake.set)
+
+    # -- main ---------------------------------------------------------------------------
+    def run(self) -> Any:
+        """Run the cell; ipyparallel's AsyncResult of the execution."""
+        world = self.world
+        self.log_offset = world.output_size()
+        world.cell_code = self.code
+        engine_ids = [world.ranks[r].engine_id for r in self.ranks]
+        world.set_state(self.ranks, RankState.BUSY)
+        world.used = True
+        try:
+            if world.client is None:
+                raise RankError(f"The ranks of {world.name!r} are stopped.")
+            execution = ipp.Execution(
+                world.client, [e for e in engine_ids if e is not None], self.code
+            )
+        except Exception:
+            world.set_state(self.ranks, RankState.IDLE)
+            raise
+        self.execution = execution
+        for rank, reply in zip(self.ranks, execution.replies, strict=True):
+            self.futures[rank] = reply
+            reply.on_reply(functools.partial(self._replied, rank))
+        self.running = set(self.ranks)
+        try:
+            self._loop()
+        except KeyboardInterrupt:
+            self._interrupt()  # raises RankInterrupt, saying where each rank was
+        finally:
+            self.out.finish()
+            self._say_cut_short()
+            self.debug.finish(self._errors())
+        return execution.result
+
+    def _replied(self, rank: int) -> None:
+        """ipyparallel's thread: the rank answered (maybe long after the cell ended)."""
+        self._replied_at.setdefault(rank, time.monotonic())
+        self.world.set_state([rank], RankState.IDLE)
+        self.wake.set()
+
+    def _loop(self) -> None:
+        deadline = time.monotonic() + self.timeout if self.timeout else None
+        next_check = time.monotonic() + ALIVE_CHECK
+        while self.running:
+            self._wait(0.1)
+            self._pump()
+            paused = self.debug.serve(self._pump)  # the time-out waits while at a prompt
+            if deadline is not None:
+                deadline += paused
+            if not self.running:
+                break
+            if time.monotonic() > next_check:  # psutil costs; a quick cell needs no check
+                next_check = time.monotonic() + ALIVE_CHECK
+                self.world.check_alive()
+            if set(self.world.dead_ranks) & self.running:
+                self._on_death()
+            if deadline is not None and time.monotonic() > deadline:
+                self._on_timeout()
+            self.fail_fast.check(self.running)
+        if self._engine_died() or set(self.world.dead_ranks) & set(self.ranks):
+            self._on_death()
+        self._raise_errors()
+
+    def _wait(self, seconds: float) -> None:
+        """Until a rank replies, or (every rank replied) until all output is in."""
+        execution = self.execution
+        if execution is not None and all(self.futures[r].replied() for r in self.running):
+            execution.wait_for_output(seconds)
+        else:
+            self.wake.wait(seconds)
+        self.wake.clear()
+
+    def _engine_died(self) -> bool:
+        """ipyparallel answered 'engine died' for some rank (its nanny told the hub)."""
+        for reply in self.futures.values():
+            value = reply.outcome()
+            if isinstance(value, BaseException) and "EngineError" in (
+                getattr(value, "ename", None) or type(value).__name__
+            ):
+                return True
+        return False
+
+    # -- output and completion ----------------------------------------------------------
+    def _pump(self) -> None:
+        # which ranks ended is decided before their output is read: output that completes
+        # between the two is still read below
+        now = time.monotonic()
+        ended = [rank for rank in self.running if self._output_ended(rank, now)]
+        for rank in self.ranks:
+            md = self.futures[rank].output
+            for name in ("stdout", "stderr"):
+                text = md[name] or ""
+                seen = self._offsets.get((rank, name), 0)
+                if len(text) > seen:
+                    self.out.stream(rank, name, text[seen:])
+                self._offsets[(rank, name)] = len(text)
+            outputs = md["outputs"]
+            for content in outputs[self._rich_seen.get(rank, 0) :]:
+                self.out.rich(rank, content)
+            self._rich_seen[rank] = len(outputs)
+            if md["execute_result"] and rank not in self._result_seen:
+                self._result_seen.add(rank)
+                self.out.rich(rank, md["execute_result"], result=True)
+        self._cut_short.update(r for r in ended if not self.futures[r].output_complete())
+        self.running.difference_update(ended)
+        self.out.flush_partial(force=not self.running)
+        self.out.flush()
+
+    def _say_cut_short(self) -> None:
+        if self._cut_short:
+            print(
+                f"distcomp: the output of {format_ranks(self._cut_short)} may be incomplete: "
+                f"not all of it had arrived {OUTPUT_GRACE:g} s after the cell ended there.",
+                file=sys.stderr,
+            )
+
+    def _output_ended(self, rank: int, now: float) -> bool:
+        """The rank replied and all its output is in (or none came for OUTPUT_GRACE)."""
+        reply = self.futures[rank]
+        return reply.replied() and (
+            reply.output_complete() or now - self._replied_at.get(rank, now) > OUTPUT_GRACE
+        )
+
+    def _errors(self, skip_interrupts: bool = False) -> dict[int, Any]:
+        """Each failed rank's RemoteError; deaths are reported apart."""
+        errors: dict[int, Any] = {}
+        for rank in self.ranks:
+            err = self.futures[rank].outcome()  # None until the rank replied
+            if isinstance(err, BaseException):
+                ename = getattr(err, "ename", None) or type(err).__name__
+                if ename == "EngineError":
+                    continue  # a death, reported from mpiexec's side
+                if skip_interrupts and ename == "KeyboardInterrupt":
+                    continue
+                errors[rank] = err
+        return self.debug.drop_quits(errors)
+
+    def _errors_not_interrupts(self) -> dict[int, Any]:
+        return self._errors(skip_interrupts=True)
+
+    def _raise_errors(self) -> None:
+        errors = self._errors()
+        if errors:
+            raise RankError(
+                f"the cell failed on {format_ranks(errors)} of {self.world.name!r}"
+                + (
+                    f" ({len(self.ranks) - len(errors)} rank(s) succeeded)"
+                    if len(errors) < len(self.ranks)
+                    else ""
+                ),
+                sections=error_sections(errors, self.cell),
+                fix="Output printed before the error is kept above. The ranks keep their state "
+                "and are ready for the next cell.",
+            )
+
+    def _settle(self, seconds: float, until: Callable[[], bool]) -> None:
+        """Keep streaming for up to ``seconds`` or until ``until()`` is true."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not until():
+            self.wake.wait(0.05)
+            self.wake.clear()
+            self._pump()
+            self.world.check_alive()
+        self._pump()
+
+    # -- the three bad endings ----------------------------------------------------------
+    def _interrupt(self) -> None:
+        """Ctrl-C: read where each busy rank is, SIGINT them, and raise a RankInterrupt that
+        shows that and nothing of the package."""
+        world = self.world
+        busy = sorted(self.running)
+        try:
+            stacks = world.stacks(busy, wait=STACK_WAIT)
+        except KeyboardInterrupt:
+            stacks = {}  # a second Ctrl-C: no stacks
+        world.signal(busy, signal.SIGINT)
+        try:
+            self._settle(INTERRUPT_GRACE, lambda: not self.running)
+        except KeyboardInterrupt:
+            pass  # a second Ctrl-C: stop waiting
+        self.out.finish()
+        still = sorted(self.running)
+        message = f"Interrupted: sent SIGINT to {format_ranks(busy)} of {world.name!r}."
+        if still:
+            fix = (
+                f"{format_ranks(still)} did not stop (blocked in C code, e.g. an MPI collective "
+                f"another rank never entered). Fix: `%distcomp restart {world.name}`."
+            )
+        else:
+            fix = "Output printed before the interrupt is kept above. The ranks are ready for the next cell."
+        self.running.clear()
+        raise RankInterrupt(
+            message, sections=stack_sections(stacks, self.code, "stopped at", self.cell), fix=fix
+        ) from None
+
+    def _on_death(self) -> None:
+        world = self.world
+        if world.stopped:
+            self._on_stopped()
+        self._settle(DEATH_GRACE, lambda: not self.running and not world.mpiexec_alive())
+        world.check_alive()
+        said, reasons = self._death_report()
+        dead = [r for r in self.ranks if world.ranks[r].state == RankState.DEAD]
+        culprits = [r for r, why in reasons.items() if why] or world.first_gone() or dead
+        for rank in culprits:
+            world.ranks[rank].death = reasons.get(rank) or "died"
+        others = [r for r in world.dead_ranks if r not in culprits]
+        sections = [
+            (format_ranks([r]), [f"died: {reasons.get(r) or 'the process is gone'}"])
+            for r in culprits
+        ]
+        if others:
+            sections.append(
+                (format_ranks(others), ["stopped by mpiexec because another rank died"])
+            )
+        sections += error_sections(self._errors(), self.cell)
+        if said:
+            sections.append(("what mpiexec printed", said.splitlines()))
+        why = "; ".join(f"{format_ranks([r])} {reasons[r] or 'died'}" for r in culprits)
+        self.running.clear()
+        hint = empty_ps_hint(world.envs, [reasons[r] or said for r in culprits])
+        raise RankError(
+            f"{why} while running the cell on {world.name!r}",
+            sections=sections,
+            fix=(f"{hint}\n" if hint else "")
+            + f"Output of the other ranks is kept above. Fix: `%distcomp restart {world.name}` "
+            "starts a fresh world (variables on the ranks are lost).",
+        )
+
+    def _death_report(self) -> tuple[str, dict[int, str]]:
+        """What mpiexec printed since the cell began, and each rank's cause of death in it.
+
+        mpiexec may print its report after the ranks are gone: while it names no rank, its
+        output is read again for up to DEATH_GRACE more seconds.
+        """
+        world = self.world
+        # only our own mpiexec reports; a user's cluster says nothing worth waiting for
+        deadline = time.monotonic() + (DEATH_GRACE if world.cluster is not None else 0)
+        while True:
+            full = world.mpiexec_output(since=self.log_offset, limit=REPORT_LINES)
+            reasons = {r: death_reason(r, full) for r in range(world.world_size)}
+            if any(reasons.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        return "\n".join(full.splitlines()[-SAID_LINES:]), reasons
+
+    def _on_stopped(self) -> None:
+        """The world was stopped (``%distcomp stop``, the panel) while the cell ran."""
+        self._pump()
+        busy = sorted(self.running)
+        self.running.clear()
+        raise RankError(
+            f"the ranks of {self.world.name!r} were stopped while the cell ran on "
+            f"{format_ranks(busy or self.ranks)}",
+            fix="Output printed before the stop is kept above. The next `%%distcomp run "
+            f"{self.world.name}` starts fresh ranks (their variables are lost).",
+        )
+
+    def _on_timeout(self) -> None:
+        world = self.world
+        busy = sorted(self.running)
+        stacks = world.stacks(busy)
+        world.signal(busy, signal.SIGINT)
+        self._settle(INTERRUPT_GRACE, lambda: not self.running)
+        still = sorted(self.running)
+        sections = stack_sections(stacks, self.code, "busy, current stack", self.cell)
+        sections += error_sections(self._errors(skip_interrupts=True), self.cell)
+        if still:
+            fix = (
+                f"{format_ranks(still)} did not stop on SIGINT (blocked in C code, e.g. an MPI "
+                f"collective another rank never entered). Fix: `%distcomp restart {world.name}`."
+            )
+        else:
+            fix = (
+                f"Interrupted {format_ranks(busy)} (SIGINT); all ranks are ready for the next "
+                "cell. Fix: the stacks show where they waited; or allow more time with --timeout."
+            )
+        self.running.clear()
+        raise RankError(
+            f"the cell timed out after {self.timeout:g} s on {world.name!r}: "
+            f"{format_ranks(busy)} still busy",
+            sections=sections,
+            fix=fix,
+        )

@@ -1,0 +1,321 @@
+"""One world: the ranks of one component, as ipyparallel engines under one ``mpiexec``.
+
+A World starts (in a background thread, so a definition cell returns at once), applies each
+rank's Azure ML variables, runs the start-up hooks it was given (the debugger attaches this
+way), tracks each rank's state for the status table and the JupyterLab panel, signals
+ranks, and stops everything it started.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ...contracts import RankState
+from ...core.layout import env_places, layout_text
+from ...core.ranges import format_ranks
+from ...errors import RankError
+from ...machine import mpi, remote, scratch
+from ...machine.hosts import Placement
+from ...rank_side.rank_setup import OPEN_MPI_WORLD_KEYS, setup_rank
+from . import ipp
+from .connection import Connection, connect_client
+from .health import RankInfo, WorldHealth
+
+if TYPE_CHECKING:
+    from ..debug.channel import DebugChannel
+    from .ipp import Client
+
+__all__ = ["START_TIMEOUT", "RankInfo", "World"]
+
+START_TIMEOUT = 120.0
+
+#: run once the ranks are set up, before the world counts as started (its start fails if
+#: one raises)
+StartHook = Callable[["World"], None]
+
+
+class World(WorldHealth):
+    """The ranks of one component. Create, then :meth:`start_async` or :meth:`start`."""
+
+    def __init__(
+        self,
+        name: str,
+        envs: list[dict[str, str]],
+        *,
+        launcher: str,
+        instance_count: int,
+        process_count_per_node: int,
+        connection: Connection | None = None,
+        placement: Placement | None = None,
+        on_change: Callable[[World], None] | None = None,
+        on_ready: Sequence[StartHook] = (),
+    ):
+        self.name = name
+        self.envs = [dict(env) for env in envs]
+        self.launcher = launcher
+        self.instance_count = instance_count
+        self.process_count_per_node = process_count_per_node
+        self.world_size = len(self.envs)
+        self.connection = connection or Connection()
+        self.placement = placement or Placement()
+        self.ranks = [
+            RankInfo(r, node, local) for r, (node, local) in enumerate(env_places(self.envs))
+        ]
+        self.cluster: ipp.LocalCluster | None = None
+        self.client: Client | None = None
+        self.view: Any = None  # a DirectView on every rank, once started
+        self.ready_count = 0
+        self.error: BaseException | None = None
+        self.started_seconds: float | None = None
+        self._on_change = on_change or (lambda world: None)
+        self._on_ready = tuple(on_ready)
+        self._done = threading.Event()
+        self._stopped = False
+        self._lock = threading.RLock()
+        self._tmp = scratch.make_folder(f"distcomp-{name}-")
+        #: the ranks' shared-memory segments (on this machine), removed with the world
+        self._segments = (
+            scratch.shared_memory_folder(f"distcomp-{name}-") if self.placement.local else None
+        )
+        self._monitor: threading.Thread | None = None
+        self._thread: threading.Thread | None = None
+        self._start_finished = False
+        self._delay = 0.0
+        self._stop_event = threading.Event()
+        self.used = False  # a cell ran here: its state is the user's, keep it
+        self.cell_code = ""  # the last cell sent to the ranks: source lines of their stacks
+        self.background = False  # a `--background` cell runs on the ranks
+        #: where breakpoint() on a rank connects (set by the debugger's start-up hook)
+        self.debugger: DebugChannel | None = None
+        self.failed_ranks: list[int] = []  # ranks whose last cell failed (post-mortem)
+
+    # -- starting -----------------------------------------------------------------------
+    def start_async(self, delay: float = 0.0) -> None:
+        """Start in a background thread; :meth:`wait_started` joins it.
+
+        ``delay``: wait this long before launching anything, so that a stop (say, the layout
+        set in the next cell) cancels the start without a process ever running.
+        """
+        self._delay = delay
+        self._thread = threading.Thread(
+            target=self._start_guarded, name=f"distcomp-start-{self.name}", daemon=True
+        )
+        self._thread.start()
+
+    def start(self) -> None:
+        self._start_guarded()
+        self.raise_start_error()
+
+    @property
+    def started(self) -> bool:
+        return self._done.is_set()
+
+    @property
+    def stopped(self) -> bool:
+        """:meth:`stop` was called: the ranks are gone on purpose, not dead."""
+        return self._stopped
+
+    def wait_started(self, timeout: float | None = None) -> bool:
+        return self._done.wait(timeout)
+
+    def raise_start_error(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def _start_guarded(self) -> None:
+        tic = time.perf_counter()
+        try:
+            if self._delay and self._stop_event.wait(self._delay):
+                raise _Stopped
+            if self.connection.embedded:
+                self._start_embedded()
+            else:
+                self._connect_existing()
+            if self._stopped:
+                raise _Stopped
+            self._setup_ranks()
+            self.started_seconds = time.perf_counter() - tic
+        except _Stopped:
+            pass
+        except BaseException as exc:
+            if not self._stopped:
+                self.error = exc if isinstance(exc, RankError) else self._start_failure(exc)
+        finally:
+            with self._lock:
+                self._start_finished = True
+                teardown = self._stopped or self.error is not None
+            if teardown:  # a stop() during the start left the teardown to us
+                self._teardown()
+            self._done.set()
+            self._changed()
+
+    def _start_embedded(self) -> None:
+        profile_dir = os.path.join(self._tmp, "profile")
+        self.cluster = cluster = ipp.LocalCluster(
+            self.world_size,
+            profile_dir,
+            START_TIMEOUT,
+            self.placement,
+            self.process_count_per_node,
+            mpi.run_files_environment(self._tmp, self._segments, os.environ),
+        )
+        cluster.start()
+        if self._stopped:
+            raise _Stopped
+        self.client = client = cluster.connect()
+        self._wait_for_engines(client, list(range(self.world_size)))
+
+    def _connect_existing(self) -> None:
+        def progress(count: int) -> None:
+            self.ready_count = count
+            self._changed()
+
+        layout = layout_text(self.instance_count, self.process_count_per_node)
+        self.client, ids = connect_client(
+            self.connection, self.name, self.world_size, layout, progress
+        )
+        for info, eid in zip(self.ranks, ids, strict=False):
+            info.engine_id = eid
+
+    def _wait_for_engines(self, client: Client, ids: list[int]) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            registered = set(ipp.engine_ids(client))
+            count = len(registered & set(ids))
+            if count != self.ready_count:
+                self.ready_count = count
+                self._changed()
+            if count == len(ids):
+                break
+            if self._stopped:
+                raise _Stopped
+            if not self.mpiexec_alive():
+                raise RankError(
+                    f"mpiexec for {self.name!r} stopped while ranks were starting "
+                    f"({count} of {len(ids)} ready). It said:\n{self.mpiexec_output()}"
+                )
+            if time.monotonic() > deadline:
+                raise RankError(
+                    f"Only {count} of {len(ids)} ranks of {self.name!r} registered within "
+                    f"{START_TIMEOUT:.0f} s. mpiexec said:\n{self.mpiexec_output()}"
+                )
+            time.sleep(0.05)
+        for info in self.ranks:
+            info.engine_id = info.rank  # engine id = MPI rank under mpiexec
+
+    def _setup_ranks(self) -> None:
+        client = self.client
+        assert client is not None, "set by the start"
+        ids = [info.engine_id for info in self.ranks if info.engine_id is not None]
+        self.view = ipp.view(client, ids)
+        facts = self.call_each(
+            list(range(self.world_size)),
+            setup_rank,
+            lambda info: (
+                self.envs[info.rank],
+                list(OPEN_MPI_WORLD_KEYS),
+                os.path.join(self._tmp, f"rank-{info.rank}.stack"),
+            ),
+        )
+        for info, fact in zip(self.ranks, facts, strict=True):
+            info.pid, info.host = fact["pid"], fact["host"]
+            info.main_thread = fact["main_thread"]
+            mpi_place = (fact["mpi_rank"], fact["mpi_size"])
+            if self.connection.embedded and mpi_place != (info.rank, self.world_size):
+                raise RankError(
+                    f"Engine {info.engine_id} is MPI rank {mpi_place[0]} of {mpi_place[1]}, "
+                    f"expected rank {info.rank} of {self.world_size}."
+                )
+            info.state = RankState.IDLE
+        for hook in self._on_ready:
+            hook(self)
+        self.ready_count = self.world_size
+        self._monitor = threading.Thread(
+            target=self._watch, name=f"distcomp-watch-{self.name}", daemon=True
+        )
+        self._monitor.start()
+
+    def call_each(
+        self,
+        ranks: list[int],
+        function: Callable[..., Any],
+        args: Callable[[RankInfo], tuple],
+        timeout: float = 60,
+    ) -> list[Any]:
+        """``function(*args(info))`` on each of ``ranks`` at once (shipped to the engine as
+        code); their results, in order."""
+        client = self.client
+        if client is None:
+            raise RankError(f"The ranks of {self.name!r} are stopped.")
+        calls = []
+        for rank in ranks:
+            info = self.ranks[rank]
+            assert info.engine_id is not None, "every rank of a started world has its engine"
+            calls.append((info.engine_id, function, args(info)))
+        return ipp.call_each(client, calls, timeout)
+
+    def _start_failure(self, exc: BaseException) -> RankError:
+        output = self.mpiexec_output()
+        said = f"\nmpiexec said:\n{output}" if output else ""
+        return RankError(
+            f"The ranks of {self.name!r} did not start: {type(exc).__name__}: {exc}.{said}\n"
+            f"Fix: see the message above; `%distcomp restart {self.name}` tries again."
+        )
+
+    # -- stopping -----------------------------------------------------------------------
+    def stop(self, wait: bool = True) -> None:
+        """Stop every process this world started (nothing, for a cluster we do not own).
+
+        While the world is still starting, its start thread does the teardown as soon as
+        it notices; ``wait=False`` returns without waiting for that.
+        """
+        with self._lock:
+            self._stopped = True
+            self._stop_event.set()
+            finished = self._start_finished or self._thread is None
+        if finished:
+            self._teardown()
+        elif wait and self._thread is not None:
+            self._thread.join(timeout=START_TIMEOUT)
+        with self._lock:
+            for info in self.ranks:
+                info.state = RankState.DEAD
+        self._changed()
+
+    def _teardown(self) -> None:
+        with self._lock:
+            client, self.client = self.client, None
+        if self.debugger is not None:
+            self.debugger.close()
+        if client is not None:
+            ipp.close(client)
+        if self.cluster is not None:
+            self.cluster.stop()  # keeps what mpiexec printed, for the reports
+            if not self.placement.local:  # the ranks' stack files on their hosts
+                remote.remove(self.placement.ssh_command, self.placement.hosts, self._tmp)
+        scratch.remove(self._tmp, self._segments)
+
+    def describe_layout(self) -> str:
+        return (
+            f"{self.launcher}, {layout_text(self.instance_count, self.process_count_per_node)}"
+            f" = {self.world_size} rank(s) on {self._where()}"
+        )
+
+    def _where(self) -> str:
+        if self.connection.embedded and not self.placement.local:
+            return f"mpiexec over ssh on {self.placement.describe()}"
+        return self.connection.describe()
+
+    def __repr__(self) -> str:
+        states = ", ".join(f"{format_ranks([i.rank])}: {i.state}" for i in self.ranks[:8]) + (
+            ", ..." if self.world_size > 8 else ""
+        )
+        return f"<World {self.name!r} {self.describe_layout()}; {states}>"
+
+
+class _Stopped(Exception):
+    """stop() was called while the world was starting."""

@@ -1,0 +1,163 @@
+"""Where a rank is: its current Python stack, taken by faulthandler on SIGUSR1, and shown as
+a traceback of the cell's own lines.
+
+A rank's faulthandler writes every thread's stack to the rank's stack file even while the
+rank waits in C code (an MPI or gloo collective), so this answers while a rank hangs. Ranks
+on another host are read there, over ssh: each host gets one session that notes the size of
+each rank's stack file, signals the ranks, waits, and prints what was appended. Identical
+stacks are shown once, headed by the ranks that share them.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import re
+import shlex
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ..core.ranges import format_ranks
+from ..machine.remote import on_hosts
+
+#: the file a rank's IPython runs a cell as
+CELL_FILE = re.compile(r"(/tmp/ipykernel_\d+/\d+\.py|<ipython-input-[^>]+>)")
+_STACK_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>.*)$')
+_THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)", re.M)
+
+
+def render_stack(stack: str, code: str, cell: str = "Cell") -> list[str]:
+    """A faulthandler stack (most recent call first) as a traceback, with source lines.
+
+    Frames in the cell show the cell's own line (the cell's file name is the rank's);
+    frames in files show the file's line, read here (same machine).
+    """
+    frames: list[list[str]] = []
+    code_lines = code.splitlines()
+    outer_cell = None
+    for raw in stack.splitlines():
+        match = _STACK_LINE.match(raw)
+        if not match:
+            if raw.strip():
+                frames.append([raw.strip()])
+            continue
+        path, number = match["file"], int(match["line"])
+        if CELL_FILE.search(path):
+            outer_cell = len(frames)
+            where = f"  {cell}, line {number}, in {match['func']}"
+            source = code_lines[number - 1] if 0 < number <= len(code_lines) else ""
+        else:
+            where = f'  File "{path}", line {number}, in {match["func"]}'
+            source = linecache.getline(path, number)
+        frames.append([where] + ([f"    {source.strip()}"] if source.strip() else []))
+    frames.reverse()  # most recent call last, like a Python traceback
+    if outer_cell is not None:  # drop the engine's own frames below the cell
+        frames = frames[len(frames) - 1 - outer_cell :]
+    if not frames:
+        return ["  (empty stack)"]
+    return ["Traceback (most recent call last):", *[line for f in frames for line in f]]
+
+
+def file_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def main_thread_stack(dump: str, main_thread: int | None) -> str:
+    """The block of a faulthandler dump that belongs to the main thread."""
+    blocks = _THREAD.split(dump)
+    # split gives [prefix, kind, id, body, kind, id, body, ...]
+    for i in range(1, len(blocks) - 2, 3):
+        if main_thread is not None and int(blocks[i + 1], 16) == main_thread:
+            return blocks[i + 2].split("\n", 1)[-1].rstrip()
+    return dump.strip()
+
+
+def collect_stacks(
+    paths: dict[int, str],
+    main_threads: dict[int, int | None],
+    send_signal: Callable[[], None],
+    wait: float = 1.0,
+) -> dict[int, str]:
+    """Signal the ranks, then read what faulthandler appended to each rank's stack file."""
+    sizes = {r: file_size(p) for r, p in paths.items()}
+    send_signal()
+    deadline = time.monotonic() + wait
+    result: dict[int, str] = {}
+    pending = set(paths)
+    while pending and time.monotonic() < deadline:
+        time.sleep(0.02)
+        grown = [rank for rank in pending if file_size(paths[rank]) > sizes[rank]]
+        if grown:
+            time.sleep(0.05)  # let faulthandler finish writing (once for all of them)
+        for rank in grown:
+            with open(paths[rank], errors="replace") as f:
+                f.seek(sizes[rank])
+                result[rank] = main_thread_stack(f.read(), main_threads[rank])
+            pending.discard(rank)
+    return result
+
+
+def stack_sections(
+    stacks: dict[int, str], code: str, label: str, cell: str = "Cell"
+) -> list[tuple[str, list[str]]]:
+    """One section per distinct stack, headed by the ranks that share it and ``label``.
+
+    ``stacks`` maps a rank to its faulthandler stack; ranks without a stack are left out;
+    ``cell`` names the cell's frames (``"Cell In[12]"``).
+    """
+    # grouped as shown: the raw stacks differ in each rank's own file name for the cell
+    by_stack: dict[tuple[str, ...], list[int]] = {}
+    for rank in sorted(stacks):
+        by_stack.setdefault(tuple(render_stack(stacks[rank], code, cell)), []).append(rank)
+    return [(f"{format_ranks(ranks)}: {label}", list(lines)) for lines, ranks in by_stack.items()]
+
+
+# -- ranks on other hosts ----------------------------------------------------------------
+MARK = "=== distcomp rank "
+
+
+@dataclass(frozen=True)
+class RemoteRank:
+    rank: int
+    host: str  # the host name mpiexec was given (what ssh reaches)
+    pid: int
+    stack_path: str
+    main_thread: int | None
+
+
+def stack_script(ranks: Sequence[RemoteRank], wait: float) -> str:
+    """The sh script one host runs to take the stacks of its ``ranks``."""
+    lines = []
+    for r in ranks:
+        path = shlex.quote(r.stack_path)
+        lines.append(f"s{r.rank}=$(stat -c %s {path} 2>/dev/null || echo 0)")
+    lines.append("kill -USR1 " + " ".join(str(r.pid) for r in ranks) + " 2>/dev/null")
+    lines.append(f"sleep {wait:.2f}")
+    for r in ranks:
+        path = shlex.quote(r.stack_path)
+        lines.append(f"echo '{MARK}{r.rank}'; tail -c +$((s{r.rank} + 1)) {path} 2>/dev/null")
+    return "\n".join(lines)
+
+
+def remote_stacks(
+    ssh_command: str, ranks: Sequence[RemoteRank], wait: float = 1.0
+) -> dict[int, str]:
+    """Each rank's main-thread stack, taken on its own host (ranks that gave none left out)."""
+    by_host: dict[str, list[RemoteRank]] = {}
+    for r in ranks:
+        by_host.setdefault(r.host, []).append(r)
+    threads = {r.rank: r.main_thread for r in ranks}
+
+    scripts = {host: stack_script(chosen, wait) for host, chosen in by_host.items()}
+    result: dict[int, str] = {}
+    for output in on_hosts(ssh_command, scripts, timeout=wait + 30).values():
+        for block in output.split(MARK)[1:]:
+            number, _, dump = block.partition("\n")
+            if number.strip().isdigit() and dump.strip():
+                rank = int(number)
+                result[rank] = main_thread_stack(dump, threads.get(rank))
+    return result

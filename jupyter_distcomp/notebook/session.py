@@ -1,0 +1,547 @@
+"""One ``Session`` per IPython shell: the components of the notebook, the rank backend, the
+``%config`` settings and every operation the magics, the run-settings panel and the
+JupyterLab ranks panel perform.
+
+The magics parse arguments and display results; the panel and the comm call the same
+methods, so a setting is resolved in one place (e.g. the compute target of a submission in
+:meth:`Session.resolve_compute`, the workspace client in :meth:`Session.ml_client`).
+
+Importing this module is cheap: the rank backend's module is imported when ranks are first
+needed (ipyparallel only when they start), azure-ai-ml on the first export or submission,
+ipywidgets with the first panel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import AzureMLError, DistcompError, RankError
+from .config import AzureML, DistComp
+
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from ..core.model import Component
+    from ..local.command import CommandResult
+    from ..local.inspect.compare import CompareTable
+    from ..local.inspect.where import WhereReport
+    from ..local.ranks.backend import RankBackend
+    from ..local.ranks.connection import Connection
+    from ..local.ranks.world import World
+    from ..machine.hosts import Placement
+    from .comm import RanksChannel
+    from .views.env import EnvTable
+    from .widgets import RunSettingsPanel
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Workspace flags of one submission; ``None`` fields fall back to the AzureML settings."""
+
+    subscription_id: str | None = None
+    resource_group: str | None = None
+    workspace_name: str | None = None
+    workspace_config: str | None = None
+
+
+@dataclass
+class Submission:
+    """A submitted job and the client that follows it."""
+
+    job: Any
+    ml_client: Any
+
+
+class Session:
+    """The application service behind ``%distcomp``, the run-settings panel and the comm.
+
+    ``shell`` is the IPython shell whose namespace receives defined components (``None``
+    for a session used from plain Python, e.g. a panel made directly).
+    """
+
+    def __init__(
+        self,
+        shell: InteractiveShell | None = None,
+        *,
+        local: DistComp | None = None,
+        azureml: AzureML | None = None,
+    ) -> None:
+        parent = shell if shell is not None and hasattr(shell, "config") else None
+        self.shell = shell
+        self.local = local if local is not None else DistComp(parent=parent)
+        self.azureml = azureml if azureml is not None else AzureML(parent=parent)
+        self.components: dict[str, Component] = {}
+        self._backend: RankBackend | None = None
+        self._channel: RanksChannel | None = None
+
+    # -- settings -----------------------------------------------------------------------
+    @property
+    def configurables(self) -> tuple[DistComp, AzureML]:
+        return (self.local, self.azureml)
+
+    @property
+    def master_addr(self) -> str:
+        return self.local.master_addr or "127.0.0.1"
+
+    @property
+    def placement(self) -> Placement:
+        """Where the nodes run: ``DistComp.hosts`` (or its hostfile), reached by ssh."""
+        from ..machine.hosts import Placement, check_hosts, read_hostfile
+
+        hosts = self.local.hosts
+        if hosts:
+            clean = check_hosts(hosts)
+        elif self.local.hostfile:
+            clean = read_hostfile(self.local.hostfile)
+        else:
+            clean = []
+        return Placement(tuple(clean), self.local.ssh_command or "ssh")
+
+    @property
+    def in_kernel(self) -> bool:
+        return getattr(self.shell, "kernel", None) is not None
+
+    # -- components ---------------------------------------------------------------------
+    def define(
+        self, name: str, spec: str, base_dir: Path | None = None, first_line: int = 1
+    ) -> Component:
+        """Load ``spec`` as component ``name``: a redefinition keeps the user's run settings,
+        a new one gets the default layout; ``name`` is bound in the shell's namespace.
+
+        ``first_line`` is the line of the cell where ``spec`` starts: errors and warnings
+        count lines as the cell shows them. Warnings are not emitted but kept on the
+        component (``component.warnings``), which its summary shows.
+        """
+        import warnings
+
+        from ..core.spec_parsing import carry_over_settings, load_component
+        from ..errors import SpecWarning
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SpecWarning)
+            component = load_component(
+                "#\n" * (first_line - 1) + spec,
+                base_dir=base_dir or Path.cwd(),
+                source_name=f"%%distcomp {name}",
+            )
+        previous = self.components.get(name)
+        if previous is not None:
+            component = carry_over_settings(previous, component)
+        else:  # the defaults fill in what the spec's own layout (v2) leaves open
+            defaults = {
+                "instance_count": self.local.default_instance_count,
+                "process_count_per_node": self.local.default_process_count_per_node,
+            }
+            component.runsettings.resource_layout.configure(**{**defaults, **component.spec_layout})
+        self.components[name] = component
+        if self.shell is not None:
+            self.shell.user_ns[name] = component
+        return component
+
+    def component(self, name: str) -> Component:
+        """The component defined as ``name``; an error naming the close ones otherwise."""
+        try:
+            return self.components[name]
+        except KeyError:
+            from ..errors import did_you_mean
+
+            known = ", ".join(sorted(self.components)) or "none yet"
+            raise DistcompError(
+                f"No component named {name!r} in this notebook.{did_you_mean(name, self.components)}"
+                f" Defined: {known}. Fix: run its `%%distcomp {name}` cell first."
+            ) from None
+
+    def env_table(
+        self,
+        name: str,
+        *,
+        instance_count: int | None = None,
+        process_count_per_node: int | None = None,
+        worker_count: int | None = None,
+        parameter_server_count: int | None = None,
+    ) -> EnvTable:
+        """The variables each rank of ``name`` sees, after applying the given layout."""
+        from .views.env import EnvTable
+
+        component = self.component(name)
+        component.runsettings.resource_layout.configure(
+            instance_count=instance_count,
+            process_count_per_node=process_count_per_node,
+            worker_count=worker_count,
+            parameter_server_count=parameter_server_count,
+        )
+        envs, held = self.rank_values(name, component)
+        return EnvTable(component, envs, held=held)
+
+    def rank_values(
+        self, name: str, component: Component | None = None
+    ) -> tuple[list[dict[str, str]], bool]:
+        """(the variables of each rank, whether running ranks hold them): every view shows
+        these. The ranks' own values while their layout is current; before that, the
+        layout's, with ``PORT_AT_START`` for the ports each world chooses when it starts."""
+        from ..local.ranks.backend import existing_backend
+
+        component = component or self.component(name)
+        backend = self._backend or existing_backend()
+        if backend is not None:
+            backend.master_addr = self.master_addr
+            envs = backend.current_envs(name, component)
+            if envs is not None:
+                return envs, True
+        placement = self._placement_of(component)
+        envs = placement.rank_environments(component, self.master_addr, chosen_at_start=True)
+        return envs, False
+
+    def panel(self, name: str, component: Component | None = None) -> RunSettingsPanel:
+        """The run-settings panel of ``name`` (one per component object), acting through
+        this session."""
+        from .widgets import panel_for
+
+        return panel_for(name, component or self.component(name), self)
+
+    # -- local ranks --------------------------------------------------------------------
+    @property
+    def backend(self) -> RankBackend:
+        """The kernel's rank backend, told the current ``DistComp`` settings."""
+        from ..local.ranks.backend import get_backend
+        from ..local.ranks.connection import Connection
+        from .views.progress import StartProgress
+
+        if self._backend is None:
+            self._backend = get_backend()
+            kernel = self.in_kernel
+            self._backend.progress = lambda name, total: StartProgress(name, total, kernel)
+        self._backend.master_addr = self.master_addr
+        self._backend.placement = self.placement
+        self._backend.default_connection = Connection(
+            profile=self.local.cluster_profile or None, cluster_id=self.local.cluster_id or None
+        )
+        return self._backend
+
+    def prestart(self, name: str) -> None:
+        self.backend.prestart(name, self.component(name))
+
+    def run_cell(
+        self,
+        name: str,
+        code: str,
+        *,
+        ranks: str | None = None,
+        timeout: float | None = None,
+        group_output: bool = False,
+        first_line: int = 1,
+        background: bool = False,
+        debug_ranks: str | None = None,
+    ) -> Any:
+        """Run ``code`` on the ranks of ``name``; ``timeout`` defaults to the setting;
+        ``first_line``: the cell's line where ``code`` starts. ``background``: return a
+        running :class:`~jupyter_distcomp.local.ranks.background.BackgroundCell` at once.
+        ``debug_ranks``: the ranks whose ``breakpoint()`` stops (default: all)."""
+        component = self.component(name)
+        return self.backend.run_cell(
+            name,
+            component,
+            code,
+            ranks=ranks,
+            timeout=timeout if timeout is not None else self.local.default_timeout,
+            group_output=group_output,
+            first_line=first_line,
+            fail_fast=self.local.fail_fast_grace,
+            background=background,
+            debug_ranks=debug_ranks,
+            shell=self.shell,
+        )
+
+    def debug(self, name: str, rank: int | None = None) -> None:
+        """Post-mortem pdb on rank ``rank`` (default: the lowest failed) of ``name``."""
+        self.component(name)
+        self.backend.post_mortem(name, rank, self.shell)
+
+    def run_command(
+        self,
+        name: str,
+        *,
+        component: Component | None = None,
+        inputs: dict[str, str] | None = None,
+        outputs: dict[str, str] | None = None,
+        timeout: float | None = None,
+        stream: Callable[..., Any] | None = print,
+        background: Any = None,
+    ) -> CommandResult:
+        """Run the spec's command of ``name`` (``component``: the one a panel shows; default:
+        the notebook's) on every rank of its layout; ``background``: the BackgroundCell
+        whose thread this is."""
+        from ..local.command import run_command
+
+        component = component or self.component(name)
+        return run_command(
+            component,
+            inputs=inputs,
+            outputs=outputs,
+            timeout=timeout,
+            stream=stream,
+            master_addr=self.master_addr,
+            placement=self._placement_of(component),
+            background=background,
+            name=name,
+        )
+
+    def _placement_of(self, component: Component) -> Placement:
+        """The hosts of ``component``: its own (``restart --hosts``), else DistComp.hosts."""
+        names = [name for name, known in self.components.items() if known is component]
+        backend = self._backend
+        if backend is None:  # no ranks yet: the settings say (ipyparallel stays unimported)
+            return self.placement
+        return backend.placement_of(names[0]) if names else backend.placement
+
+    def wait_background(self, name: str, timeout: float | None = None) -> Any:
+        """Wait for the background cell of ``name``; raise its error."""
+        self.component(name)
+        return self.backend.wait(name, timeout)
+
+    def background(self, name: str | None = None) -> list[str]:
+        """One line per background cell (of ``name``, or of every component)."""
+        cells = self.backend.background if self._backend is not None else {}
+        return [cell.describe() for key, cell in cells.items() if name in (None, key)]
+
+    def where(self, name: str, ranks: str | None = None) -> WhereReport:
+        """Where each rank of ``name`` is: its `%distcomp command` processes while that
+        command runs, else its ranks."""
+        from ..core.ranges import parse_ranks
+        from ..local.command.active import running_command
+        from ..local.inspect.where import where, where_processes
+
+        self.component(name)
+        command = running_command(name)
+        if command is None:
+            world = self.backend.running_world(name)
+            return where(world, parse_ranks(ranks, world.world_size))
+        chosen = parse_ranks(ranks, command.world_size)
+        title = f"{name}: where the `%distcomp command` processes of {len(chosen)} rank(s) are"
+        return where_processes(title, chosen, command)
+
+    def compare(
+        self, name: str, expr: str, ranks: str | None = None, rtol: float | None = None
+    ) -> CompareTable:
+        """``expr`` evaluated on each rank of ``name``, as one table of rank groups."""
+        from ..core.ranges import parse_ranks
+        from ..local.inspect.compare import compare
+
+        self.component(name)
+        world = self.backend.running_world(name)
+        return compare(world, parse_ranks(ranks, world.world_size), expr, rtol)
+
+    def command_in_background(
+        self,
+        name: str,
+        inputs: dict[str, str] | None = None,
+        outputs: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """``%distcomp command NAME --background``: a started BackgroundCell that
+        ``%distcomp wait NAME`` waits for and ``%distcomp where NAME`` looks into."""
+        from ..local.ranks.background import BackgroundCell
+
+        size = self.component(name).world_size
+
+        def run() -> None:
+            try:
+                self.run_command(
+                    name, inputs=inputs, outputs=outputs, timeout=timeout, background=cell
+                )
+            except KeyboardInterrupt:
+                raise RankError(
+                    f"`%distcomp command {name}` interrupted: every rank was stopped."
+                ) from None
+
+        cell = BackgroundCell(name, list(range(size)), run)
+        self.backend.background[name] = cell
+        return cell.start()
+
+    def status(self, name: str | None = None) -> list[dict]:
+        if name is not None:
+            self.component(name)
+        return self.backend.status(name)
+
+    def stop(self, name: str | None = None) -> list[str]:
+        if name is not None:
+            self.component(name)
+        return self.backend.stop(name)
+
+    def restart(self, name: str, hosts: str | None = None) -> World:
+        """Restart the ranks of ``name``; ``hosts`` (names, or a hostfile) places its nodes
+        on those hosts from now on ("local": back to this machine)."""
+        component = self.component(name)
+        if hosts is not None:
+            from ..machine.hosts import Placement, check_hosts, read_hostfile
+
+            if hosts.strip() == "local":
+                chosen: list[str] = []
+            elif Path(hosts).expanduser().is_file():
+                chosen = read_hostfile(hosts)
+            else:
+                chosen = check_hosts(hosts, "--hosts")
+            self.backend.place(name, Placement(tuple(chosen), self.local.ssh_command or "ssh"))
+        return self.backend.restart(name, component)
+
+    def interrupt(self, name: str) -> list[int]:
+        """SIGINT to the busy ranks of ``name`` (its `%distcomp command` run, while one runs)."""
+        from ..local.command.active import running_command
+
+        self.component(name)
+        command = running_command(name)
+        if command is not None:
+            command.interrupt()
+            return list(range(command.world_size))
+        return self.backend.interrupt(name)
+
+    def connect(self, name: str, connection: Connection | None) -> None:
+        """Run ``name`` on ``connection``'s cluster from its next run (``None``: local)."""
+        self.component(name)
+        self.backend.connect(name, connection)
+
+    # -- Azure ML -----------------------------------------------------------------------
+    def resolve_compute(
+        self, component: Component | None = None, explicit: str | None = None
+    ) -> str | None:
+        """The compute target: the flag or field, else the component's run settings, else
+        ``%config AzureML.compute``."""
+        own = component.runsettings.compute if component is not None else None
+        return explicit or own or self.azureml.compute or None
+
+    def ml_client(self, workspace: Workspace | None = None) -> Any:
+        """An MLClient: explicit flags, else the AzureML settings, else a config.json."""
+        from ..azureml import make_ml_client
+
+        flags = workspace or Workspace()
+        names = (flags.subscription_id, flags.resource_group, flags.workspace_name)
+        config = flags.workspace_config
+        if not config:
+            defaults = (
+                self.azureml.subscription_id,
+                self.azureml.resource_group,
+                self.azureml.workspace_name,
+            )
+            names = (names[0] or defaults[0], names[1] or defaults[1], names[2] or defaults[2])
+            config = None if all(names) else self.azureml.workspace_config
+        return make_ml_client(
+            workspace_config=config,
+            subscription_id=names[0],
+            resource_group=names[1],
+            workspace_name=names[2],
+            credential=self.azureml.credential,
+            **self.azureml.client_kwargs,
+        )
+
+    def export(
+        self,
+        component: Component,
+        path: str | Path,
+        *,
+        component_form: bool = False,
+        inputs: dict[str, str] | None = None,
+        outputs: dict[str, str] | None = None,
+        compute: str | None = None,
+    ) -> Path:
+        """Write the Azure ML v2 job (or, with ``component_form``, component) YAML."""
+        from ..azureml import export
+
+        job_args: dict[str, Any] = {}
+        if not component_form:
+            job_args["compute"] = self.resolve_compute(component, compute)
+            job_args["experiment_name"] = self.azureml.experiment_name
+        elif compute:
+            job_args["compute"] = compute
+        return export(
+            component,
+            path,
+            component_form=component_form,
+            inputs=inputs,
+            outputs=outputs,
+            **job_args,
+        )
+
+    def submit(
+        self,
+        component: Component,
+        *,
+        inputs: dict[str, str] | None = None,
+        outputs: dict[str, str] | None = None,
+        compute: str | None = None,
+        experiment_name: str | None = None,
+        workspace: Workspace | None = None,
+        interactive: tuple[str, ...] = (),
+        ssh_key: str | None = None,
+    ) -> Submission:
+        """Submit the component as an Azure ML job; ``interactive`` adds Azure ML's
+        interactive services (jupyterlab, vscode, ssh with ``ssh_key``) on every node."""
+        from ..azureml import submit
+
+        extra: dict[str, Any] = {}
+        if interactive:
+            from ..azureml.interactive import job_services
+
+            extra["services"] = job_services(interactive, ssh_key)
+        ml_client = self.ml_client(workspace)
+        job = submit(
+            component,
+            ml_client,
+            inputs=inputs,
+            outputs=outputs,
+            compute=self.resolve_compute(component, compute),
+            experiment_name=experiment_name or self.azureml.experiment_name,
+            **extra,
+        )
+        return Submission(job, ml_client)
+
+    def wait(
+        self,
+        submission: Submission,
+        on_status: Callable[[str, str], None] | None = None,
+        on_job: Callable[[Any], None] | None = None,
+    ) -> Any:
+        """Follow the job until it ends; its final state, or an error unless it completed."""
+        from ..azureml.submission import job_status, wait_for_job
+
+        job = submission.job
+        final = wait_for_job(
+            submission.ml_client,
+            job.name,
+            on_status=on_status,
+            poll_interval=self.azureml.poll_interval,
+            first=job,
+            on_job=on_job,
+        )
+        status = job_status(final) or "unknown"
+        if status != "Completed":
+            raise AzureMLError(
+                f"job {job.name} ended {status}. Its logs are in Azure ML studio: "
+                f"{final.studio_url or job.studio_url}"
+            )
+        return final
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def open_channel(self) -> None:
+        """In a kernel, open the JupyterLab ranks panel's comm (a no-op elsewhere)."""
+        if self._channel is None and self.in_kernel:
+            from .comm import install
+
+            self._channel = install(self.shell, self.backend)
+
+    def shutdown(self) -> None:
+        """Stop every rank this session started (at kernel exit)."""
+        if self._backend is not None:
+            self._backend.shutdown()
+
+    def close(self) -> None:
+        """Stop the ranks and close the ranks panel's comm (``%unload_ext``)."""
+        self.shutdown()
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+
+
+__all__ = ["Session", "Submission", "Workspace"]

@@ -1,0 +1,65 @@
+"""``%distcomp env``: the variables each rank sees, those every rank shares once, then one
+compact row per rank (rank, node, local rank and what varies); TF_CONFIG in readable parts
+(``core/rank_view.py``)."""
+
+from __future__ import annotations
+
+from html import escape
+from typing import TYPE_CHECKING
+
+from ...core.rank_view import rank_view, text_lines
+from ...core.summary import layout_caption
+from .component import STYLE
+
+if TYPE_CHECKING:
+    from ...core.model import Component
+
+
+def _breakable(name: str) -> str:
+    """A variable name that may wrap after each underscore (a narrow output stays narrow)."""
+    return escape(name).replace("_", "_<wbr>")
+
+
+class EnvTable:
+    """The variables each rank sees: those every rank shares once, then one compact row per
+    rank (rank, node, local rank and what varies); TF_CONFIG in readable parts.
+
+    ``envs`` come from ``Session.rank_values``; ``held`` says they are the running ranks' own
+    (else the ports read ``PORT_AT_START``).
+    """
+
+    def __init__(self, component: Component, envs: list[dict[str, str]], held: bool = False):
+        self.component = component
+        self.envs = envs
+        self.held = held
+        self.view = rank_view(component.launcher_type or "mpi", envs)
+
+    @property
+    def caption(self) -> str:
+        source = "held by the running ranks" if self.held else "ports chosen when the ranks start"
+        return (
+            f"{self.component.launcher_type or 'mpi'}: {layout_caption(self.component)}; {source}"
+        )
+
+    def __repr__(self) -> str:
+        return "\n".join([self.caption, *text_lines(self.view)])
+
+    def _repr_html_(self) -> str:
+        view = self.view
+        shared = "".join(
+            f"<tr><th>{_breakable(k)}</th><td><code>{escape(v)}</code></td></tr>"
+            for k, v in view.shared.items()
+        )
+        head = "".join(f"<th>{_breakable(h)}</th>" for h in view.header)
+        body = "".join(
+            "<tr>" + "".join(f"<td><code>{escape(c)}</code></td>" for c in row) + "</tr>"
+            for row in view.rows
+        )
+        parts = [f"<div>{escape(self.caption)}</div>"]
+        if shared:
+            parts.append(
+                f"<div>on every rank:</div><table class='distcomp-env-shared'>{shared}</table>"
+            )
+        if len(view.rows) > 1 or len(view.header) > 3:
+            parts.append(f"<table class='distcomp-env-ranks'><tr>{head}</tr>{body}</table>")
+        return f"{STYLE}<div class='distcomp-summary distcomp-env'>{''.join(parts)}</div>"

@@ -1,0 +1,206 @@
+"""What the panel's buttons do: the same calls as the magics, run by the panel's worker
+thread so the kernel stays responsive, reporting to the status line, progress bar and log.
+
+The panel reaches the rank backend and Azure ML through a :class:`PanelSession` (the shell's
+:class:`~jupyter_distcomp.notebook.session.Session`):
+
+- start ranks: ``backend.start(wait=False)``, then "ranks ready n of N" until started
+  (following a new world when the layout changes meanwhile);
+- run command: ``session.run_command``, its labelled output streamed to the log;
+- export: ``session.export`` to the path field; submit: ``session.submit`` to the compute
+  field (or the session's default compute);
+- stop: interrupts a running command as Ctrl-C would (every rank stopped), stops the ranks.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable
+from html import escape
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ...errors import AzureMLError
+from ..views.preview import command_line
+from .worker import Cancelled, Worker
+
+if TYPE_CHECKING:
+    import ipywidgets as w
+
+    from ...core.model import Component
+    from ...local.command import CommandResult
+    from ...local.ranks.backend import RankBackend
+    from ..session import Submission
+
+
+class PanelSession(Protocol):
+    """What the panel needs of the session: the ranks, the command, Azure ML."""
+
+    @property
+    def master_addr(self) -> str: ...
+
+    @property
+    def backend(self) -> RankBackend: ...
+
+    def rank_values(
+        self, name: str, component: Component | None = None
+    ) -> tuple[list[dict[str, str]], bool]: ...
+
+    def resolve_compute(
+        self, component: Component | None = None, explicit: str | None = None
+    ) -> str | None: ...
+
+    def run_command(
+        self,
+        name: str,
+        *,
+        component: Component | None = None,
+        stream: Callable[..., Any] | None = print,
+    ) -> CommandResult: ...
+
+    def export(self, component: Component, path: str | Path) -> Path: ...
+
+    def submit(
+        self,
+        component: Component,
+        *,
+        compute: str | None = None,
+        interactive: tuple[str, ...] = (),
+    ) -> Submission: ...
+
+
+class PanelActions:
+    """The buttons' actions, mixed into RunSettingsPanel, which sets these attributes."""
+
+    name: str
+    component: Component
+    session: PanelSession
+    worker: Worker
+    buttons: dict[str, w.Button]
+    export_path: w.Text
+    interactive: w.Text
+    last_job: Any
+    _stop_requested: bool
+    _stopper: threading.Thread | None
+
+    # -- wiring ------------------------------------------------------------------------
+    def _wire_buttons(self) -> None:
+        actions = {
+            "start": ("start ranks", self._start),
+            "run-command": ("run the command", self._run_command),
+            "export": ("export", self._export),
+            "submit": ("submit", self._submit),
+        }
+        for key, (label, func) in actions.items():
+            self.buttons[key].on_click(
+                lambda _b, label=label, func=func: self.worker.run(label, func)
+            )
+        self.buttons["stop"].on_click(lambda _b: self.stop())
+
+    def _start(self) -> None:
+        self._stop_requested = False
+        backend = self.session.backend
+        world = backend.start(self.name, self.component, wait=False)
+        while True:
+            total = world.world_size
+            if not world.wait_started(0.1):
+                self.worker.show_progress(world.ready_count, total)
+                self.worker.say(
+                    f"starting {self.name}: ranks ready {world.ready_count} of {total}", "busy"
+                )
+                continue
+            current = backend.world(self.name)
+            if self._stop_requested or current is None:
+                raise Cancelled
+            if current is not world:  # the layout changed meanwhile: follow the new world
+                world = current
+                continue
+            world.raise_start_error()
+            break
+        self.worker.show_progress(total, total)
+        took = f" in {world.started_seconds:.1f} s" if world.started_seconds else ""
+        self.worker.say(
+            f"{self.name}: {total} of {total} ranks ready ({world.describe_layout()}){took}", "ok"
+        )
+
+    def _run_command(self) -> None:
+        total = self.component.world_size
+        self.worker.show_progress(0, total, "ranks done")
+        self.worker.log.clear_output()
+        self.worker.write(f"$ {command_line(self.component)}")
+        self.worker.say(f"running the command on {total} rank(s); output below", "busy")
+
+        def stream(text: str, file: Any = None, flush: bool = True) -> None:
+            self.worker.write(text, stderr=file is sys.stderr)
+
+        result = self.session.run_command(self.name, component=self.component, stream=stream)
+        self.worker.show_progress(total, total, "ranks done")
+        self.worker.say(
+            f"the command ended on {total} rank(s) in {result.seconds:.1f} s, every rank "
+            "succeeded; output below",
+            "ok",
+        )
+
+    def _export(self) -> None:
+        path = self.export_path.value.strip() or f"{self.name}_job.yml"
+        written = self.session.export(self.component, path)
+        self.worker.say(
+            f"Wrote the Azure ML job of '{self.name}' to {written}. Create it with: "
+            f"az ml job create -f {written}",
+            "ok",
+        )
+
+    def _submit(self) -> None:
+        from ...azureml.interactive import parse_services
+        from ..views.job import JobSummary
+
+        compute = self.session.resolve_compute(self.component)
+        if not compute:
+            raise AzureMLError(
+                f"submitting '{self.name}' needs a compute target. Fix: type the name of a "
+                "compute cluster in the compute field (or %config AzureML.compute = 'NAME')."
+            )
+        interactive = parse_services(self.interactive.value)
+        self.worker.say(f"submitting {self.name} to {compute}...", "busy")
+        job = self.session.submit(self.component, compute=compute, interactive=interactive).job
+        self.last_job = job
+        summary = JobSummary(job, spec_name=self.name)
+        text = f"submitted job {summary.name} ({summary.status}) to {compute}"
+        link_html = ""
+        if summary.studio_url:
+            href = escape(summary.studio_url, quote=True)
+            link_html = f": <a href='{href}' target='_blank' rel='noopener'>Azure ML studio</a>"
+            text += f": {summary.studio_url}"
+        html = f"submitted job <b>{escape(summary.name)}</b> ({escape(summary.status)}) to "
+        self.worker.say_html(f"{html}{escape(compute)}{link_html}", text, "ok")
+
+    def stop(self) -> threading.Thread:
+        """Stop a running command and the ranks; in a thread, as stopping takes seconds."""
+
+        def stop() -> None:
+            self._stop_requested = True
+            cancelled = self.worker.action == "run the command" and self.worker.cancel()
+            try:
+                stopped = self.session.backend.stop(self.name)
+            except Exception as exc:
+                self.worker.say(f"stop failed: {exc}", "error")
+                return
+            self.worker.wait(30)
+            self.worker.show_progress(0, self.component.world_size)
+            said = [f"Stopped the ranks of {self.name}."] if stopped else ["No ranks running."]
+            if cancelled:
+                said.insert(0, "Stopped the command on every rank.")
+            self.worker.say(" ".join(said), "info")
+
+        self._stopper = threading.Thread(target=stop, name="distcomp-panel-stop", daemon=True)
+        self._stopper.start()
+        return self._stopper
+
+    def wait(self, timeout: float | None = 60) -> bool:
+        """Until the running action (and a stop) ended; for tests and scripts."""
+        done = self.worker.wait(timeout)
+        if self._stopper is not None:
+            self._stopper.join(timeout)
+            done = done and not self._stopper.is_alive()
+        return done

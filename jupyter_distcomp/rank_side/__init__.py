@@ -1,0 +1,14 @@
+"""Code that runs in the processes we start, not in the kernel: standard library only.
+
+- ``guard``: ``python -m jupyter_distcomp.rank_side.guard CMD``; CMD (the controller,
+  mpiexec) and all it starts die with the kernel.
+- ``reaper``: the one process-tree killer, and the subreaper the supervisors are; the kernel
+  ends the trees it started with it too.
+- ``rank_exec``: the supervisor of each rank of ``%distcomp command``, run as a file.
+- ``rank_setup``, ``debug_hook``, ``compare``: code ipyparallel ships into each engine.
+- ``stack_site``: put on the path of ``%distcomp command`` ranks (stacks on SIGUSR1,
+  ``pdb.set_trace`` to the notebook).
+
+None of them imports anything else from this package, so they start fast and run where the
+package is not installed (a user's own cluster, another host).
+"""

@@ -1,0 +1,325 @@
+"""The rank side of the debugger: ``breakpoint()`` on a rank opens a prompt in the notebook.
+
+A rank's pdb talks to the kernel over one TCP connection, authenticated both ways with the
+world's key (``multiprocessing.connection``'s HMAC challenge); messages are JSON:
+
+    rank -> kernel   {"hello": rank}  {"stop": {file, line, func, source}}  {"out": text}
+                     {"read": true}  {"running": true}  {"end": "continue" | "quit"}
+    kernel -> rank   {"go": true} | {"skip": why} | {"interrupt": why}  (answers "stop"), {"line": text}
+
+Two ways in, both standard library only:
+
+- ``%%distcomp run`` ranks: the kernel ships this file's source to each engine once, runs it
+  as module ``distcomp_debug_hook`` and calls :func:`install` (``sys.breakpointhook`` and
+  ``pdb.set_trace``); ``post_mortem()`` debugs the rank's last failed cell.
+- ``%distcomp command`` ranks: ``PYTHONBREAKPOINT=jupyter_distcomp.rank_side.debug_hook.
+  breakpointhook`` with ``DISTCOMP_DEBUG=host:port:rank`` and ``DISTCOMP_DEBUG_KEY=hex``
+  (``stack_site/sitecustomize.py`` routes ``pdb.set_trace`` here too). ``q`` ends such a
+  process: ``SystemExit("rank N: quit in the debugger")``, exit status 1, no traceback.
+"""
+
+from __future__ import annotations
+
+import builtins
+import io
+import json
+import os
+import pdb
+import socket
+import sys
+from multiprocessing.connection import Client
+from typing import Any, cast
+
+ENV_ADDRESS = "DISTCOMP_DEBUG"
+ENV_KEY = "DISTCOMP_DEBUG_KEY"
+HOOK = "jupyter_distcomp.rank_side.debug_hook.breakpointhook"
+
+#: modules pdb does not stop in: the machinery that runs a cell (n at a cell's last line
+#: goes on to the cell's next statement, as a local IPython does not)
+SKIP = (
+    "IPython.*",
+    "ipykernel.*",
+    "ipyparallel.*",
+    "traitlets.*",
+    "asyncio.*",
+    "tornado.*",
+    "zmq.*",
+    "contextlib",
+    "codeop",
+    "distcomp_debug_hook",
+    "jupyter_distcomp.*",
+)
+#: how a notebook (which has no Ctrl-D) leaves pdb's ``interact``
+LEAVE_INTERACT = ("exit()", "quit()", "EOF")
+_channel = None  # this process's _Channel, once install() ran or the environment named one
+
+
+class _Channel:
+    """One authenticated connection to the kernel, reopened after the kernel closed it."""
+
+    def __init__(self, host: str, port: int, key: bytes, rank: int, command: bool = False):
+        self.address, self.key, self.rank = (host, port), key, rank
+        self.command = command  # a process of `%distcomp command`: q ends it
+        self.conn: Any = None
+        self.output: list[str] = []  # pdb's text, sent with the next message
+
+    def send(self, connect: bool = False, **message) -> None:
+        """Send ``message``; only a new stop (``connect``) opens a connection."""
+        if self.conn is None and not connect:
+            raise EOFError("the kernel ended this debug session")
+        if self.conn is None:
+            self.conn = Client(self.address, authkey=self.key)
+            with socket.socket(fileno=os.dup(self.conn.fileno())) as sock:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.conn.send_bytes(json.dumps({"hello": self.rank}).encode())
+        if self.output:
+            message = {"out": "".join(self.output), **message}
+            self.output = []
+        self.conn.send_bytes(json.dumps(message).encode())
+
+    def recv(self) -> dict:
+        if self.conn is None:
+            raise EOFError("not connected")
+        return json.loads(self.conn.recv_bytes())
+
+    def close(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except OSError:
+                pass
+        self.conn = None
+
+
+class _Out(io.TextIOBase):
+    """pdb's stdout: text goes to the notebook."""
+
+    def __init__(self, channel: _Channel):
+        self.channel = channel
+
+    def write(self, text: str) -> int:
+        self.channel.output.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+class _In(io.TextIOBase):
+    """pdb's stdin: each line is the answer to a prompt in the notebook ('' = EOF = quit)."""
+
+    def __init__(self, channel: _Channel):
+        self.channel = channel
+
+    def readline(self, size: int | None = -1) -> str:  # type: ignore[override]
+        try:
+            self.channel.send(read=True)
+            reply = self.channel.recv()
+        except (OSError, EOFError):  # the kernel ended the session (interrupt, stop)
+            self.channel.close()
+            return ""
+        return reply.get("line", "") + "\n"
+
+
+class RankPdb(pdb.Pdb):
+    """pdb whose prompt names the rank and whose terminal is the notebook."""
+
+    def __init__(self, channel: _Channel):
+        super().__init__(
+            stdin=cast(Any, _In(channel)),
+            stdout=cast(Any, _Out(channel)),
+            nosigint=True,
+            skip=SKIP,
+        )
+        self.channel = channel
+        self.prompt = f"(Pdb rank {channel.rank}) "
+        self._ending = ""
+
+    def interaction(self, frame, traceback) -> None:
+        where = frame
+        if where is None and traceback is not None:
+            last = traceback
+            while last.tb_next is not None:
+                last = last.tb_next
+            where = last.tb_frame
+            line = last.tb_lineno
+        else:
+            line = where.f_lineno if where is not None else 0
+        if not self._announce(where, line):
+            self._stop_tracing()
+            return
+        self._ending = ""
+        super().interaction(frame, traceback)
+        try:
+            if self._ending == "quit" or frame is None or (self._ending and not self.breaks):
+                self.channel.send(end=self._ending or "continue")
+            else:
+                self.channel.send(running=True)
+        except (OSError, EOFError):
+            self.channel.close()
+        if self._ending == "quit" and self.channel.command:
+            sys.settrace(None)
+            raise SystemExit(quit_line(self.channel.rank))
+
+    def _announce(self, frame, line: int) -> bool:
+        """Tell the kernel where we stopped; False if it says not to stop here."""
+        code = frame.f_code if frame is not None else None
+        stop = {
+            "file": code.co_filename if code else "?",
+            "line": line,
+            "func": code.co_name if code else "?",
+        }
+        for attempt in (1, 2):  # a connection the kernel closed since is opened again
+            try:
+                self.channel.send(connect=True, stop=stop)
+                reply = self.channel.recv()
+                break
+            except (OSError, EOFError) as exc:
+                self.channel.close()
+                if attempt == 2:
+                    print(f"distcomp: breakpoint skipped, no debugger: {exc}", file=sys.stderr)
+                    return False
+        if "interrupt" in reply:  # the cell was interrupted before this rank stopped
+            self._stop_tracing()
+            raise KeyboardInterrupt(f"the notebook interrupted the cell ({reply['interrupt']})")
+        return "skip" not in reply
+
+    def _cmdloop(self) -> None:
+        """SIGINT at the prompt (a kernel interrupt) ends the session and the rank's cell;
+        pdb's own loop would prompt again."""
+        try:
+            self.cmdloop()
+        except KeyboardInterrupt:  # the session ends: no breakpoint, no tracing is left
+            self.channel.close()
+            self.clear_all_breaks()
+            self.set_continue()
+            sys.settrace(None)
+            raise
+
+    def _stop_tracing(self) -> None:
+        self.set_continue()
+        if not self.breaks:
+            sys.settrace(None)
+
+    def print_stack_trace(self, *args) -> None:
+        """``w`` without the frames of the machinery that runs a cell (below the cell)."""
+        start = 0
+        for index, (frame, _) in enumerate(self.stack):
+            if self.is_skipped_module(frame.f_globals.get("__name__", "")):
+                start = index + 1
+        for entry in self.stack[start:]:
+            self.print_stack_entry(entry)
+
+    def do_continue(self, arg):
+        self._ending = "continue"
+        return super().do_continue(arg)
+
+    do_c = do_cont = do_continue
+
+    def do_quit(self, arg):
+        self._ending = "quit"
+        return super().do_quit(arg)
+
+    do_q = do_exit = do_quit
+
+    def do_EOF(self, arg):
+        self._ending = "quit"
+        return super().do_EOF(arg)
+
+    def do_interact(self, arg):
+        """An interactive interpreter on this rank, its lines read from the notebook;
+        ``exit()`` returns to pdb."""
+        stdin, stdout, read = sys.stdin, sys.stdout, builtins.input
+
+        def ask(prompt: object = "") -> str:
+            self.stdout.write(str(prompt))
+            line = self.stdin.readline()
+            if not line or line.strip() in LEAVE_INTERACT:
+                raise EOFError  # leaves interact, back to pdb
+            return line.rstrip("\n")
+
+        sys.stdin, sys.stdout, builtins.input = self.stdin, self.stdout, ask
+        try:
+            return super().do_interact(arg)
+        finally:
+            sys.stdin, sys.stdout, builtins.input = stdin, stdout, read
+
+
+def _debugger() -> RankPdb | None:
+    global _channel
+    if _channel is None:
+        where, key = os.environ.get(ENV_ADDRESS, ""), os.environ.get(ENV_KEY, "")
+        host, _, rest = where.rpartition(":")
+        host, _, port = host.rpartition(":")
+        if not (host and port and rest and key):
+            return None
+        _channel = _Channel(host, int(port), bytes.fromhex(key), int(rest), command=True)
+    return RankPdb(_channel)
+
+
+def quit_line(rank: int) -> str:
+    return f"rank {rank}: quit in the debugger"
+
+
+def install(host: str, port: int, key_hex: str, rank: int) -> None:
+    """Route ``breakpoint()`` and ``pdb.set_trace()`` of this process to the kernel."""
+    global _channel
+    if _channel is not None:
+        _channel.close()
+    _channel = _Channel(host, int(port), bytes.fromhex(key_hex), int(rank))
+    sys.breakpointhook = breakpointhook
+    pdb.set_trace = set_trace
+    _end_sessions_with_their_cell()
+
+
+def _end_sessions_with_their_cell() -> None:
+    """After each cell of this engine, no trace function is left on the rank.
+
+    pdb keeps tracing after ``c`` while breakpoints exist, and a new session loads the
+    breakpoints of earlier ones: without this, a rank stays traced for good (every later
+    cell slower, and an interrupt that lands outside the debugger leaves it traced).
+    Breakpoints stay set for the next ``breakpoint()``.
+    """
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+    callbacks = shell.events.callbacks["post_run_cell"]
+    if any(getattr(callback, "__name__", "") == "_untrace" for callback in callbacks):
+        return
+
+    def _untrace(*_result: object) -> None:
+        sys.settrace(None)
+
+    shell.events.register("post_run_cell", _untrace)
+
+
+def breakpointhook(*args, **kwargs) -> None:
+    debugger = _debugger()
+    if debugger is None:
+        print("distcomp: breakpoint() skipped: no debugger channel", file=sys.stderr)
+        return
+    debugger.set_trace(sys._getframe(1))
+
+
+def set_trace(*, header=None, frame=None) -> None:
+    """``pdb.set_trace``: stop in ``frame`` (default: the caller's)."""
+    debugger = _debugger()
+    if debugger is None:
+        return
+    if header is not None:
+        debugger.message(header)
+    debugger.set_trace(frame or sys._getframe(1))
+
+
+def post_mortem(traceback=None) -> None:
+    """pdb on the frame where this process's last failed cell raised."""
+    traceback = traceback or getattr(sys, "last_traceback", None)
+    debugger = _debugger()
+    if traceback is None or debugger is None:
+        raise ValueError("no failed cell to debug on this rank")
+    debugger.reset()
+    debugger.interaction(None, traceback)
