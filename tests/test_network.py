@@ -21,7 +21,13 @@ import pytest
 from jupyter_distcomp.errors import LayoutError
 from jupyter_distcomp.machine.hosts import Placement, check_hosts, read_hostfile
 from jupyter_distcomp.machine.mpi import mpiexec_host_args
-from jupyter_distcomp.machine.network import LOOPBACK, is_loopback, listen_address
+from jupyter_distcomp.machine.network import (
+    LOOPBACK,
+    free_ports,
+    is_loopback,
+    listen_address,
+    listener_ports,
+)
 
 from .ranks_support import MPI_SPEC, define, run_cell
 
@@ -63,6 +69,67 @@ def test_master_addr_is_the_first_host_unless_the_user_set_one():
     assert Placement().master_addr() == LOOPBACK
     assert Placement(("node0", "node1")).master_addr() == "node0"
     assert Placement(("node0", "node1")).master_addr("10.0.0.4") == "10.0.0.4"
+
+
+def test_the_ports_a_world_takes_are_outside_the_range_the_system_hands_out():
+    """A port the system may give to the next bind(0) or outgoing connection (the ranks'
+    controller starts after the choice) could be taken before the rank listens on it."""
+    low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    ports = [port for _ in range(20) for port in free_ports(LOOPBACK, 3)]
+    assert not [port for port in ports if low <= port <= high]
+    assert all(len(set(free_ports(LOOPBACK, 8))) == 8 for _ in range(5))
+
+
+def test_every_view_and_world_of_a_component_on_this_machine_binds_here():
+    from jupyter_distcomp import load_component
+
+    component = load_component(MPI_SPEC.replace("type: mpi", "type: torch.distributed"))
+    component.runsettings.resource_layout.configure(instance_count=2, process_count_per_node=1)
+    held = Placement().rank_environments(component, LOOPBACK)
+    port = held[0]["MASTER_PORT"]
+    assert port.isdigit() and port != "6105" and {e["MASTER_PORT"] for e in held} == {port}
+    shown = Placement().rank_environments(component, LOOPBACK, chosen_at_start=True)
+    assert {e["MASTER_PORT"] for e in shown} == {"<chosen at start>"}
+    assert listener_ports("203.0.113.9", 1) is None  # another machine's: nothing is bound
+
+
+SHIM_PROBE = """
+import errno, socket, sys
+def bound(v6only, port=0):
+    sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, v6only)
+    try:
+        sock.bind(("::", port))
+    except OSError as exc:
+        return errno.errorcode[exc.errno]
+    return sock.getsockname()[0]
+print(bound(0), bound(1), bound(0, int(sys.argv[1])))
+"""
+
+
+def test_the_shim_keeps_a_dual_stack_listener_where_ipv4_peers_reach_it():
+    """With the shim, a listener on every interface listens on the loopback address instead:
+    an IPv6 socket that accepts IPv4 as ``::ffff:127.0.0.1``, an IPv6-only one as ``::1``; a
+    port taken on IPv4 is an error, as without the shim, not a listener on ``::1`` alone that
+    the ranks (IPv4) would wait for forever."""
+    import subprocess
+    import sys
+
+    from jupyter_distcomp.machine.shim import listen_environment
+
+    env = listen_environment(LOOPBACK)
+    if not env:
+        pytest.skip("no C compiler: the shim cannot be built")
+    with socket.create_server((LOOPBACK, 0)) as taken:
+        port = taken.getsockname()[1]
+        probe = subprocess.run(
+            [sys.executable, "-c", SHIM_PROBE, str(port)],
+            env={**env, "PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert probe.stdout.split() == ["::ffff:127.0.0.1", "::1", "EADDRINUSE"], probe.stderr
 
 
 def test_ranks_on_this_machine_listen_on_loopback_and_use_no_tcp_between_them():

@@ -8,31 +8,66 @@ routes to the hosts, never on every interface. Standard library only (psutil on 
 
 from __future__ import annotations
 
+import errno
 import ipaddress
+import random
 import socket
 from collections.abc import Sequence
 from contextlib import ExitStack
+from pathlib import Path
 
 from ..errors import LayoutError
 
 LOOPBACK = "127.0.0.1"
 
 
+#: Linux's range of ports for bind(0) and outgoing connections
+LOCAL_PORT_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+#: the ports below that range that a world may take (above it: all up to 65535)
+BELOW_LOCAL_RANGE = 12768
+
+
+def _local_port_range() -> tuple[int, int]:
+    """The ports the system hands out itself, to a bind to port 0 and to an outgoing
+    connection (IANA's dynamic range where the system does not say)."""
+    try:
+        low, high = map(int, LOCAL_PORT_RANGE.read_text().split())
+    except (OSError, ValueError):
+        return 49152, 65535
+    return low, high
+
+
+def _outside_local_range(tries: int) -> list[int]:
+    """Up to ``tries`` distinct ports, at random, outside the system's own range."""
+    low, high = _local_port_range()
+    spans = [range(max(1024, low - BELOW_LOCAL_RANGE), low), range(high + 1, 65536)]
+    picks = random.sample(range(sum(map(len, spans))), min(tries, sum(map(len, spans))))
+    return [spans[0][i] if i < len(spans[0]) else spans[1][i - len(spans[0])] for i in picks]
+
+
 def free_ports(addr: str, count: int) -> list[int]:
-    """``count`` distinct TCP ports that are free on ``addr`` now (bound at once, then freed)."""
+    """``count`` distinct TCP ports free on ``addr`` now, held by nothing and outside the range
+    the system hands out itself: a process that starts after the choice (the ranks'
+    controller, an outgoing connection) is never given one of them before a rank listens
+    there. Bound at once, then freed; where none of those is free, any free port."""
     with ExitStack() as stack:
-        ports = []
-        for _ in range(count):
-            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+        ports: list[int] = []
+        for port in [*_outside_local_range(count + 64), *[0] * count]:
+            if len(ports) == count:
+                break
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             try:
-                sock.bind((addr, 0))
+                sock.bind((addr, port))
             except OSError as exc:
+                sock.close()
+                if port and exc.errno == errno.EADDRINUSE:  # taken: the next one
+                    continue
                 raise LayoutError(
                     f"cannot open a port on master_addr {addr!r} ({exc.strerror or exc}). "
                     "Fix: %config DistComp.master_addr = '127.0.0.1' (an address of this "
                     "machine)."
                 ) from None
-            ports.append(sock.getsockname()[1])
+            ports.append(stack.enter_context(sock).getsockname()[1])
         return ports
 
 
