@@ -152,6 +152,19 @@ class Component:
         return to_azureml(self.command_template)
 
     # -- layout -------------------------------------------------------------------------
+    @property
+    def layout_args(self) -> tuple[str, int, int, int | None, int]:
+        """(launcher, instance_count, process_count_per_node, worker_count,
+        parameter_server_count) of the current run settings: what the ranks are laid out by."""
+        layout = self.runsettings.resource_layout
+        return (
+            self.launcher_type or "mpi",
+            layout.instance_count,
+            layout.process_count_per_node,
+            layout.worker_count,
+            layout.parameter_server_count,
+        )
+
     def rank_environments(
         self,
         master_addr: str = "127.0.0.1",
@@ -162,38 +175,28 @@ class Component:
         """The variables of each rank for the current run settings (see layout.py for
         ``master_port``: None gives Azure ML's ports; ``node_hosts``: the host of each node,
         when nodes are real hosts; ``socket_ifname``: NCCL's interface otherwise)."""
-        layout = self.runsettings.resource_layout
+        launcher, nodes, per_node, workers, servers = self.layout_args
         return rank_environments(
-            self.launcher_type or "mpi",
-            layout.instance_count,
-            layout.process_count_per_node,
+            launcher,
+            nodes,
+            per_node,
             master_addr=master_addr,
             master_port=master_port,
-            worker_count=layout.worker_count,
-            parameter_server_count=layout.parameter_server_count,
+            worker_count=workers,
+            parameter_server_count=servers,
             node_hosts=node_hosts,
             socket_ifname=socket_ifname,
-        )
-
-    def _layout_args(self) -> tuple[str, int, int, int | None, int]:
-        layout = self.runsettings.resource_layout
-        return (
-            self.launcher_type or "mpi",
-            layout.instance_count,
-            layout.process_count_per_node,
-            layout.worker_count,
-            layout.parameter_server_count,
         )
 
     @property
     def world_size(self) -> int:
         """The number of ranks of the current layout (TensorFlow: workers + parameter servers)."""
-        return len(rank_places(*self._layout_args()))
+        return len(rank_places(*self.layout_args))
 
     @property
     def ports_needed(self) -> int:
         """How many ports the ranks of the current layout listen on (see layout.py)."""
-        return ports_needed(*self._layout_args())
+        return ports_needed(*self.layout_args)
 
     def __repr__(self) -> str:
         launcher = f", launcher={self.launcher.type!r}" if self.launcher else ""

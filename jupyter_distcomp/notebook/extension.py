@@ -7,13 +7,28 @@ from __future__ import annotations
 import atexit
 from typing import TYPE_CHECKING, Any
 
-from ..core.model import Component
 from .magics import DistCompMagics
 from .session import Session
-from .views.component import component_html, pretty
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
+
+    from ..core.model import Component
+
+#: the component's class, as IPython finds a formatter for it before the class is imported
+COMPONENT = ("jupyter_distcomp.core.model", "Component")
+
+
+def _html(component: Component) -> str:
+    from .views.component import component_html
+
+    return component_html(component)
+
+
+def _text(component: Component, printer: Any, cycle: bool) -> None:
+    from .views.component import pretty
+
+    pretty(component, printer, cycle)
 
 
 def load(ipython: InteractiveShell) -> None:
@@ -26,8 +41,8 @@ def load(ipython: InteractiveShell) -> None:
             configurables.append(configurable)
     if ipython.display_formatter is not None:  # how a component shows (core has no display)
         formatters = ipython.display_formatter.formatters
-        formatters["text/html"].for_type(Component, component_html)
-        formatters["text/plain"].for_type(Component, pretty)
+        formatters["text/html"].for_type_by_name(*COMPONENT, _html)
+        formatters["text/plain"].for_type_by_name(*COMPONENT, _text)
     atexit.register(session.shutdown)
     session.open_channel()  # the JupyterLab ranks panel's channel (a no-op outside a kernel)
 
@@ -45,4 +60,4 @@ def unload(ipython: InteractiveShell) -> None:
             configurables.remove(configurable)
     if ipython.display_formatter is not None:
         for formatter in ("text/html", "text/plain"):
-            ipython.display_formatter.formatters[formatter].pop(Component, None)
+            ipython.display_formatter.formatters[formatter].pop(".".join(COMPONENT), None)

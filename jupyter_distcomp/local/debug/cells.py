@@ -1,13 +1,14 @@
-"""Debugging ``%%distcomp run`` ranks: the hook on each engine, one cell's stops, post-mortem.
+"""Debugging ``%%distcomp run`` ranks: the hook on each engine, one cell's stops, the rank
+post-mortem opens.
 
 :func:`attach` is a world's start-up hook: it opens the world's
 :class:`~.channel.DebugChannel` (its address and key) and ships
 :mod:`~jupyter_distcomp.rank_side.debug_hook` to every engine as source, so a user's own
-cluster needs no install of this package. While a cell
-runs, :class:`CellDebug` serves the ranks that stop (the cell's time-out paused meanwhile),
-skips ranks outside ``--debug-ranks`` and turns ``q`` into one line per rank. A background
-cell's thread does not prompt: it says once in the cell's output that a rank stopped, and
-``%distcomp wait`` serves the prompts from the kernel's main thread.
+cluster needs no install of this package. While a cell runs, :class:`CellDebug` serves the
+ranks that stop (the cell's time-out paused meanwhile), skips ranks outside
+``--debug-ranks`` and turns ``q`` into one line per rank. A background cell's thread does
+not prompt: it says once in the cell's output that a rank stopped, and ``%distcomp wait``
+serves the prompts from the kernel's main thread.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ One :class:`RankBackend` per kernel process (:func:`get_backend`). The magics, t
 run-settings widget, the JupyterLab ranks panel (through a comm) and ``%distcomp command``
 all go through it, so they agree on which ranks exist and what state each is in. How a
 start's progress is shown is the caller's (``progress``); a world's debugger attaches
-through its start-up hook.
+through its start-up hook. Cells and the debugger are imported when a world first needs
+them: ``%load_ext`` imports this module for the JupyterLab panel's channel.
 """
 
 from __future__ import annotations
@@ -19,15 +20,14 @@ from ...core.layout import layout_text
 from ...core.ranges import format_ranks, parse_ranks
 from ...errors import RankError
 from ...machine.hosts import Placement
-from ..debug.cells import POST_MORTEM, attach, post_mortem_rank
 from .background import BackgroundCell
 from .connection import Connection
-from .run import CellRun
 from .world import World
 
 if TYPE_CHECKING:
     from ...core.model import Component
     from ...core.run_settings import ResourceLayout
+    from .run import CellRun
 
 Listener = Callable[[dict], None]
 PRESTART_DELAY = 1.0  # seconds a pre-start waits for a layout change before launching
@@ -119,13 +119,8 @@ class RankBackend:
             self.connections[name] = connection
 
     def _signature(self, name: str, component: Component) -> tuple:
-        layout = component.runsettings.resource_layout
         return (
-            component.launcher_type or "mpi",
-            layout.instance_count,
-            layout.process_count_per_node,
-            layout.worker_count,
-            layout.parameter_server_count,
+            *component.layout_args,
             self.master_addr,
             self.placement_of(name),
             self.connections.get(name, self.default_connection),
@@ -214,6 +209,8 @@ class RankBackend:
             layout.unobserve(changed)
 
     def _new_world(self, name: str, component: Component, signature: tuple) -> World:
+        from ..debug.cells import attach
+
         layout = component.runsettings.resource_layout
         placement = self.placement_of(name).for_layout(layout.instance_count)
         world = World(
@@ -271,6 +268,8 @@ class RankBackend:
         ``background``: return a started :class:`BackgroundCell` at once;
         ``breakpoint()`` stops only ``debug_ranks`` (default: every rank); ``shell``: the
         IPython shell whose cell this is (its rich output and cell numbers)."""
+        from .run import CellRun
+
         # a bad rank list is refused before any rank starts
         parse_ranks(ranks, component.runsettings.resource_layout.world_size)
         world = self.worlds.get(name)
@@ -331,6 +330,9 @@ class RankBackend:
     def post_mortem(self, name: str, rank: int | None, shell: Any = None) -> None:
         """Post-mortem pdb on a rank whose last ``%%distcomp run`` cell failed: the prompt
         and commands are those of a breakpoint."""
+        from ..debug.cells import POST_MORTEM, post_mortem_rank
+        from .run import CellRun
+
         world = self.worlds.get(name)
         if world is None or not world.started or world.client is None:
             raise RankError(
