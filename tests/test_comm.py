@@ -18,8 +18,19 @@ from .ranks_support import MPI_SPEC
 
 pytestmark = pytest.mark.slow
 
-#: the data of every comm message the kernel sent in this module's tests
+#: the data of every message the kernel sent on a ranks comm in this module's tests
 SENT: list[dict] = []
+#: the ids of those comms (the run-settings panel's widgets have comms of their own)
+RANKS_COMMS: set[str] = set()
+
+
+def keep(msg: dict) -> None:
+    """Remember what the kernel sent on a ranks comm."""
+    content = msg["content"]
+    if content.get("target_name") == "jupyter_distcomp":
+        RANKS_COMMS.add(content["comm_id"])
+    if content["comm_id"] in RANKS_COMMS:
+        SENT.append(content["data"])
 
 
 @pytest.fixture
@@ -43,7 +54,7 @@ def run(client, code: str, timeout: float = 120) -> list[dict]:
         msg = client.get_iopub_msg(timeout=timeout)
         if msg["msg_type"] in ("comm_open", "comm_msg"):
             seen.append(msg)
-            SENT.append(msg["content"]["data"])
+            keep(msg)
         if msg["msg_type"] == "error":
             raise AssertionError("\n".join(msg["content"]["traceback"]))
         if (
@@ -133,7 +144,8 @@ def _next_comm_msg(client, comm_id: str, timeout: float = 60) -> dict:
     while time.monotonic() < deadline:
         msg = client.get_iopub_msg(timeout=timeout)
         if msg["msg_type"] == "comm_msg" and msg["content"]["comm_id"] == comm_id:
-            SENT.append(msg["content"]["data"])
+            RANKS_COMMS.add(comm_id)
+            keep(msg)
             return msg
     raise AssertionError(f"no comm message in {timeout} s")
 

@@ -70,7 +70,9 @@ def test_wheel_contains_the_built_extension(wheel):
         assert package["name"] == "jupyter-distcomp"
         assert package["jupyterlab"]["_build"]["load"].startswith("static/remoteEntry.")
         # the spec schema is the Python package's own file, bundled into the extension
-        schema = json.loads(archive.read("jupyter_distcomp/spec/component.schema.json"))
+        schema = json.loads(
+            archive.read("jupyter_distcomp/core/spec_parsing/component.schema.json")
+        )
         chunks = [archive.read(n).decode() for n in names if n.startswith(f"{SHARE}/static/")]
         assert any(schema["title"] in chunk and schema["$id"] in chunk for chunk in chunks)
         # and so are the names the kernel and the extension share
