@@ -97,6 +97,7 @@ def build_job(runs: int = 30) -> None:
     from azure.ai.ml import Input, MpiDistribution, command
     from azure.ai.ml.entities import BuildContext, Environment
 
+    from jupyter_distcomp.azureml import to_azureml_job
     from tests.azure_standin import prepare_spec, required_values
 
     largest = max(SPECS, key=lambda p: p.stat().st_size)
@@ -109,7 +110,7 @@ def build_job(runs: int = 30) -> None:
                 instance_count=4, process_count_per_node=2
             )
             values = required_values(component)
-            ours = component.to_azureml_job(inputs=values, compute="cpu-cluster")
+            ours = to_azureml_job(component, inputs=values, compute="cpu-cluster")
 
             # the same job written by hand with azure-ai-ml, from what ours produced
             literal = {k: v._data for k, v in ours.inputs.items() if not hasattr(v._data, "path")}
@@ -142,7 +143,7 @@ def build_job(runs: int = 30) -> None:
                 job._to_job()._validate()
 
             def ours_build():
-                component.to_azureml_job(inputs=values, compute="cpu-cluster")
+                to_azureml_job(component, inputs=values, compute="cpu-cluster")
 
             by_hand()
             ours_build()
