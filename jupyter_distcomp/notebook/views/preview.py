@@ -13,7 +13,7 @@ import shlex
 from html import escape
 from typing import TYPE_CHECKING, Any
 
-from ...core.bindings import default_output, input_values
+from ...core.bindings import input_values, output_values
 from ...core.layout import PORT_AT_START, layout_text, tensorflow_tasks
 from ...core.rank_view import rank_view
 from ...errors import DistcompError
@@ -54,12 +54,7 @@ def rank_rows(component: Component, envs: Envs) -> tuple[list[str], list[list[st
 def command_line(component: Component) -> str:
     """Rank 0's command line with the run settings (unset outputs at their default folder),
     or a DistcompError saying what is missing or invalid."""
-    bound = component.runsettings.outputs
-    outputs = {
-        name: bound.get(name) or str(default_output(component.name, name))
-        for name in component.outputs
-    }
-    argv = component.render_command(input_values(component), outputs)
+    argv = component.render_command(input_values(component), output_values(component))
     return shlex.join(str(a) for a in argv)
 
 
@@ -123,8 +118,7 @@ def summary_text(component: Component, name: str, envs: Envs | None = None) -> s
         else:
             shown = "unset" + ("" if inp.optional else " (required)")
         lines.append(f"  input   {inp.name} = {shown}")
-    for out_name in component.outputs:
-        path = settings.outputs.get(out_name) or default_output(component.name, out_name)
+    for out_name, path in output_values(component).items():
         lines.append(f"  output  {out_name} -> {path}")
     if settings.compute:
         lines.append(f"  compute: {settings.compute}")
