@@ -105,7 +105,13 @@ class CellDebug:
             return 0.0
         if self.held is not None:
             return self.held.hold()
-        return serve(self.channel, before_prompt=pump, label=self.world.label, quits=self.quits)
+        return serve(
+            self.channel,
+            before_prompt=pump,
+            label=self.world.label,
+            quits=self.quits,
+            states=self.world.states,
+        )
 
     def hold_in_background(self, running: Callable[[], Iterable[int]]) -> HeldStops | None:
         """The cell runs in a thread from now on: its stops wait for `%distcomp wait`;
@@ -119,6 +125,7 @@ class CellDebug:
             world.label,
             self.quits,
             lambda: world.signal(sorted(running()), signal.SIGINT),
+            world.states,
         )
         return self.held
 

@@ -72,10 +72,12 @@ class RankSession:
                     self.channel.stopped(self, message["stop"])
                 else:
                     self.messages.put(message)
+                    self.channel.changed()
         except (OSError, EOFError, ValueError, TypeError):  # TypeError: closed under us
             pass
         self.closed = True
         self.messages.put({"end": "closed"})
+        self.channel.changed()
 
 
 class DebugChannel:
@@ -96,6 +98,7 @@ class DebugChannel:
         self._cond = threading.Condition()
         self._sessions: list[RankSession] = []
         self._closed = False
+        self.version = 0  # counts stops and messages: what a waiter has seen
         threading.Thread(target=self._accept, name="distcomp-debug", daemon=True).start()
 
     @property
@@ -157,9 +160,22 @@ class DebugChannel:
         self.on_state(session.rank, RankState.DEBUGGING)
         with self._cond:
             self._stops.append((session, where))
+            self.version += 1
             self._cond.notify_all()
         session.send(go=True)
         self.wake()
+
+    def changed(self) -> None:
+        """A rank sent something: wake :meth:`wait_change`."""
+        with self._cond:
+            self.version += 1
+            self._cond.notify_all()
+
+    def wait_change(self, seen: int, timeout: float) -> None:
+        """Until a stop or message arrives after ``version`` was ``seen``, or ``timeout`` s."""
+        with self._cond:
+            if self.version == seen:
+                self._cond.wait(timeout)
 
     def pending(self) -> bool:
         return bool(self._stops)

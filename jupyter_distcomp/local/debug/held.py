@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from ...contracts import RankState
 from .channel import DebugChannel
 from .serve import describe_stop, serve
 
@@ -25,12 +26,14 @@ class HeldStops:
         label: Callable[[int], str],
         quits: set[int],
         interrupt: Callable[[], None],
+        states: Callable[[], dict[int, RankState]] | None = None,
     ) -> None:
         self.channel = channel
         self.name = name
         self.label = label
         self.quits = quits  # ranks whose user typed q
         self.interrupt = interrupt  # an interrupt at a prompt: SIGINT to the run's ranks
+        self.states = states  # the ranks' states, for a world's cell
         self._waiting = False  # `%distcomp wait` serves the stops now
         self._told: set[int] = set()  # stopped ranks already named in the output
         self._held_since: float | None = None  # a rank was stopped at the last check
@@ -61,7 +64,7 @@ class HeldStops:
         self._waiting = True
         tic = time.monotonic()
         try:
-            serve(self.channel, label=self.label, quits=self.quits)
+            serve(self.channel, label=self.label, quits=self.quits, states=self.states)
         except KeyboardInterrupt:
             self.interrupt()
         finally:

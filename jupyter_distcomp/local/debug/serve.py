@@ -1,40 +1,27 @@
-"""The kernel's main thread at a rank's pdb prompt: ``input()`` in, the rank's answer out.
+"""The kernel's main thread at the ranks' pdb prompt: ``input()`` in, the ranks' answers out.
 
 ``input()`` is what a notebook answers (ipykernel turns it into a stdin request) and what
-terminal IPython reads from the terminal, so both work the same. One rank is served at a
-time; after ``n`` / ``s`` / ``r`` the same rank keeps the prompt if it stops again within
-:data:`STEP_WAIT` seconds, otherwise the next stopped rank (in order of arrival) gets it.
+terminal IPython reads from the terminal, so both work the same. The stopped ranks share one
+prompt (group.py): each command goes to all of them at once.
 """
 
 from __future__ import annotations
 
-import os
-import queue
 import sys
 import time
 from collections.abc import Callable
 
 from ...contracts import RankState
 from .channel import DebugChannel, RankSession
+from .group import Group
+from .places import describe_stop
 
-STEP_WAIT = 1.0  # seconds the prompt stays with a rank that stepped (n, s, r, until)
+__all__ = ["describe_stop", "serve"]
+
 NO_STDIN = (
     "rank {rank} stopped at a breakpoint, but this frontend does not answer input() "
     "(stdin): the rank continues. Fix: run the cell in JupyterLab, Notebook or IPython."
 )
-
-
-def describe_stop(rank: int, where: dict, label: Callable[[int], str] | None = None) -> str:
-    """``[rank 1] stopped at cell line 3, in <module>`` (a file: ``train.py:12, in main``)."""
-    path, line, func = str(where.get("file", "?")), where.get("line", 0), where.get("func", "?")
-    if os.path.basename(os.path.dirname(path)).startswith("ipykernel_") or path.startswith(
-        "<ipython-input"
-    ):
-        place = f"cell line {line}"
-    else:
-        place = f"{path}:{line}"
-    name = label(rank) if label else f"[rank {rank}]"
-    return f"{name} stopped at {place}, in {func}"
 
 
 def serve(
@@ -43,54 +30,21 @@ def serve(
     before_prompt: Callable[[], None] = lambda: None,
     label: Callable[[int], str] | None = None,
     quits: set[int] | None = None,
+    states: Callable[[], dict[int, RankState]] | None = None,
 ) -> float:
-    """Serve every stopped rank, one at a time; the seconds spent (0.0 if none stopped).
+    """Serve the stopped ranks at one prompt until none is at it; the seconds spent (0.0 if
+    none stopped).
 
-    ``quits`` collects the ranks whose user typed ``q``. A kernel interrupt at a prompt
-    propagates: the caller sends SIGINT to the ranks, which ends their debug sessions (one
-    interrupt per rank; closing the channel as well would race with it).
+    ``quits`` collects the ranks whose user typed ``q``; ``states`` (the world's rank
+    states) tells a rank whose cell ended from one that runs on. A kernel interrupt at a
+    prompt propagates: the caller sends SIGINT to the ranks, which ends their debug sessions
+    (one interrupt per rank; closing the channel as well would race with it).
     """
     if not channel.pending():
         return 0.0
     tic = time.monotonic()
-    last: RankSession | None = None
-    while True:
-        stop = channel.take(prefer=last, wait=STEP_WAIT if last else 0.0)
-        if stop is None:
-            break
-        session, where = stop
-        if last is not session:
-            print(describe_stop(session.rank, where, label), flush=True)
-        ending = _dialog(session, before_prompt)
-        last = session if ending == "running" else None
-        if ending == "quit" and quits is not None:
-            quits.add(session.rank)
+    Group(channel, _ask, before_prompt, label, quits, states).run()
     return time.monotonic() - tic
-
-
-def _dialog(session: RankSession, before_prompt: Callable[[], None]) -> str:
-    """Relay one stop of one rank until it runs again; how it ended."""
-    pending = ""
-    while True:
-        try:
-            message = session.messages.get(timeout=0.2)
-        except queue.Empty:
-            continue
-        if "out" in message:  # pdb's text, alone or before a prompt or the rank's going on
-            pending += message["out"]
-            text, newline, pending = pending.rpartition("\n")
-            if newline:
-                print(text, flush=True)
-        if "read" in message:
-            before_prompt()
-            session.send(line=_ask(session, pending))
-            pending = ""
-        elif set(message) & {"running", "end"}:
-            if pending:
-                print(pending, flush=True)
-            state = "running" if "running" in message else str(message.get("end"))
-            session.channel.on_state(session.rank, RankState.BUSY)
-            return state
 
 
 def _ask(session: RankSession, prompt: str) -> str:

@@ -42,6 +42,7 @@ class FailFast:
         settle: Callable[[float, Callable[[], bool]], None],
         interrupt_grace: float,
         cell: str = "Cell",
+        quits: Callable[[], set[int]] = set,
     ) -> None:
         self.world = world
         self.code = code
@@ -50,6 +51,7 @@ class FailFast:
         self.errors = errors
         self.settle = settle
         self.interrupt_grace = interrupt_grace
+        self.quits = quits  # ranks that quit in the debugger: their peers wait for them too
         self._since: float | None = None
 
     def check(self, running: set[int]) -> None:
@@ -57,7 +59,7 @@ class FailFast:
         if self.grace is None or not running:
             return
         states = self.world.states()
-        if RankState.DEBUGGING in states.values() or not self.errors():
+        if RankState.DEBUGGING in states.values() or not (self.errors() or self._quit(running)):
             self._since = None
             return
         now = time.monotonic()
@@ -66,17 +68,25 @@ class FailFast:
         if now - self._since >= self.grace:
             self._fail(running)
 
+    def _quit(self, running: set[int]) -> set[int]:
+        """Ranks that quit in the debugger and whose cell is over."""
+        return self.quits() - running
+
     def _fail(self, running: set[int]) -> None:
         world = self.world
         errors = self.errors()
-        busy = sorted(running - set(errors))
+        quits = self._quit(running)
+        busy = sorted(running - set(errors) - quits)
         stacks = world.stacks(busy)
         world.signal(busy, signal.SIGINT)
         self.settle(self.interrupt_grace, lambda: not (running & set(busy)))
         still = sorted(running & set(busy))
         sections = error_sections(errors, self.cell)
         sections += stack_sections(stacks, self.code, "still busy, waiting here", self.cell)
-        failed = format_ranks(sorted(errors))
+        failed = format_ranks(sorted(set(errors) | quits))
+        sections = [(format_ranks([r]), [f"rank {r}: quit in the debugger"]) for r in quits] + (
+            sections
+        )
         if still:
             fix = (
                 f"{format_ranks(still)} did not stop on SIGINT (blocked in C code, most likely "
@@ -89,8 +99,9 @@ class FailFast:
                 "ready for the next cell. Recover: fix the error above and run the cell again."
             )
         running.clear()
+        how = "quit in the debugger" if quits and not errors else "failed"
         raise RankError(
-            f"{failed} of {world.name!r} failed while {format_ranks(busy)} stayed busy "
+            f"{failed} of {world.name!r} {how} while {format_ranks(busy)} stayed busy "
             f"for {self.grace:g} s (waiting for {failed}?)",
             sections=sections,
             fix=fix + " The wait before this report is `%config DistComp.fail_fast_grace`.",

@@ -97,6 +97,7 @@ class CellRun:
             self._settle,
             INTERRUPT_GRACE,
             self.cell,
+            lambda: self.debug.quits,
         )
         self.debug = CellDebug(world, debug_ranks, self.wake.set)
 

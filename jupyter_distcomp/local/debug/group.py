@@ -1,0 +1,296 @@
+"""One prompt for every rank stopped at a breakpoint: ``(Pdb ranks 0-3) ``.
+
+A command goes to each focused rank at a prompt at once, so ``n`` over a collective
+completes on all of them together. Replies that are equal show once, headed by their ranks;
+after a step the new places are summed up once per distinct place. ``rank 2`` or
+``ranks 0,2-3`` narrow the focus, ``ranks all`` widens it again. Ranks that a step leaves
+running (most likely blocked in a collective on a rank that did not step) are named with
+the ranks they may wait for, and the prompt stays with the others.
+"""
+
+from __future__ import annotations
+
+import queue
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ...contracts import RankState
+from ...core.ranges import format_ranks, parse_ranks
+from .channel import DebugChannel, RankSession
+from .places import cell_lines, describe_stops, group_label, summary
+
+#: seconds a command waits for ranks that run on (n, s, c, ...) to stop again before the
+#: prompt returns to the ranks still stopped
+STEP_WAIT = 1.0
+#: seconds the prompt waits, when it opens, for more ranks of the cell to stop
+GATHER = 1.0
+_FOCUS = re.compile(r"^\s*ranks?\s+(all|\d+(?:\s*-\s*\d+)?(?:\s*,\s*\d+(?:\s*-\s*\d+)?)*)\s*$")
+_PDB_PROMPT = re.compile(r"^\(Pdb rank \d+\) $")
+#: states of a rank whose cell is over: it will not stop again in this cell
+_OVER = {RankState.IDLE, RankState.DEAD}
+
+
+@dataclass
+class Member:
+    """One stopped rank of the group."""
+
+    session: RankSession
+    where: dict
+    state: str = "stopped"  # stopped -> prompt -> busy -> prompt | running | ended
+    text: str = ""  # the rank's output not shown yet
+    prompt: str = ""
+    told: bool = False  # its current stop was shown
+
+
+class Group:
+    """The prompt for the stopped ranks of one channel, until none is at a prompt."""
+
+    def __init__(
+        self,
+        channel: DebugChannel,
+        ask: Callable[[RankSession, str], str],
+        before_prompt: Callable[[], None],
+        label: Callable[[int], str] | None,
+        quits: set[int] | None,
+        states: Callable[[], dict[int, RankState]] | None,
+    ) -> None:
+        self.channel = channel
+        self.ask = ask
+        self.before_prompt = before_prompt
+        self.label = label
+        self.quits = quits if quits is not None else set()
+        self.states = states
+        self.members: dict[int, Member] = {}
+        self.focus: set[int] | None = None  # None: every rank at a prompt
+
+    # -- the loop -------------------------------------------------------------------------
+    def run(self) -> None:
+        self._poll(0.0)
+        self._gather()
+        self._wait(list(self.members.values()), settle=0.0)
+        self._tell_new_stops()
+        while True:
+            focused = self._focused()
+            if not focused:
+                break
+            self.before_prompt()
+            line = self.ask(focused[0].session, self._prompt(focused))
+            if self._refocus(line):
+                continue
+            self._command(focused, line)
+            self._tell_new_stops()
+
+    def _focused(self) -> list[Member]:
+        """The members at a prompt that commands go to; the focus widens to every rank at a
+        prompt once none of its own is left there."""
+        at_prompt = [m for _, m in sorted(self.members.items()) if m.state == "prompt"]
+        chosen = [m for m in at_prompt if self.focus is None or m.session.rank in self.focus]
+        if not chosen and at_prompt and self.focus is not None:
+            self.focus = None
+            print(f"The prompt goes to {self._ranks(at_prompt)}, still stopped.", flush=True)
+            return at_prompt
+        return chosen
+
+    def _prompt(self, focused: list[Member]) -> str:
+        ranks = [m.session.rank for m in focused]
+        if all(_PDB_PROMPT.match(m.prompt) for m in focused):
+            return f"(Pdb {format_ranks(ranks)}) "
+        return f"{group_label(ranks, self.label)} {focused[0].prompt}"  # interact's prompt
+
+    def _refocus(self, line: str) -> bool:
+        """``rank 2``, ``ranks 0,2-3``, ``ranks all``: the ranks the next commands go to."""
+        match = _FOCUS.match(line)
+        if not match:
+            return False
+        at_prompt = {r for r, m in self.members.items() if m.state == "prompt"}
+        if match[1] == "all":
+            self.focus = None
+            print(f"Commands go to {format_ranks(at_prompt)}.", flush=True)
+            return True
+        wanted = set(parse_ranks(match[1].replace(" ", ""), 1 << 30))
+        chosen = wanted & at_prompt
+        missing = wanted - at_prompt
+        if not chosen:
+            print(
+                f"{format_ranks(missing)} not at a prompt (stopped: {format_ranks(at_prompt)}); "
+                "the focus stays.",
+                flush=True,
+            )
+            return True
+        self.focus = chosen
+        note = f" ({format_ranks(missing)} not at a prompt)" if missing else ""
+        print(f"Commands go to {format_ranks(chosen)}{note}; `ranks all` for all.", flush=True)
+        return True
+
+    def _command(self, targets: list[Member], line: str) -> None:
+        """Send ``line`` to every target at once; show their replies and where they went."""
+        for member in targets:
+            member.state = "busy"
+            member.session.send(line=line)
+        moved = self._wait(targets, settle=STEP_WAIT)
+        self._show(targets)
+        if len(targets) > 1 and moved:
+            stopped = {m.session.rank: m.where for m in targets if m.state == "prompt"}
+            if stopped:
+                print(summary(stopped), flush=True)
+        for member in targets:
+            if member.state == "prompt":
+                member.told = True
+        self._say_running([m for m in targets if m.state == "running"], line)
+        for rank in [r for r, m in self.members.items() if m.state == "ended"]:
+            del self.members[rank]
+
+    # -- waiting for the ranks -----------------------------------------------------------
+    def _wait(self, targets: list[Member], settle: float) -> bool:
+        """Until each target is at a prompt or ended; ranks that run on get ``settle`` s
+        since the last news to stop again. Whether any target ran."""
+        moved = False
+        last = time.monotonic()
+        while True:
+            moved |= any(m.state in ("running", "stopped") for m in targets)
+            waiting = [m for m in targets if m.state in ("busy", "stopped")]
+            running = [m for m in targets if m.state == "running" and not self._over(m)]
+            if not waiting and (not running or time.monotonic() - last > settle):
+                return moved
+            if self._poll(0.05):
+                last = time.monotonic()
+
+    def _gather(self) -> None:
+        """Ranks that stop at about the same time open the prompt together: wait while
+        ranks that may stop still run, until none stopped for GATHER s."""
+        last = time.monotonic()
+        while time.monotonic() - last < GATHER and self._may_stop():
+            if self._poll(0.05):
+                last = time.monotonic()
+
+    def _may_stop(self) -> set[int]:
+        """Ranks of the cell that run, may stop (``--debug-ranks``) and have not (or
+        whose stop is on its way)."""
+        if self.states is None:
+            return set()
+        allowed = self.channel.allowed
+        return {
+            rank
+            for rank, state in self.states().items()
+            if state in (RankState.BUSY, RankState.DEBUGGING)
+            and rank not in self.members
+            and (allowed is None or rank in allowed)
+        }
+
+    def _over(self, member: Member) -> bool:
+        if self.states is None:
+            return False
+        return self.states().get(member.session.rank) in _OVER
+
+    def _poll(self, timeout: float) -> bool:
+        """New stops and messages, waiting up to ``timeout`` s for one; whether any came."""
+        seen = self.channel.version
+        news = self._take_stops()
+        for member in list(self.members.values()):
+            news |= self._drain(member)
+        if not news and timeout > 0:
+            self.channel.wait_change(seen, timeout)
+        return news
+
+    def _take_stops(self) -> bool:
+        news = False
+        while (stop := self.channel.take()) is not None:
+            news = True
+            session, where = stop
+            member = self.members.get(session.rank)
+            if member is None or member.session is not session:
+                text = member.text if member else ""
+                member = self.members[session.rank] = Member(session, where, text=text)
+            member.where, member.state, member.told = where, "stopped", False
+        return news
+
+    def _drain(self, member: Member) -> bool:
+        news = False
+        while True:
+            try:
+                message = member.session.messages.get_nowait()
+            except queue.Empty:
+                return news
+            news = True
+            if "out" in message:
+                member.text += message["out"]
+            if "read" in message:
+                if member.state == "running":  # its stop is queued just before its read
+                    self._take_stops()
+                text, _, member.prompt = member.text.rpartition("\n")
+                member.text = text + "\n" if text else ""
+                member.state = "prompt"
+            elif "running" in message or "end" in message:
+                member.state = "running" if "running" in message else "ended"
+                if message.get("end") == "quit":
+                    self.quits.add(member.session.rank)
+                self.channel.on_state(member.session.rank, RankState.BUSY)
+
+    # -- what is shown -------------------------------------------------------------------
+    def _show(self, members: list[Member]) -> None:
+        """Each member's new text; equal texts once, headed by their ranks."""
+        texts: dict[str, list[int]] = {}
+        for member in members:
+            if member.text:
+                texts.setdefault(cell_lines(member.text), []).append(member.session.rank)
+            member.text = ""
+        alone = len(members) == 1
+        for text, ranks in texts.items():
+            body = text.rstrip("\n")
+            if alone:
+                print(body, flush=True)
+            elif "\n" in body:
+                print(f"{group_label(ranks, self.label)}\n{body}", flush=True)
+            else:
+                print(f"{group_label(ranks, self.label)} {body}", flush=True)
+
+    def _tell_new_stops(self) -> None:
+        """Ranks that came to a prompt since they were last shown: where, and that they
+        join (outside the focus: how to include them)."""
+        new = {r: m for r, m in self.members.items() if m.state == "prompt" and not m.told}
+        if not new:
+            return
+        for line in describe_stops({r: m.where for r, m in new.items()}, self.label):
+            print(line, flush=True)
+        self._show(list(new.values()))
+        outside = sorted(r for r in new if self.focus is not None and r not in self.focus)
+        if outside:
+            print(
+                f"{format_ranks(outside)} joined the prompt outside the focus: "
+                f"`ranks all` includes {'it' if len(outside) == 1 else 'them'}.",
+                flush=True,
+            )
+        for member in new.values():
+            member.told = True
+
+    def _say_running(self, running: list[Member], line: str) -> None:
+        """Ranks a command left running: which, and for whom they most likely wait."""
+        running = [m for m in running if not self._over(m)]
+        if not running:
+            return
+        ranks = {m.session.rank for m in running}
+        at_prompt = sorted(r for r, m in self.members.items() if m.state == "prompt")
+        states = self.states() if self.states is not None else {}
+        elsewhere = sorted(
+            r
+            for r, state in states.items()
+            if state == RankState.BUSY and r not in ranks and r not in self.members
+        )
+        if not at_prompt and line.split()[:1] in (["c"], ["cont"], ["continue"]):
+            return  # ranks that continue run on; nobody at a prompt holds them
+        whom = []
+        if at_prompt:
+            whom.append(f"{format_ranks(at_prompt)} (at this prompt)")
+        if elsewhere:
+            whom.append(f"{format_ranks(elsewhere)} (running, not stopped)")
+        waits = f": waiting for {' and '.join(whom)}?" if whom else ""
+        print(
+            f"{format_ranks(ranks)} still running after {line.strip()!r}{waits} "
+            f"They rejoin the prompt when they stop.",
+            flush=True,
+        )
+
+    def _ranks(self, members: list[Member]) -> str:
+        return format_ranks(m.session.rank for m in members)

@@ -1,0 +1,65 @@
+"""Where ranks stopped, as a person reads it: ``cell line 7, in step`` for the cell's own
+lines, ``train.py:12, in main`` for a file; ranks at the same place named once."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+
+from ...core.ranges import format_ranks
+
+#: a rank's file for the cell, in pdb's location lines ``FILE(LINE)func()`` and ``FILE:LINE``
+_CELL_PAREN = re.compile(r"(?:\S*/ipykernel_\d+/\d+\.py|<ipython-input-[^>]+>)\((\d+)\)")
+_CELL_COLON = re.compile(r"(?:\S*/ipykernel_\d+/\d+\.py|<ipython-input-[^>]+>):(\d+)")
+
+
+def is_cell_file(path: str) -> bool:
+    return os.path.basename(os.path.dirname(path)).startswith("ipykernel_") or path.startswith(
+        "<ipython-input"
+    )
+
+
+def place(where: dict) -> str:
+    """``cell line 3, in <module>`` (a file: ``train.py:12, in main``)."""
+    path, line, func = str(where.get("file", "?")), where.get("line", 0), where.get("func", "?")
+    spot = f"cell line {line}" if is_cell_file(path) else f"{path}:{line}"
+    return f"{spot}, in {func}"
+
+
+def group_label(ranks: list[int], label: Callable[[int], str] | None = None) -> str:
+    """``[rank 1]`` (the world's own label for one rank), ``[ranks 0-3]``."""
+    if len(ranks) == 1:
+        return label(ranks[0]) if label else f"[rank {ranks[0]}]"
+    return f"[{format_ranks(ranks)}]"
+
+
+def describe_stop(rank: int, where: dict, label: Callable[[int], str] | None = None) -> str:
+    """``[rank 1] stopped at cell line 3, in <module>``."""
+    return f"{group_label([rank], label)} stopped at {place(where)}"
+
+
+def by_place(wheres: dict[int, dict]) -> dict[str, list[int]]:
+    """The ranks at each distinct place, in order of their lowest rank."""
+    places: dict[str, list[int]] = {}
+    for rank in sorted(wheres):
+        places.setdefault(place(wheres[rank]), []).append(rank)
+    return places
+
+
+def describe_stops(wheres: dict[int, dict], label: Callable[[int], str] | None = None) -> list[str]:
+    """One ``[ranks 0-3] stopped at cell line 7, in step`` line per distinct place."""
+    return [
+        f"{group_label(ranks, label)} stopped at {spot}" for spot, ranks in by_place(wheres).items()
+    ]
+
+
+def summary(wheres: dict[int, dict]) -> str:
+    """``ranks 0-1, 3 at cell line 7, in step; rank 2 at cell line 9, in step``."""
+    return "; ".join(f"{format_ranks(r)} at {spot}" for spot, r in by_place(wheres).items())
+
+
+def cell_lines(text: str) -> str:
+    """pdb's text with the cell's file shown as ``cell line N``."""
+    text = _CELL_PAREN.sub(lambda m: f"cell line {m[1]}, in ", text)
+    return _CELL_COLON.sub(lambda m: f"cell line {m[1]}", text)

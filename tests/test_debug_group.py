@@ -1,0 +1,147 @@
+"""The stopped ranks as one group at one prompt: commands on all of them at once, focus,
+stepping over collectives together (torch.distributed on gloo, and MPI), ``q`` that never
+hangs. A real kernel whose stdin requests are answered as a notebook answers them."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from .debug_support import MPI_SPEC, DebugKernel
+
+TORCH_SPEC = """\
+name: ddp
+type: DistributedComponent
+launcher:
+  type: torch.distributed
+  additional_arguments: python train.py
+"""
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    k = DebugKernel()
+    assert k.run("%load_ext jupyter_distcomp").ok
+    for spec, name, count in ((TORCH_SPEC, "ddp", 4), (MPI_SPEC, "dbg", 3)):
+        out = k.run(f"%%distcomp {name}\n{spec}")
+        assert out.ok, out.text
+        out = k.run(
+            f"{name}.runsettings.resource_layout.configure("
+            f"instance_count=1, process_count_per_node={count})"
+        )
+        assert out.ok, out.text
+    out = k.run(
+        "%%distcomp run ddp\nimport torch\nimport torch.distributed as dist\n"
+        'dist.init_process_group("gloo", init_method="env://")\nrank = dist.get_rank()',
+        timeout=300,
+    )
+    assert out.ok, out.text
+    out = k.run("%%distcomp run dbg\nfrom mpi4py import MPI\ncomm = MPI.COMM_WORLD", timeout=300)
+    assert out.ok, out.text
+    for name in ("ddp", "dbg"):  # each rank's first stop connects to the kernel: done once here
+        out = k.run(f"%%distcomp run {name}\nbreakpoint()\npass", ["c"] * 4)
+        assert out.ok, out.text
+    yield k
+    k.run("%%distcomp run ddp\ndist.barrier()\ndist.destroy_process_group()")
+    k.close()
+
+
+STEP_CELL = """%%distcomp run ddp
+def step(t):
+    breakpoint()
+    dist.all_reduce(t)
+    doubled = t * 2
+    return doubled
+
+t = torch.tensor([rank + 1.0])
+print('total', step(t).item())
+"""
+
+
+@pytest.mark.slow
+def test_four_gloo_ranks_share_one_prompt_and_step_over_all_reduce_together(kernel):
+    answers = ["p t", "n", "p t", "rank", "n", "c"]
+    out = kernel.run(STEP_CELL, answers)
+    assert out.ok, out.text
+    assert out.prompts == ["(Pdb ranks 0-3) "] * len(answers), out.prompts
+    text = out.text
+    assert "[ranks 0-3] stopped at cell line 4, in step" in text  # every stopped rank named
+    for rank in range(4):  # different replies, each with its rank
+        assert f"[rank {rank}] tensor([{rank + 1}.])" in text, text
+    # the one n over the collective: every rank completed it, one line per distinct place
+    assert "ranks 0-3 at cell line 5, in step" in text, text
+    assert "[ranks 0-3] tensor([10.])" in text, text  # identical replies once
+    assert "[rank 2] 2" in text  # a bare `rank` is the user's variable, as in pdb
+    assert "> cell line 6, in step()" in text, text  # pdb's location lines
+    assert "ipykernel_" not in text, text
+    assert all(f"[rank {r}] total 20.0" in text for r in range(4)), text
+
+
+@pytest.mark.slow
+def test_focus_narrows_the_prompt_and_a_step_that_blocks_says_for_whom(kernel):
+    answers = ["rank 2", "p t", "n", "p t", "n", "ranks all", "p t", "c"]
+    out = kernel.run(STEP_CELL, answers)
+    assert out.ok, out.text
+    assert out.prompts == [
+        "(Pdb ranks 0-3) ",
+        "(Pdb rank 2) ",
+        "(Pdb rank 2) ",
+        # rank 2 waits in all_reduce for the others: the prompt goes to them
+        "(Pdb ranks 0-1, 3) ",
+        "(Pdb ranks 0-1, 3) ",
+        # their n completes the collective: rank 2 is back and joins
+        "(Pdb ranks 0-3) ",
+        "(Pdb ranks 0-3) ",
+        "(Pdb ranks 0-3) ",
+    ], out.transcript
+    text = out.text
+    assert "Commands go to rank 2; `ranks all` for all." in text
+    assert "\ntensor([3.])\n" in text  # one rank's reply, as pdb shows it
+    assert "rank 2 still running after 'n': waiting for ranks 0-1, 3 (at this prompt)?" in text
+    assert "The prompt goes to ranks 0-1, 3, still stopped." in text
+    assert "[ranks 0-1, 3] tensor([" not in text  # their values differ before the step
+    assert "[rank 3] tensor([4.])" in text
+    assert "[rank 2] stopped at cell line 5, in step" in text, text  # it joins, one line
+    assert "rank 2 joined the prompt outside the focus" not in text  # focus was widened
+    assert "[ranks 0-3] tensor([10.])" in text, text
+    assert all(f"[rank {r}] total 20.0" in text for r in range(4)), text
+
+
+@pytest.mark.slow
+def test_mpi_ranks_step_over_allreduce_together_and_continue_as_one(kernel):
+    cell = (
+        "%%distcomp run dbg\ndef total():\n    breakpoint()\n"
+        "    value = comm.allreduce(mpi_rank + 1)\n    return value\n\nprint('sum', total())"
+    )
+    tic = time.monotonic()
+    out = kernel.run(cell, ["n", "p value", "c"])
+    assert out.ok, out.text
+    assert out.prompts == ["(Pdb ranks 0-2) "] * 3, out.prompts
+    assert "[ranks 0-2] stopped at cell line 4, in total" in out.text, out.text
+    assert "ranks 0-2 at cell line 5, in total" in out.text, out.text
+    assert "[ranks 0-2] 6" in out.text
+    assert all(f"[rank {r}] sum 6" in out.text for r in range(3))
+    assert time.monotonic() - tic < 60
+
+
+@pytest.mark.slow
+def test_q_on_a_rank_the_others_wait_for_ends_the_cell_within_the_grace(kernel):
+    kernel.run("%config DistComp.fail_fast_grace = 3")
+    cell = (
+        "%%distcomp run dbg --debug-ranks 2\nimport time\nbreakpoint()\n"
+        "value = comm.allreduce(mpi_rank)\nprint('sum', value)"
+    )
+    tic = time.monotonic()
+    out = kernel.run(cell, ["q"], timeout=120)
+    seconds = time.monotonic() - tic
+    assert not out.ok, out.text
+    assert seconds < 40, seconds
+    text = out.text
+    assert "rank 2: quit in the debugger" in text, text
+    assert re.search(r"ranks 0-1: still busy, waiting here", text), text
+    assert "comm.allreduce(mpi_rank)" in text, text  # where they wait: their cell line
+    assert "Traceback" in text and "bdb.py" not in text and "BdbQuit" not in text, text
+    # blocked in MPI's C code, they do not stop on SIGINT: the cell says how to recover
+    assert "did not stop on SIGINT" in text and "`%distcomp restart dbg`" in text, text
