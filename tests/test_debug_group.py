@@ -145,3 +145,80 @@ def test_q_on_a_rank_the_others_wait_for_ends_the_cell_within_the_grace(kernel):
     assert "Traceback" in text and "bdb.py" not in text and "BdbQuit" not in text, text
     # blocked in MPI's C code, they do not stop on SIGINT: the cell says how to recover
     assert "did not stop on SIGINT" in text and "`%distcomp restart dbg`" in text, text
+
+
+WORK_CELL = """%%distcomp run dbg
+def work(x):
+    breakpoint()
+    y = x + 1
+    return y
+
+print('after', work(mpi_rank))
+"""
+
+
+@pytest.mark.slow
+def test_locations_say_cell_line_and_interact_names_its_rank(kernel):
+    answers = ["w", "b 5", "rank 1", "interact", "print('inside', x * 10)", "exit()", "ranks all"]
+    answers += ["cl 1", "c"]
+    out = kernel.run(WORK_CELL, answers)
+    assert out.ok, out.text
+    assert out.prompts[4] == "[rank 1] >>> ", out.prompts  # interact, on rank 1
+    text = out.text
+    assert "Breakpoint 1 at cell line 5" in text, text
+    assert "> cell line 4, in work()" in text and "cell line 7, in <module>()" in text, text
+    assert "[rank 1] inside 10" not in text and "inside 10" in text
+    for internal in ("ipykernel_", "bdb.py", "pdb.py", "interactiveshell.py", "debug_hook"):
+        assert internal not in text, (internal, text)
+
+
+@pytest.mark.slow
+def test_an_interrupt_at_the_group_prompt_names_the_prompt_and_shows_no_debugger_frames(kernel):
+    def interrupt(prompt: str) -> None:
+        kernel.km.interrupt_kernel()
+
+    out = kernel.run(WORK_CELL, [interrupt], timeout=90)
+    assert out.prompts == ["(Pdb ranks 0-2) "], out.text
+    assert out.reply["status"] == "error" and out.reply["ename"] == "RankInterrupt"
+    text = out.text
+    assert "Interrupted at the debugger prompt of ranks 0-2 at cell line 4, in work" in text, text
+    assert "The debug session ended" in text and "ready for the next cell" in text, text
+    assert "at a debugger prompt" in text and "print('after', work(mpi_rank))" in text, text
+    for internal in ("bdb.py", "pdb.py", "cmd.py", "multiprocessing", "debug_hook", "ipykernel_"):
+        assert internal not in text, (internal, text)
+    for _ in range(5):
+        out = kernel.run("%%distcomp run dbg\nprint('ready', mpi_rank)")
+        if out.ok:
+            break
+        time.sleep(1)
+    assert out.ok, out.text
+
+
+def status_until(kernel, name: str, needle: str, seconds: float = 90) -> str:
+    deadline = time.monotonic() + seconds
+    while True:
+        text = kernel.run(f"%distcomp status {name}").text
+        if needle in text or time.monotonic() > deadline:
+            return text
+        time.sleep(0.5)
+
+
+@pytest.mark.slow
+def test_where_is_a_tree_and_a_rank_at_a_prompt_shows_its_cell_line(kernel):
+    started = kernel.run(
+        "%%distcomp run dbg --background\ndef work():\n    if mpi_rank == 2:\n"
+        "        breakpoint()\n        odd = 1\n    return comm.allreduce(mpi_rank)\n\n"
+        "print('sum', work())"
+    )
+    assert started.ok, started.text
+    status_until(kernel, "dbg", "rank 2 stopped at a breakpoint")
+    time.sleep(0.5)
+    text = kernel.run("%distcomp where dbg").text
+    assert "ranks 0-1: busy, current stack" in text, text
+    assert text.count("return comm.allreduce(mpi_rank)") == 1, text
+    assert "rank 2: at a debugger prompt, cell line 5" in text, text
+    for internal in ("bdb.py", "pdb.py", "cmd.py", "debug_hook"):
+        assert internal not in text, (internal, text)
+    out = kernel.run("%distcomp wait dbg", ["c"])
+    assert out.ok, out.text
+    assert "[rank 0] sum 3" in kernel.output_of(started.msg_id)

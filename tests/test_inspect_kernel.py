@@ -179,8 +179,9 @@ def test_where_sees_ranks_inside_a_gloo_collective(kernel):
             break
         time.sleep(0.5)
     assert reply["status"] == "ok", text
-    assert "rank 1: busy, current stack" in text and "dist.all_reduce(torch.ones(4))" in text
-    assert "rank 0: busy, current stack" in text and "time.sleep(10)" in text
+    assert "ranks 0-1: busy, current stack" in text, text  # one tree, a branch per rank
+    assert "+ rank 1\n" in text and "dist.all_reduce(torch.ones(4))" in text, text
+    assert "+ rank 0\n" in text and "time.sleep(10)" in text, text
     reply, text, _ = kernel.run("%distcomp wait gl --timeout 90")
     assert reply["status"] == "ok", text
     reply, text, _ = kernel.run("%distcomp compare gl dist.get_world_size()")

@@ -69,3 +69,58 @@ def test_identical_stacks_of_ranks_with_different_cell_files_are_one_section():
     sections = stack_sections(stacks, "x = 1\nwait()", "busy")
     assert [heading for heading, _ in sections] == ["ranks 0-2: busy"]
     assert "    wait()" in sections[0][1]
+
+
+def _dump(*frames: tuple[str, int, str]) -> str:
+    """A faulthandler dump of the main thread, most recent call first."""
+    lines = ["Current thread 0x00007f0000000001 (most recent call first):"]
+    lines += [f'  File "{path}", line {line} in {func}' for path, line, func in frames]
+    return "\n".join(lines)
+
+
+CODE = "%%distcomp run w\ndef step():\n    comm.allreduce(1)\n\nstep()\ntime.sleep(9)\n"
+ENGINE = ("/venv/lib/python3.13/site-packages/IPython/core/interactiveshell.py", 3600, "run_code")
+
+
+def test_where_tree_merges_common_frames_and_flags_the_odd_branch():
+    from jupyter_distcomp.local.inspect.tree import stack_tree
+    from jupyter_distcomp.local.stacks import stack_frames
+
+    collective = _dump(
+        ("/tmp/ipykernel_7/1.py", 3, "step"), ("/tmp/ipykernel_7/1.py", 5, "<module>"), ENGINE
+    )
+    asleep = _dump(("/tmp/ipykernel_9/1.py", 6, "<module>"), ENGINE)
+    stacks = {r: stack_frames(collective, CODE)[0] for r in range(31)}
+    stacks[31] = stack_frames(asleep, CODE)[0]
+    lines = stack_tree(stacks)
+    text = "\n".join(lines)
+    assert text.count("comm.allreduce(1)") == 1 and "interactiveshell" not in text
+    assert lines[0] == "+ ranks 0-30"
+    assert "+ rank 31  <- differs" in lines
+    assert "    time.sleep(9)" in text
+    # a common prefix is shown once, unindented, then the branches
+    deeper = {0: stacks[0], 1: [*stacks[0][:1], stacks[31][0]]}
+    lines = stack_tree(deeper)
+    assert lines[:2] == ["  Cell, line 5, in <module>", "    step()"], lines
+    assert lines[2] == "+ rank 0" and "+ rank 1" in lines, lines
+
+
+def test_a_rank_at_a_debugger_prompt_shows_its_own_frames_only():
+    from jupyter_distcomp.local.stacks import render_stack, stack_frames
+
+    at_prompt = _dump(
+        ("/usr/lib/python3.13/multiprocessing/connection.py", 430, "_recv_bytes"),
+        ("/tmp/x/distcomp_debug_hook.py", 120, "readline"),
+        ("/usr/lib/python3.13/cmd.py", 126, "cmdloop"),
+        ("/usr/lib/python3.13/pdb.py", 400, "interaction"),
+        ("/usr/lib/python3.13/bdb.py", 90, "trace_dispatch"),
+        ("/tmp/ipykernel_7/1.py", 3, "step"),
+        ("/tmp/ipykernel_7/1.py", 5, "<module>"),
+        ENGINE,
+    )
+    frames, debugging = stack_frames(at_prompt, CODE)
+    assert debugging and frames[-1].place() == "cell line 3"
+    text = "\n".join(render_stack(at_prompt, CODE))
+    assert text.endswith("(at a debugger prompt)")
+    for internal in ("connection.py", "debug_hook", "cmd.py", "pdb.py", "bdb.py"):
+        assert internal not in text

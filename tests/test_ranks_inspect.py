@@ -167,7 +167,9 @@ def test_where_groups_identical_stacks_also_inside_a_collective(ip):
     where = run_cell(ip, "%distcomp where w")
     assert where.ok
     text = where.stdout
-    assert "ranks 0-2: busy, current stack" in text and "rank 3: busy, current stack" in text
+    # one tree: ranks 0-2 in the barrier, rank 3 (the odd one, flagged) asleep
+    assert "ranks 0-3: busy, current stack" in text, text
+    assert "+ ranks 0-2\n" in text and "+ rank 3  <- differs" in text, text
     assert text.count("MPI.COMM_WORLD.Barrier()") == 1 and "time.sleep(4)" in text
     assert "in train_step" in text
     only = run_cell(ip, "%distcomp where w --ranks 3")

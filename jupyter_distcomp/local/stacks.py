@@ -27,36 +27,79 @@ _STACK_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P
 _THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)", re.M)
 
 
-def render_stack(stack: str, code: str, cell: str = "Cell") -> list[str]:
-    """A faulthandler stack (most recent call first) as a traceback, with source lines.
+#: files of the debugger a rank at a prompt waits in: shown as "at a debugger prompt"
+_DEBUGGER_FILES = re.compile(r"(^|/)(bdb|pdb|cmd|distcomp_debug_hook|debug_hook)\.py$")
+AT_PROMPT = "at a debugger prompt"
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One frame of a rank's stack, as shown: where (``Cell In[3], line 5, in f``) and its
+    source line."""
+
+    where: str
+    source: str = ""
+    cell_line: int | None = None  # the cell's line, for a frame in the cell
+
+    def lines(self) -> list[str]:
+        return [self.where] + ([f"    {self.source}"] if self.source else [])
+
+    def place(self) -> str:
+        """``cell line 5`` or ``train.py:12``."""
+        if self.cell_line is not None:
+            return f"cell line {self.cell_line}"
+        match = re.match(r'\s*File "(?P<file>[^"]+)", line (?P<line>\d+)', self.where)
+        return f"{match['file']}:{match['line']}" if match else self.where.strip()
+
+
+def stack_frames(stack: str, code: str, cell: str = "Cell") -> tuple[list[Frame], bool]:
+    """A faulthandler stack (most recent call first) as the user's frames, outermost first,
+    and whether the rank waits at a debugger prompt (the debugger's frames left out).
 
     Frames in the cell show the cell's own line (the cell's file name is the rank's);
-    frames in files show the file's line, read here (same machine).
+    frames in files show the file's line, read here (same machine); the engine's frames
+    below the cell are left out.
     """
-    frames: list[list[str]] = []
+    frames: list[Frame] = []
+    debugger_at: int | None = None  # index of the innermost frame of the debugger
     code_lines = code.splitlines()
     outer_cell = None
     for raw in stack.splitlines():
         match = _STACK_LINE.match(raw)
         if not match:
             if raw.strip():
-                frames.append([raw.strip()])
+                frames.append(Frame(raw.strip()))
             continue
         path, number = match["file"], int(match["line"])
+        if _DEBUGGER_FILES.search(path):
+            debugger_at = len(frames)
         if CELL_FILE.search(path):
             outer_cell = len(frames)
             where = f"  {cell}, line {number}, in {match['func']}"
             source = code_lines[number - 1] if 0 < number <= len(code_lines) else ""
+            frames.append(Frame(where, source.strip(), number))
         else:
             where = f'  File "{path}", line {number}, in {match["func"]}'
-            source = linecache.getline(path, number)
-        frames.append([where] + ([f"    {source.strip()}"] if source.strip() else []))
+            frames.append(Frame(where, linecache.getline(path, number).strip()))
+    at_prompt = debugger_at is not None
+    if debugger_at is not None:  # the debugger and what it called: not the user's frames
+        frames = frames[debugger_at + 1 :]
+        if outer_cell is not None:
+            outer_cell -= debugger_at + 1
     frames.reverse()  # most recent call last, like a Python traceback
-    if outer_cell is not None:  # drop the engine's own frames below the cell
+    if outer_cell is not None and outer_cell >= 0:  # drop the engine's own frames
         frames = frames[len(frames) - 1 - outer_cell :]
+    return frames, at_prompt
+
+
+def render_stack(stack: str, code: str, cell: str = "Cell") -> list[str]:
+    """A faulthandler stack as a traceback of the user's frames, with source lines; a rank
+    at a debugger prompt ends with ``at a debugger prompt``, not the debugger's frames."""
+    frames, at_prompt = stack_frames(stack, code, cell)
     if not frames:
-        return ["  (empty stack)"]
-    return ["Traceback (most recent call last):", *[line for f in frames for line in f]]
+        return [f"  ({AT_PROMPT})" if at_prompt else "  (empty stack)"]
+    lines = ["Traceback (most recent call last):", *[line for f in frames for line in f.lines()]]
+    return lines + ([f"  ({AT_PROMPT})"] if at_prompt else [])
 
 
 def file_size(path: str) -> int:

@@ -238,11 +238,19 @@ class RankPdb(pdb.Pdb):
                 raise EOFError  # leaves interact, back to pdb
             return line.rstrip("\n")
 
+        prompts = getattr(sys, "ps1", None), getattr(sys, "ps2", None)
+        # the kernel puts the rank before the prompt; an engine's own prompt is IPython's
+        sys.ps1, sys.ps2 = ">>> ", "... "
         sys.stdin, sys.stdout, builtins.input = self.stdin, self.stdout, ask
         try:
             return super().do_interact(arg)
         finally:
             sys.stdin, sys.stdout, builtins.input = stdin, stdout, read
+            for name, value in zip(("ps1", "ps2"), prompts, strict=True):
+                if value is None:
+                    delattr(sys, name)
+                else:
+                    setattr(sys, name, value)
 
 
 def _debugger() -> RankPdb | None:

@@ -26,6 +26,7 @@ from ...machine.network import is_local_host, listen_address
 from ...rank_side import debug_hook
 from .channel import DebugChannel
 from .held import HeldStops
+from .places import summary
 from .serve import serve
 
 if TYPE_CHECKING:
@@ -92,6 +93,7 @@ class CellDebug:
         self.channel: DebugChannel | None = getattr(world, "debugger", None)
         self.debug_ranks = debug_ranks
         self.quits: set[int] = set()
+        self.interrupted: dict[int, dict] = {}  # ranks at the prompt an interrupt ended
         self.held: HeldStops | None = None  # a background cell's stops
         if self.channel is not None:
             self.channel.allowed = set(debug_ranks) if debug_ranks is not None else None
@@ -111,6 +113,7 @@ class CellDebug:
             label=self.world.label,
             quits=self.quits,
             states=self.world.states,
+            interrupted=self.interrupted,
         )
 
     def hold_in_background(self, running: Callable[[], Iterable[int]]) -> HeldStops | None:
@@ -128,6 +131,14 @@ class CellDebug:
             world.states,
         )
         return self.held
+
+    def interrupted_prompt(self) -> str:
+        """``the debugger prompt of ranks 0-2 (cell line 5, in work)`` when an interrupt
+        ended a prompt of this cell, else ''."""
+        if not self.interrupted:
+            return ""
+        places = summary(self.interrupted)
+        return f"the debugger prompt of {places}"
 
     def drop_quits(self, errors: dict[int, Any]) -> dict[int, Any]:
         """Errors without the ranks that quit in the debugger (pdb's BdbQuit)."""

@@ -25,7 +25,7 @@ from .places import cell_lines, describe_stops, group_label, summary
 #: prompt returns to the ranks still stopped
 STEP_WAIT = 1.0
 #: seconds the prompt waits, when it opens, for more ranks of the cell to stop
-GATHER = 1.0
+GATHER = 1.5
 _FOCUS = re.compile(r"^\s*ranks?\s+(all|\d+(?:\s*-\s*\d+)?(?:\s*,\s*\d+(?:\s*-\s*\d+)?)*)\s*$")
 _PDB_PROMPT = re.compile(r"^\(Pdb rank \d+\) $")
 #: states of a rank whose cell is over: it will not stop again in this cell
@@ -64,9 +64,20 @@ class Group:
         self.states = states
         self.members: dict[int, Member] = {}
         self.focus: set[int] | None = None  # None: every rank at a prompt
+        #: where the ranks at the prompt stopped, filled when an interrupt ends the prompt
+        self.interrupted: dict[int, dict] = {}
 
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> None:
+        try:
+            self._run()
+        except KeyboardInterrupt:
+            self.interrupted.update(
+                {r: m.where for r, m in self.members.items() if m.state == "prompt"}
+            )
+            raise
+
+    def _run(self) -> None:
         self._poll(0.0)
         self._gather()
         self._wait(list(self.members.values()), settle=0.0)

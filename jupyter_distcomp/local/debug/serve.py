@@ -31,6 +31,7 @@ def serve(
     label: Callable[[int], str] | None = None,
     quits: set[int] | None = None,
     states: Callable[[], dict[int, RankState]] | None = None,
+    interrupted: dict[int, dict] | None = None,
 ) -> float:
     """Serve the stopped ranks at one prompt until none is at it; the seconds spent (0.0 if
     none stopped).
@@ -38,12 +39,16 @@ def serve(
     ``quits`` collects the ranks whose user typed ``q``; ``states`` (the world's rank
     states) tells a rank whose cell ended from one that runs on. A kernel interrupt at a
     prompt propagates: the caller sends SIGINT to the ranks, which ends their debug sessions
-    (one interrupt per rank; closing the channel as well would race with it).
+    (one interrupt per rank; closing the channel as well would race with it);
+    ``interrupted`` then holds where each rank at the prompt had stopped.
     """
     if not channel.pending():
         return 0.0
     tic = time.monotonic()
-    Group(channel, _ask, before_prompt, label, quits, states).run()
+    group = Group(channel, _ask, before_prompt, label, quits, states)
+    if interrupted is not None:
+        group.interrupted = interrupted
+    group.run()
     return time.monotonic() - tic
 
 

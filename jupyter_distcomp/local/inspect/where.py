@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 from ...contracts import RankState
 from ...core.ranges import format_ranks
 from ...errors import strip_ansi
-from ..stacks import collect_stacks, stack_sections
+from ..stacks import Frame, collect_stacks, stack_frames, stack_sections
+from .tree import stack_tree
 
 if TYPE_CHECKING:
     from ..command.active import ActiveRun
@@ -47,15 +48,28 @@ class WhereReport:
 
 
 def where(world: World, ranks: list[int] | None = None) -> WhereReport:
-    """Where each of ``ranks`` (default: all) of ``world`` is now."""
+    """Where each of ``ranks`` (default: all) of ``world`` is now: the busy ranks' stacks as
+    one prefix tree, the ranks at a debugger prompt by the line they stopped at."""
     ranks = list(range(world.world_size)) if ranks is None else ranks
     states = world.states()
     working = [r for r in ranks if states[r] in _LABELS]
     stacks = world.stacks(working) if working else {}
+    busy: dict[int, list[Frame]] = {}
+    at_prompt: dict[str, list[int]] = {}
+    for rank in working:
+        frames, debugging = stack_frames(stacks.get(rank, ""), world.cell_code)
+        if debugging or states[rank] == RankState.DEBUGGING:
+            spot = f", {frames[-1].place()}" if frames else ""
+            at_prompt.setdefault(f"{_LABELS[RankState.DEBUGGING]}{spot}", []).append(rank)
+        elif rank in stacks:
+            busy[rank] = frames
     sections: list[tuple[str, list[str]]] = []
-    for state, label in _LABELS.items():
-        chosen = {r: stacks[r] for r in working if states[r] == state}
-        sections += stack_sections(chosen, world.cell_code, label)
+    if busy:
+        sections.append((f"{format_ranks(busy)}: {_LABELS[RankState.BUSY]}", stack_tree(busy)))
+    silent = [r for r in working if r not in stacks and states[r] == RankState.BUSY]
+    if silent:
+        sections.append((f"{format_ranks(silent)}: busy, gave no stack", []))
+    sections += [(f"{format_ranks(group)}: {spot}", []) for spot, group in at_prompt.items()]
     rest: dict[str, list[int]] = {}
     for rank in ranks:
         if rank not in working:

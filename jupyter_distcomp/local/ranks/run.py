@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .world import World
 
 INTERRUPT_GRACE = 1.5  # seconds the ranks get to answer SIGINT before the cell returns
+PROMPT_GRACE = 3.0  # seconds more when the interrupt ended a debugger prompt
 STACK_WAIT = 0.5  # seconds to wait for the busy ranks' stacks on an interrupt
 DEATH_GRACE = 2.0  # seconds to let mpiexec report a death and stop the other ranks
 OUTPUT_GRACE = 1.0  # seconds to wait for the last output after a rank's reply
@@ -276,13 +277,18 @@ class CellRun:
         except KeyboardInterrupt:
             stacks = {}  # a second Ctrl-C: no stacks
         world.signal(busy, signal.SIGINT)
+        prompt = self.debug.interrupted_prompt()
+        # ranks at a debugger prompt run Python: they answer, given the time
+        grace = INTERRUPT_GRACE + (PROMPT_GRACE if prompt else 0.0)
         try:
-            self._settle(INTERRUPT_GRACE, lambda: not self.running)
+            self._settle(grace, lambda: not self.running)
         except KeyboardInterrupt:
             pass  # a second Ctrl-C: stop waiting
         self.out.finish()
         still = sorted(self.running)
         message = f"Interrupted: sent SIGINT to {format_ranks(busy)} of {world.name!r}."
+        if prompt:
+            message = f"Interrupted at {prompt}; sent SIGINT to {format_ranks(busy)}."
         if still:
             fix = (
                 f"{format_ranks(still)} did not stop (blocked in C code, e.g. an MPI collective "
@@ -290,6 +296,8 @@ class CellRun:
             )
         else:
             fix = "Output printed before the interrupt is kept above. The ranks are ready for the next cell."
+            if prompt:
+                fix = f"The debug session ended. {fix}"
         self.running.clear()
         raise RankInterrupt(
             message, sections=stack_sections(stacks, self.code, "stopped at", self.cell), fix=fix
