@@ -126,27 +126,6 @@ def test_mpi_ranks_step_over_allreduce_together_and_continue_as_one(kernel):
     assert time.monotonic() - tic < 60
 
 
-@pytest.mark.slow
-def test_q_on_a_rank_the_others_wait_for_ends_the_cell_within_the_grace(kernel):
-    kernel.run("%config DistComp.fail_fast_grace = 3")
-    cell = (
-        "%%distcomp run dbg --debug-ranks 2\nimport time\nbreakpoint()\n"
-        "value = comm.allreduce(mpi_rank)\nprint('sum', value)"
-    )
-    tic = time.monotonic()
-    out = kernel.run(cell, ["q"], timeout=120)
-    seconds = time.monotonic() - tic
-    assert not out.ok, out.text
-    assert seconds < 40, seconds
-    text = out.text
-    assert "rank 2: quit in the debugger" in text, text
-    assert re.search(r"ranks 0-1: still busy, waiting here", text), text
-    assert "comm.allreduce(mpi_rank)" in text, text  # where they wait: their cell line
-    assert "Traceback" in text and "bdb.py" not in text and "BdbQuit" not in text, text
-    # blocked in MPI's C code, they do not stop on SIGINT: the cell says how to recover
-    assert "did not stop on SIGINT" in text and "`%distcomp restart dbg`" in text, text
-
-
 WORK_CELL = """%%distcomp run dbg
 def work(x):
     breakpoint()
@@ -204,21 +183,85 @@ def status_until(kernel, name: str, needle: str, seconds: float = 90) -> str:
 
 
 @pytest.mark.slow
-def test_where_is_a_tree_and_a_rank_at_a_prompt_shows_its_cell_line(kernel):
+def test_where_tree_and_compare_on_ranks_stopped_in_a_background_cell(kernel):
     started = kernel.run(
-        "%%distcomp run dbg --background\ndef work():\n    if mpi_rank == 2:\n"
-        "        breakpoint()\n        odd = 1\n    return comm.allreduce(mpi_rank)\n\n"
-        "print('sum', work())"
+        "%%distcomp run dbg --background\ndef work(v):\n    if mpi_rank > 0:\n"
+        "        breakpoint()\n        odd = 1\n    return comm.allreduce(v)\n\n"
+        "print('sum', work(mpi_rank + 100))"
     )
     assert started.ok, started.text
-    status_until(kernel, "dbg", "rank 2 stopped at a breakpoint")
-    time.sleep(0.5)
+    status_until(kernel, "dbg", "ranks 1-2 stopped at a breakpoint")
     text = kernel.run("%distcomp where dbg").text
-    assert "ranks 0-1: busy, current stack" in text, text
-    assert text.count("return comm.allreduce(mpi_rank)") == 1, text
-    assert "rank 2: at a debugger prompt, cell line 5" in text, text
+    assert "rank 0: busy, current stack" in text, text
+    assert text.count("return comm.allreduce(v)") == 1, text
+    assert "ranks 1-2: at a debugger prompt, cell line 5" in text, text
     for internal in ("bdb.py", "pdb.py", "cmd.py", "debug_hook"):
         assert internal not in text, (internal, text)
-    out = kernel.run("%distcomp wait dbg", ["c"])
+    # compare evaluates in the stopped frames (v is a local of work); spaces need no quotes
+    out = kernel.run("%distcomp compare dbg v - mpi_rank --ranks 1-2")
     assert out.ok, out.text
-    assert "[rank 0] sum 3" in kernel.output_of(started.msg_id)
+    assert "compare `v - mpi_rank` on 2 rank(s)" in out.text and "All ranks agree." in out.text
+    out = kernel.run("%distcomp compare dbg v")
+    assert not out.ok, out.text
+    assert "rank 0 of 'dbg' are busy (not stopped at a breakpoint)" in out.text, out.text
+    assert "Fix: --ranks 1-2" in out.text and "Traceback" not in out.text, out.text
+    out = kernel.run("%distcomp compare dbg v --ranks 1-2")
+    assert "1-2" not in out.text.split("DIFFERS")[0].splitlines()[-1], out.text  # they differ
+    assert "DIFFERS" in out.text and "101" in out.text and "102" in out.text, out.text
+    # the stops are still there for wait, which shows where they stopped
+    out = kernel.run("%distcomp wait dbg", ["p v", "c"])
+    assert out.ok, out.text
+    assert out.prompts == ["(Pdb ranks 1-2) "] * 2, out.text
+    assert "[ranks 1-2] stopped at cell line 5, in work" in out.text, out.text
+    assert "[rank 1] 101" in out.text and "[rank 2] 102" in out.text, out.text
+    assert "[rank 0] sum 303" in kernel.output_of(started.msg_id)
+
+
+@pytest.mark.slow
+def test_compare_at_the_prompt_evaluates_in_each_ranks_frame(kernel):
+    answers = [
+        "compare t",
+        "n",
+        "compare t * 1",
+        "compare t / 0",
+        "compare t * float('nan')",
+        "compare float('nan')",
+        "compare [rank] * 3 if rank < 2 else list(range(300))",
+        "compare t +",
+        "c",
+    ]
+    out = kernel.run(STEP_CELL, answers)
+    assert out.ok, out.text
+    assert out.prompts == ["(Pdb ranks 0-3) "] * len(answers), out.prompts
+    tables = out.text.split("ddp: compare ")[1:]
+    assert len(tables) == 6, out.text
+    assert tables[0].startswith("`t` on 4 rank(s)") and "DIFFERS" in tables[0], tables[0]
+    assert "All ranks agree." in tables[1], tables[1]  # after the all_reduce
+    assert "(4 Inf)" not in tables[2] and "(1 Inf)" in tables[2], tables[2]
+    assert "(1 NaN)" in tables[3] and "All ranks agree." in tables[3], tables[3]
+    assert "nan" in tables[4] and "All ranks agree." in tables[4], tables[4]
+    assert "[0, 0, 0]" in tables[5] and "[1, 1, 1]" in tables[5], tables[5]
+    assert "297, 298, 299]" in tables[5], tables[5]  # a list in full
+    assert "is not a Python expression" in out.text, out.text
+
+
+@pytest.mark.slow
+def test_q_on_a_rank_the_others_wait_for_ends_the_cell_within_the_grace(kernel):
+    """The last test of the module: ranks 0-1 stay blocked in MPI's C code."""
+    kernel.run("%config DistComp.fail_fast_grace = 3")
+    cell = (
+        "%%distcomp run dbg --debug-ranks 2\nimport time\nbreakpoint()\n"
+        "value = comm.allreduce(mpi_rank)\nprint('sum', value)"
+    )
+    tic = time.monotonic()
+    out = kernel.run(cell, ["q"], timeout=120)
+    seconds = time.monotonic() - tic
+    assert not out.ok, out.text
+    assert seconds < 40, seconds
+    text = out.text
+    assert "rank 2: quit in the debugger" in text, text
+    assert re.search(r"ranks 0-1: still busy, waiting here", text), text
+    assert "comm.allreduce(mpi_rank)" in text, text  # where they wait: their cell line
+    assert "Traceback" in text and "bdb.py" not in text and "BdbQuit" not in text, text
+    # blocked in MPI's C code, they do not stop on SIGINT: the cell says how to recover
+    assert "did not stop on SIGINT" in text and "`%distcomp restart dbg`" in text, text

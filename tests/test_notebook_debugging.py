@@ -22,6 +22,7 @@ ANSWERS = {
         "c",
     ],
     "%distcomp debug ddp": ["p shard.shape", "p len(DATA)", "c"],
+    "%%distcomp run ddp\ndef mean_loss": ["compare loss", "n", "compare loss", "c"],
 }
 
 
@@ -43,6 +44,8 @@ def test_debugging_notebook_finds_the_divergent_rank_and_the_shape_error(tmp_pat
             expected_error = "raises-exception" in cell.metadata.get("tags", [])
             assert out.ok != expected_error, f"{cell.source[:60]!r}:\n{out.text}"
             assert len(out.prompts) == len(answers), (cell.source[:60], out.prompts)
+            if answers and "--debug-ranks" not in cell.source and "debug ddp" not in cell.source:
+                assert out.prompts == ["(Pdb ranks 0-2) "] * len(answers), out.prompts
             texts[cell.source] = out.text
     finally:
         kernel.close()
@@ -59,3 +62,9 @@ def test_debugging_notebook_finds_the_divergent_rank_and_the_shape_error(tmp_pat
     post_mortem = text_of("%distcomp debug ddp")
     assert "[rank 2] stopped at cell line 6, in make_batches" in post_mortem
     assert "torch.Size([63, 4])" in post_mortem and "\n191\n" in post_mortem
+    group = text_of("%%distcomp run ddp\ndef mean_loss")
+    assert "[ranks 0-2] stopped at cell line 6, in mean_loss" in group, group
+    assert "ranks 0-2 at cell line 7, in mean_loss" in group, group  # n, all three at once
+    before, after = group.split("ddp: compare `loss` on 3 rank(s)")[1:]
+    assert "DIFFERS" in before and "All ranks agree." in after, group
+    assert group.count("mean loss ") == 3, group

@@ -27,6 +27,7 @@ DistComp.default_timeout = 120`` (local ranks) and ``%config AzureML.compute = "
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -88,7 +89,7 @@ def _build_parser() -> _Parser:
     where.add_argument("--ranks", default=None, help="ranks to show, e.g. 0,2-3 (default: all)")
     compare = sub.add_parser("compare", help="evaluate EXPR on each rank, group equal values")
     compare.add_argument("name")
-    compare.add_argument("expr", help="a Python expression, quoted if it has spaces")
+    compare.add_argument("expr", help="a Python expression: everything after NAME")
     compare.add_argument("--ranks", default=None, help="ranks to compare (default: all)")
     compare.add_argument("--rtol", type=float, default=None, help="relative tolerance")
     debug = sub.add_parser("debug", help="post-mortem pdb on a rank whose last cell failed")
@@ -164,6 +165,41 @@ def _build_parser() -> _Parser:
     return parser
 
 
+_COMPARE_OPTION = re.compile(r"(?:^|\s+)--(ranks|rtol)(?:=|\s+)(\S+)\s*$")
+_LEADING_OPTION = re.compile(r"^--(ranks|rtol)(?:=|\s+)(\S+)\s+")
+
+
+def compare_arguments(line: str) -> argparse.Namespace:
+    """``compare NAME EXPR [--ranks R] [--rtol X]``: everything after NAME but the options
+    at either end is EXPR, spaces and quotes as typed (one pair of outer quotes dropped)."""
+    rest = line.strip()[len("compare") :].strip()
+    options: dict[str, str | None] = {"ranks": None, "rtol": None}
+    while match := _LEADING_OPTION.match(rest):
+        options[match[1]], rest = match[2], rest[match.end() :]
+    while match := _COMPARE_OPTION.search(rest):
+        options[match[1]], rest = match[2], rest[: match.start()]
+    name, _, expr = rest.partition(" ")
+    expr = expr.strip()
+    if len(expr) >= 2 and expr[0] == expr[-1] and expr[0] in "'\"" and expr[0] not in expr[1:-1]:
+        expr = expr[1:-1]
+    if not name or not expr:
+        raise UsageError(
+            f"%distcomp {line.strip()}: compare needs a NAME and an expression. "
+            "Fix: %distcomp compare NAME EXPR, e.g. %distcomp compare ddp model.state_dict()"
+        )
+    rtol = None
+    if options["rtol"] is not None:
+        try:
+            rtol = float(options["rtol"])
+        except ValueError:
+            raise UsageError(
+                f"%distcomp compare: --rtol {options['rtol']!r} is not a number. Fix: --rtol 1e-6"
+            ) from None
+    return argparse.Namespace(
+        subcommand="compare", name=name, expr=expr, ranks=options["ranks"], rtol=rtol
+    )
+
+
 @magics_class
 class DistCompMagics(Magics):
     """The ``%distcomp`` magics of one shell, acting through its session."""
@@ -177,6 +213,16 @@ class DistCompMagics(Magics):
     @no_var_expand  # `{x}` and `$x` stay as written: values never leak in unasked
     def distcomp(self, line: str, cell: str | None = None) -> None:
         """Define a component from a YAML cell, or run a subcommand (see module docs)."""
+        if line.split(None, 1)[:1] == ["compare"] and not set(line.split()) & {"-h", "--help"}:
+            try:
+                self._handle_compare(compare_arguments(line), cell)
+                return
+            except (DistcompError, UsageError):
+                raise
+            except KeyboardInterrupt:
+                raise RankInterrupt(f"%distcomp {line}: interrupted.") from None
+            except Exception as exc:
+                raise InternalError(exc) from exc
         try:
             words = shlex.split(line)
         except ValueError as exc:

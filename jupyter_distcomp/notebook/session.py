@@ -326,13 +326,20 @@ class Session:
     def compare(
         self, name: str, expr: str, ranks: str | None = None, rtol: float | None = None
     ) -> CompareTable:
-        """``expr`` evaluated on each rank of ``name``, as one table of rank groups."""
+        """``expr`` evaluated on each rank of ``name``, as one table of rank groups; ranks
+        stopped at a breakpoint (a background cell's) evaluate it in their stopped frame."""
+        from ..contracts import RankState
         from ..core.ranges import parse_ranks
+        from ..local.debug.evaluate import compare_stopped
         from ..local.inspect.compare import compare
 
         self.component(name)
         world = self.backend.running_world(name)
-        return compare(world, parse_ranks(ranks, world.world_size), expr, rtol)
+        chosen = parse_ranks(ranks, world.world_size)
+        states = world.states()
+        if any(states[r] == RankState.DEBUGGING for r in chosen):  # in their stopped frames
+            return compare_stopped(world, chosen, expr, rtol)
+        return compare(world, chosen, expr, rtol)
 
     def command_in_background(
         self,

@@ -20,13 +20,16 @@ from typing import Any
 
 #: values kept on this rank between the calls of one comparison
 _KEPT: dict[str, Any] = {}
+#: the name compare keeps its value under
+SLOT = "compare"
+
+
+#: a list's or tuple's repr up to this many characters is shown whole
+SEQUENCE_CHARS = 2000
 
 
 def summarize(expr: str, slot: str) -> dict:
     """Evaluate ``expr`` in the rank's namespace; its summary (``kind`` says which)."""
-    import hashlib
-    import numbers
-
     from IPython import get_ipython
 
     shell = get_ipython()
@@ -35,6 +38,27 @@ def summarize(expr: str, slot: str) -> dict:
         value = eval(expr, shell.user_ns if shell is not None else {})
     except BaseException as exc:  # the user's error, shown in the table
         return {"kind": "error", "text": f"{type(exc).__name__}: {exc}"}
+    return summarize_value(value, slot)
+
+
+def summarize_in_frame(expr: str, slot: str, globals_: dict, locals_: Any) -> dict:
+    """``expr`` evaluated in a stopped frame (the rank's debugger prompt); its summary.
+    Nothing is kept: the rank cannot serve its value while it is stopped."""
+    try:
+        value = eval(expr, globals_, locals_)
+    except BaseException as exc:  # the user's error, shown in the table
+        return {"kind": "error", "text": f"{type(exc).__name__}: {exc}"}
+    try:
+        return summarize_value(value, slot)
+    finally:
+        _KEPT.pop(slot, None)
+
+
+def summarize_value(value: Any, slot: str) -> dict:
+    """The summary of ``value``; an array or mapping is kept under ``slot``."""
+    import hashlib
+    import math
+    import numbers
 
     def as_numpy(v: Any) -> Any:
         module = type(v).__module__.split(".")[0]
@@ -49,31 +73,41 @@ def summarize(expr: str, slot: str) -> dict:
             return numpy.ascontiguousarray(v)
         return None
 
+    def number(v: Any) -> dict:
+        if isinstance(v, float) and math.isnan(v):
+            return {"kind": "number", "value": "nan"}  # NaN equals NaN here
+        return {"kind": "number", "value": v}
+
     def one(v: Any) -> dict:
         if isinstance(v, numbers.Number) and not hasattr(v, "shape"):
-            return {"kind": "number", "value": v}
+            return number(v)
         if isinstance(v, str | bytes):
             data = v.encode() if isinstance(v, str) else v
             return {"kind": "str", "text": repr(v[:60]), "digest": hashlib.sha1(data).hexdigest()}
         array = as_numpy(v)
         if array is not None and array.ndim == 0 and array.dtype.kind in "biufc":
-            return {"kind": "number", "value": array.item()}  # a loss, a numpy scalar
+            return number(array.item())  # a loss, a numpy scalar
         if array is not None:
-            return {
+            summary: dict[str, Any] = {
                 "kind": "array",
                 "type": type(v).__module__.split(".")[0],
                 "shape": tuple(array.shape),
                 "dtype": str(getattr(v, "dtype", array.dtype)).replace("torch.", ""),
                 "digest": hashlib.sha1(array.tobytes()).hexdigest(),
             }
+            if array.dtype.kind in "fc":
+                import numpy
+
+                summary["nan"] = int(numpy.isnan(array).sum())
+                summary["inf"] = int(numpy.isinf(array).sum())
+            return summary
         if hasattr(v, "keys") and hasattr(v, "__getitem__"):
             return {"kind": "dict", "items": {str(k): one(v[k]) for k in v}}
         text = repr(v)
-        return {
-            "kind": "other",
-            "text": text[:60],
-            "digest": hashlib.sha1(text.encode()).hexdigest(),
-        }
+        shown = text if len(text) <= SEQUENCE_CHARS else text[:SEQUENCE_CHARS] + " ..."
+        if not isinstance(v, list | tuple):
+            shown = text[:60]
+        return {"kind": "other", "text": shown, "digest": hashlib.sha1(text.encode()).hexdigest()}
 
     summary = one(value)
     if summary["kind"] in ("array", "dict"):

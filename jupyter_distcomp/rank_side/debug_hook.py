@@ -5,6 +5,7 @@ world's key (``multiprocessing.connection``'s HMAC challenge); messages are JSON
 
     rank -> kernel   {"hello": rank}  {"stop": {file, line, func, source}}  {"out": text}
                      {"read": true}  {"running": true}  {"end": "continue" | "quit"}
+                     {"data": summary}  (the answer to the kernel's ``distcomp_compare``)
     kernel -> rank   {"go": true} | {"skip": why} | {"interrupt": why}  (answers "stop"), {"line": text}
 
 Two ways in, both standard library only:
@@ -225,6 +226,22 @@ class RankPdb(pdb.Pdb):
     def do_EOF(self, arg):
         self._ending = "quit"
         return super().do_EOF(arg)
+
+    def do_distcomp_compare(self, arg):
+        """The kernel's ``compare EXPR`` at this prompt: EXPR's summary in the current frame,
+        sent to the kernel (the table is made there)."""
+        try:
+            from jupyter_distcomp.rank_side.compare import SLOT, summarize_in_frame
+        except ImportError as exc:
+            summary = {"kind": "error", "text": f"compare needs jupyter-distcomp here: {exc}"}
+        else:
+            frame = self.curframe
+            space = frame.f_globals if frame is not None else {}
+            summary = summarize_in_frame(arg, SLOT, space, self.curframe_locals)
+        try:
+            self.channel.send(data=summary)
+        except (OSError, EOFError):
+            self.channel.close()
 
     def do_interact(self, arg):
         """An interactive interpreter on this rank, its lines read from the notebook;

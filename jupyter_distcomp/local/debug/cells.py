@@ -114,6 +114,7 @@ class CellDebug:
             quits=self.quits,
             states=self.world.states,
             interrupted=self.interrupted,
+            name=self.world.name,
         )
 
     def hold_in_background(self, running: Callable[[], Iterable[int]]) -> HeldStops | None:

@@ -180,6 +180,11 @@ class DebugChannel:
     def pending(self) -> bool:
         return bool(self._stops)
 
+    def stops(self) -> list[tuple[RankSession, dict]]:
+        """The stops waiting for their prompt, left in the queue."""
+        with self._cond:
+            return list(self._stops)
+
     def stopped_ranks(self) -> dict[int, dict]:
         """The ranks waiting for their prompt, each with where it stopped."""
         with self._cond:

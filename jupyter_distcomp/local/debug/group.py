@@ -17,7 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...contracts import RankState
+from ...core.compare_table import check_expression, table
 from ...core.ranges import format_ranks, parse_ranks
+from ...errors import DistcompError
 from .channel import DebugChannel, RankSession
 from .places import cell_lines, describe_stops, group_label, summary
 
@@ -28,6 +30,9 @@ STEP_WAIT = 1.0
 GATHER = 1.5
 _FOCUS = re.compile(r"^\s*ranks?\s+(all|\d+(?:\s*-\s*\d+)?(?:\s*,\s*\d+(?:\s*-\s*\d+)?)*)\s*$")
 _PDB_PROMPT = re.compile(r"^\(Pdb rank \d+\) $")
+_COMPARE = re.compile(r"^\s*compare\s+(?P<expr>\S.*?)\s*$")
+#: the rank's pdb command that answers ``compare EXPR`` (debug_hook.RankPdb)
+RANK_COMPARE = "distcomp_compare"
 #: states of a rank whose cell is over: it will not stop again in this cell
 _OVER = {RankState.IDLE, RankState.DEAD}
 
@@ -42,6 +47,8 @@ class Member:
     text: str = ""  # the rank's output not shown yet
     prompt: str = ""
     told: bool = False  # its current stop was shown
+    data: dict | None = None  # the rank's answer to RANK_COMPARE
+    ran: bool = False  # it ran on since the last command was sent
 
 
 class Group:
@@ -55,8 +62,11 @@ class Group:
         label: Callable[[int], str] | None,
         quits: set[int] | None,
         states: Callable[[], dict[int, RankState]] | None,
+        name: str = "ranks",
     ) -> None:
         self.channel = channel
+        self.name = name  # the world's, in compare's table
+        self.taking = True  # False: the stops stay queued (see hold)
         self.ask = ask
         self.before_prompt = before_prompt
         self.label = label
@@ -89,6 +99,10 @@ class Group:
             self.before_prompt()
             line = self.ask(focused[0].session, self._prompt(focused))
             if self._refocus(line):
+                continue
+            compare = _COMPARE.match(line)
+            if compare:
+                self._compare(focused, compare["expr"])
                 continue
             self._command(focused, line)
             self._tell_new_stops()
@@ -138,9 +152,12 @@ class Group:
     def _command(self, targets: list[Member], line: str) -> None:
         """Send ``line`` to every target at once; show their replies and where they went."""
         for member in targets:
-            member.state = "busy"
+            member.state, member.ran = "busy", False
             member.session.send(line=line)
         moved = self._wait(targets, settle=STEP_WAIT)
+        if moved:  # ranks the step released from a collective stop again
+            others = [m for m in self.members.values() if m not in targets]
+            self._wait([m for m in others if m.state in ("running", "stopped")], settle=0.2)
         self._show(targets)
         if len(targets) > 1 and moved:
             stopped = {m.session.rank: m.where for m in targets if m.state == "prompt"}
@@ -153,14 +170,52 @@ class Group:
         for rank in [r for r, m in self.members.items() if m.state == "ended"]:
             del self.members[rank]
 
+    def _compare(self, targets: list[Member], expr: str) -> None:
+        """``compare EXPR``: EXPR in each target's current frame, as compare's table."""
+        try:
+            check_expression(self.name, expr)
+        except DistcompError as exc:
+            print(exc, flush=True)
+            return
+        summaries = self.evaluate(targets, expr)
+        self._show(targets)
+        print(table(self.name, expr, summaries, None).text(), flush=True)
+
+    def evaluate(self, targets: list[Member], expr: str) -> dict[int, dict]:
+        """Each target's summary of ``expr`` in its current frame; they stay at the prompt."""
+        for member in targets:
+            member.data, member.state = None, "busy"
+            member.session.send(line=f"{RANK_COMPARE} {expr}")
+        self._wait(targets, settle=0.0)
+        lost = {"kind": "error", "text": "no answer (the rank left its prompt)"}
+        return {m.session.rank: m.data or lost for m in targets}
+
+    def hold(self, stops: list[tuple[RankSession, dict]]) -> list[Member]:
+        """Members for stops that stay queued (a background cell's): at their prompt once
+        their queued messages are read; :meth:`release` puts those messages back."""
+        self.taking = False
+        members = []
+        for session, where in stops:
+            member = self.members[session.rank] = Member(session, where)
+            members.append(member)
+        for member in members:
+            self._drain(member)
+        self._wait(members, settle=0.0)
+        return members
+
+    @staticmethod
+    def release(members: list[Member]) -> None:
+        for member in members:
+            member.session.messages.put({"out": member.text + member.prompt, "read": True})
+            member.session.channel.changed()
+
     # -- waiting for the ranks -----------------------------------------------------------
     def _wait(self, targets: list[Member], settle: float) -> bool:
         """Until each target is at a prompt or ended; ranks that run on get ``settle`` s
         since the last news to stop again. Whether any target ran."""
-        moved = False
         last = time.monotonic()
         while True:
-            moved |= any(m.state in ("running", "stopped") for m in targets)
+            moved = any(m.ran for m in targets)
             waiting = [m for m in targets if m.state in ("busy", "stopped")]
             running = [m for m in targets if m.state == "running" and not self._over(m)]
             if not waiting and (not running or time.monotonic() - last > settle):
@@ -207,6 +262,8 @@ class Group:
 
     def _take_stops(self) -> bool:
         news = False
+        if not self.taking:
+            return news
         while (stop := self.channel.take()) is not None:
             news = True
             session, where = stop
@@ -227,6 +284,8 @@ class Group:
             news = True
             if "out" in message:
                 member.text += message["out"]
+            if "data" in message:
+                member.data = message["data"]
             if "read" in message:
                 if member.state == "running":  # its stop is queued just before its read
                     self._take_stops()
@@ -235,6 +294,7 @@ class Group:
                 member.state = "prompt"
             elif "running" in message or "end" in message:
                 member.state = "running" if "running" in message else "ended"
+                member.ran = True
                 if message.get("end") == "quit":
                     self.quits.add(member.session.rank)
                 self.channel.on_state(member.session.rank, RankState.BUSY)

@@ -64,7 +64,13 @@ class HeldStops:
         self._waiting = True
         tic = time.monotonic()
         try:
-            serve(self.channel, label=self.label, quits=self.quits, states=self.states)
+            serve(
+                self.channel,
+                label=self.label,
+                quits=self.quits,
+                states=self.states,
+                name=self.name,
+            )
         except KeyboardInterrupt:
             self.interrupt()
         finally:

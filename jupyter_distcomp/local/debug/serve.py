@@ -32,6 +32,7 @@ def serve(
     quits: set[int] | None = None,
     states: Callable[[], dict[int, RankState]] | None = None,
     interrupted: dict[int, dict] | None = None,
+    name: str = "ranks",
 ) -> float:
     """Serve the stopped ranks at one prompt until none is at it; the seconds spent (0.0 if
     none stopped).
@@ -40,12 +41,13 @@ def serve(
     states) tells a rank whose cell ended from one that runs on. A kernel interrupt at a
     prompt propagates: the caller sends SIGINT to the ranks, which ends their debug sessions
     (one interrupt per rank; closing the channel as well would race with it);
-    ``interrupted`` then holds where each rank at the prompt had stopped.
+    ``interrupted`` then holds where each rank at the prompt had stopped; ``name`` heads
+    the table of ``compare EXPR`` at the prompt.
     """
     if not channel.pending():
         return 0.0
     tic = time.monotonic()
-    group = Group(channel, _ask, before_prompt, label, quits, states)
+    group = Group(channel, _ask, before_prompt, label, quits, states, name)
     if interrupted is not None:
         group.interrupted = interrupted
     group.run()

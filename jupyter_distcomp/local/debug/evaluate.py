@@ -1,0 +1,50 @@
+"""``%distcomp compare NAME EXPR`` on ranks stopped at a breakpoint of a background cell:
+EXPR is evaluated in each stopped rank's frame (through its pdb, as ``compare`` at the
+prompt does), on idle ranks in their namespace; the stops stay for ``%distcomp wait``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...contracts import RankState
+from ...core.compare_table import CompareTable, check_expression, table
+from ...core.ranges import format_ranks
+from ...errors import RankError
+from ...rank_side.compare import SLOT, diff_value, summarize
+from .group import Group
+
+if TYPE_CHECKING:
+    from ..ranks.world import World
+
+
+def compare_stopped(world: World, ranks: list[int], expr: str, rtol: float | None) -> CompareTable:
+    """``expr`` on ``ranks``: in their stopped frames, or (idle ranks) their namespace."""
+    check_expression(world.name, expr)
+    states = world.states()
+    channel = getattr(world, "debugger", None)
+    stops = [s for s in channel.stops() if s[0].rank in ranks] if channel is not None else []
+    stopped = {session.rank for session, _ in stops}
+    idle = [r for r in ranks if states[r] == RankState.IDLE]
+    other = [r for r in ranks if r not in stopped and r not in idle]
+    if other:
+        fine = sorted(stopped | set(idle))
+        fix = f"--ranks {format_ranks(fine).split(' ', 1)[1]}" if fine else "--ranks R"
+        raise RankError(
+            f"{format_ranks(other)} of {world.name!r} are busy (not stopped at a breakpoint); "
+            f"compare runs on idle ranks and on ranks stopped at a breakpoint. Fix: {fix}, "
+            f"or `%distcomp where {world.name}` to see where they are."
+        )
+    summaries: dict[int, dict] = {}
+    if idle:
+        answers = world.call_each(idle, summarize, lambda info: (expr, SLOT))
+        summaries.update(zip(idle, answers, strict=True))
+        world.call_each(idle, diff_value, lambda info: (SLOT, None, None))  # forget them
+    if stops:
+        assert channel is not None
+        group = Group(channel, lambda session, prompt: "", lambda: None, None, None, None)
+        members = group.hold(stops)
+        try:
+            summaries.update(group.evaluate(members, expr))
+        finally:
+            Group.release(members)
+    return table(world.name, expr, summaries, rtol)
