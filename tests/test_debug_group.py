@@ -103,7 +103,7 @@ def test_focus_narrows_the_prompt_and_a_step_that_blocks_says_for_whom(kernel):
     assert "The prompt goes to ranks 0-1, 3, still stopped." in text
     assert "[ranks 0-1, 3] tensor([" not in text  # their values differ before the step
     assert "[rank 3] tensor([4.])" in text
-    assert "[rank 2] stopped at cell line 5, in step" in text, text  # it joins, one line
+    assert "[rank 2] stopped at cell line 5, in step: joins the prompt" in text, text
     assert "rank 2 joined the prompt outside the focus" not in text  # focus was widened
     assert "[ranks 0-3] tensor([10.])" in text, text
     assert all(f"[rank {r}] total 20.0" in text for r in range(4)), text

@@ -91,7 +91,7 @@ class Group:
         self._poll(0.0)
         self._gather()
         self._wait(list(self.members.values()), settle=0.0)
-        self._tell_new_stops()
+        self._tell_new_stops(joins=False)
         while True:
             focused = self._focused()
             if not focused:
@@ -317,14 +317,14 @@ class Group:
             else:
                 print(f"{group_label(ranks, self.label)} {body}", flush=True)
 
-    def _tell_new_stops(self) -> None:
+    def _tell_new_stops(self, joins: bool = True) -> None:
         """Ranks that came to a prompt since they were last shown: where, and that they
         join (outside the focus: how to include them)."""
         new = {r: m for r, m in self.members.items() if m.state == "prompt" and not m.told}
         if not new:
             return
         for line in describe_stops({r: m.where for r, m in new.items()}, self.label):
-            print(line, flush=True)
+            print(f"{line}: joins the prompt" if joins else line, flush=True)
         self._show(list(new.values()))
         outside = sorted(r for r in new if self.focus is not None and r not in self.focus)
         if outside:
