@@ -87,6 +87,7 @@ def step_round_trips(backend, component, debug_ranks: str | None) -> list[float]
     """Seconds from each ``n`` typed to the next prompt (all stopped ranks again there)."""
     trips: list[float] = []
     typed_at: list[float] = []
+    prompts: list[str] = []
     asked = 0
 
     def person(prompt: str = "") -> str:
@@ -94,6 +95,7 @@ def step_round_trips(backend, component, debug_ranks: str | None) -> list[float]
         now = time.perf_counter()
         if typed_at:
             trips.append(now - typed_at[-1])
+        prompts.append(prompt)
         asked += 1
         if asked > STEPS:
             typed_at.clear()
@@ -109,6 +111,8 @@ def step_round_trips(backend, component, debug_ranks: str | None) -> list[float]
             backend.run_cell("steps", component, STEP_CELL, timeout=600, debug_ranks=debug_ranks)
         text = out.getvalue()
         assert "still running" not in text, text[-500:]
+        every = "(Pdb rank 0) " if debug_ranks == "0" else "(Pdb ranks 0-3) "
+        assert set(prompts) == {every}, set(prompts)
     finally:
         builtins.input = read
     return trips[1:]
