@@ -24,6 +24,12 @@ launcher:
 def kernel():
     k = DebugKernel()
     assert k.run("%load_ext jupyter_distcomp").ok
+    # one world at a time: two worlds starting at once race in ipyparallel's canning map
+    setup = {
+        "ddp": "import torch\nimport torch.distributed as dist\n"
+        'dist.init_process_group("gloo", init_method="env://")\nrank = dist.get_rank()',
+        "dbg": "from mpi4py import MPI\ncomm = MPI.COMM_WORLD",
+    }
     for spec, name, count in ((TORCH_SPEC, "ddp", 4), (MPI_SPEC, "dbg", 3)):
         out = k.run(f"%%distcomp {name}\n{spec}")
         assert out.ok, out.text
@@ -32,14 +38,8 @@ def kernel():
             f"instance_count=1, process_count_per_node={count})"
         )
         assert out.ok, out.text
-    out = k.run(
-        "%%distcomp run ddp\nimport torch\nimport torch.distributed as dist\n"
-        'dist.init_process_group("gloo", init_method="env://")\nrank = dist.get_rank()',
-        timeout=300,
-    )
-    assert out.ok, out.text
-    out = k.run("%%distcomp run dbg\nfrom mpi4py import MPI\ncomm = MPI.COMM_WORLD", timeout=300)
-    assert out.ok, out.text
+        out = k.run(f"%%distcomp run {name}\n{setup[name]}", timeout=300)
+        assert out.ok, out.text
     for name in ("ddp", "dbg"):  # each rank's first stop connects to the kernel: done once here
         out = k.run(f"%%distcomp run {name}\nbreakpoint()\npass", ["c"] * 4)
         assert out.ok, out.text
@@ -243,6 +243,39 @@ def test_compare_at_the_prompt_evaluates_in_each_ranks_frame(kernel):
     assert "[0, 0, 0]" in tables[5] and "[1, 1, 1]" in tables[5], tables[5]
     assert "297, 298, 299]" in tables[5], tables[5]  # a list in full
     assert "is not a Python expression" in out.text, out.text
+
+
+STEP_SCRIPT = """\
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+t = torch.tensor([dist.get_rank() + 1.0])
+breakpoint()
+dist.all_reduce(t)
+print("total", t.item(), flush=True)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_the_ranks_of_a_command_share_one_prompt_and_step_over_all_reduce(kernel, tmp_path):
+    (tmp_path / "train.py").write_text(STEP_SCRIPT)
+    spec = TORCH_SPEC.replace("name: ddp", f"name: cmd\ncode: {tmp_path}")
+    assert kernel.run(f"%%distcomp cmd\n{spec}").ok
+    kernel.run(
+        "cmd.runsettings.resource_layout.configure(instance_count=1, process_count_per_node=2)"
+    )
+    out = kernel.run("%distcomp command cmd", ["p t", "n", "compare t", "c"], timeout=240)
+    assert out.ok, out.text
+    assert out.prompts == ["(Pdb ranks 0-1) "] * 4, out.transcript
+    text = out.text
+    assert f"[ranks 0-1] stopped at {tmp_path / 'train.py'}:7, in <module>" in text, text
+    assert "[rank 0] tensor([1.])" in text and "[rank 1] tensor([2.])" in text, text
+    assert f"ranks 0-1 at {tmp_path / 'train.py'}:8, in <module>" in text, text
+    assert "cmd: compare `t` on 2 rank(s)" in text and "All ranks agree." in text, text
+    assert "[rank 0] total 3.0" in text and "[rank 1] total 3.0" in text, text
 
 
 @pytest.mark.slow

@@ -238,6 +238,7 @@ class RankPdb(pdb.Pdb):
             frame = self.curframe
             space = frame.f_globals if frame is not None else {}
             summary = summarize_in_frame(arg, SLOT, space, self.curframe_locals)
+            summary = json.loads(json.dumps(summary, default=str))  # a complex, a Decimal
         try:
             self.channel.send(data=summary)
         except (OSError, EOFError):

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ...contracts import RankState
 from ...core.bindings import local_inputs, local_outputs
 from ...core.layout import MPI_LAUNCHERS, env_places
 from ...core.ranges import rank_label
@@ -141,7 +142,12 @@ def run_command(
     run.debugger = debugger
     if background is not None:  # this thread cannot prompt: `%distcomp wait` does
         run.held = HeldStops(
-            debugger, component.name, run._label, run.quits, run.interrupt_from_elsewhere
+            debugger,
+            component.name,
+            run._label,
+            run.quits,
+            run.interrupt_from_elsewhere,
+            run._states,
         )
         background.serve, background.stopped = run.held.serve_waiting, run.held.stopped
     started = time.monotonic()
@@ -262,6 +268,13 @@ class _Run:
             return
         self._stop(signal.SIGTERM)
 
+    def _states(self) -> dict[int, RankState]:
+        """Each rank's state as the debugger's prompt reads it: busy while its process runs."""
+        return {
+            r.rank: RankState.BUSY if r.returncode is None else RankState.IDLE
+            for r in self.result.ranks
+        }
+
     def _running(self) -> list[int]:
         return [r.rank for r in self.result.ranks if r.returncode is None]
 
@@ -308,6 +321,8 @@ class _Run:
                         before_prompt=lambda: self.drain(0),
                         label=self._label,
                         quits=self.quits,
+                        states=self._states,
+                        name=self.result.component,
                     )
                 for rank in self.quits:
                     self.result.ranks[rank].quit = True

@@ -2,9 +2,11 @@
 
 - ``channel``: the authenticated listener one world (or one ``%distcomp command`` run) owns,
   and the queue of ranks stopped at a breakpoint, in order of arrival.
-- ``serve``: the kernel's main thread serves those stops one at a time with ``input()``
-  (stdin requests in a notebook, the terminal in IPython); ``held``: the stops of a run in
-  the background, served by ``%distcomp wait``.
+- ``serve``: the kernel's main thread serves those stops with ``input()`` (stdin requests
+  in a notebook, the terminal in IPython), the stopped ranks as one group at one prompt
+  (``group``; ``places`` says where they stopped); ``held``: the stops of a run in the
+  background, served by ``%distcomp wait``; ``evaluate``: ``%distcomp compare`` in the
+  frames of such stops.
 - ``cells``: ``%%distcomp run`` cells: the world's start-up hook that puts the hook on each
   engine, ``--debug-ranks``, ranks that quit, the rank ``%distcomp debug`` opens.
 
