@@ -124,3 +124,29 @@ def test_a_rank_at_a_debugger_prompt_shows_its_own_frames_only():
     assert text.endswith("(at a debugger prompt)")
     for internal in ("connection.py", "debug_hook", "cmd.py", "pdb.py", "bdb.py"):
         assert internal not in text
+
+
+def test_compare_table_nan_equals_nan_and_arrays_show_nan_and_inf_counts():
+    import numpy
+
+    from jupyter_distcomp.core.compare_table import table
+    from jupyter_distcomp.rank_side.compare import summarize_value
+
+    nan = {r: summarize_value(float("nan"), "unit") for r in range(3)}
+    assert "All ranks agree." in table("w", "loss", nan, None).text()
+    values = [numpy.array([1.0, numpy.nan, numpy.inf]), numpy.array([1.0, 2.0, 3.0])]
+    arrays = {0: summarize_value(values[0], "unit"), 1: summarize_value(values[1], "unit")}
+    text = table("w", "x", arrays, None).text()
+    assert "(1 NaN, 1 Inf)" in text and "DIFFERS" in text, text
+    long = {r: summarize_value([*range(300), r], "unit") for r in range(2)}
+    text = table("w", "xs", long, None).text()
+    assert "297, 298, 299, 0]" in text and "297, 298, 299, 1]" in text, text
+
+
+def test_everything_after_the_name_is_the_expression_of_compare():
+    from jupyter_distcomp.notebook.magics import compare_arguments
+
+    args = compare_arguments("compare w a + b[' c '] --ranks 0,2 --rtol 1e-3")
+    assert (args.name, args.expr, args.ranks, args.rtol) == ("w", "a + b[' c ']", "0,2", 1e-3)
+    assert compare_arguments('compare w "model.state_dict()"').expr == "model.state_dict()"
+    assert compare_arguments("compare --ranks 1 w x * 2").expr == "x * 2"
