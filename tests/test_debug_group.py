@@ -236,6 +236,8 @@ def test_compare_at_the_prompt_evaluates_in_each_ranks_frame(kernel):
     tables = out.text.split("ddp: compare ")[1:]
     assert len(tables) == 6, out.text
     assert tables[0].startswith("`t` on 4 rank(s)") and "DIFFERS" in tables[0], tables[0]
+    # the max |diff| of a tensor: rank 0 served its t to the others, at their prompts
+    assert re.search(r"\n3 .*DIFFERS\s+3\n", tables[0]), tables[0]
     assert "All ranks agree." in tables[1], tables[1]  # after the all_reduce
     assert "(4 Inf)" not in tables[2] and "(1 Inf)" in tables[2], tables[2]
     assert "(1 NaN)" in tables[3] and "All ranks agree." in tables[3], tables[3]

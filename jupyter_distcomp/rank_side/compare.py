@@ -42,16 +42,13 @@ def summarize(expr: str, slot: str) -> dict:
 
 
 def summarize_in_frame(expr: str, slot: str, globals_: dict, locals_: Any) -> dict:
-    """``expr`` evaluated in a stopped frame (the rank's debugger prompt); its summary.
-    Nothing is kept: the rank cannot serve its value while it is stopped."""
+    """``expr`` evaluated in a stopped frame (the rank's debugger prompt); its summary."""
+    _KEPT.pop(slot, None)
     try:
         value = eval(expr, globals_, locals_)
     except BaseException as exc:  # the user's error, shown in the table
         return {"kind": "error", "text": f"{type(exc).__name__}: {exc}"}
-    try:
-        return summarize_value(value, slot)
-    finally:
-        _KEPT.pop(slot, None)
+    return summarize_value(value, slot)
 
 
 def summarize_value(value: Any, slot: str) -> dict:

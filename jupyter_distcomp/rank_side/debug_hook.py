@@ -5,7 +5,7 @@ world's key (``multiprocessing.connection``'s HMAC challenge); messages are JSON
 
     rank -> kernel   {"hello": rank}  {"stop": {file, line, func, source}}  {"out": text}
                      {"read": true}  {"running": true}  {"end": "continue" | "quit"}
-                     {"data": summary}  (the answer to the kernel's ``distcomp_compare``)
+                     {"data": ...}  (the answer to the kernel's ``distcomp_*`` commands)
     kernel -> rank   {"go": true} | {"skip": why} | {"interrupt": why}  (answers "stop"), {"line": text}
 
 Two ways in, both standard library only:
@@ -229,7 +229,8 @@ class RankPdb(pdb.Pdb):
 
     def do_distcomp_compare(self, arg):
         """The kernel's ``compare EXPR`` at this prompt: EXPR's summary in the current frame,
-        sent to the kernel (the table is made there)."""
+        sent to the kernel (the table is made there); an array or mapping is kept for
+        ``distcomp_serve`` and ``distcomp_diff``."""
         try:
             from jupyter_distcomp.rank_side.compare import SLOT, summarize_in_frame
         except ImportError as exc:
@@ -238,9 +239,26 @@ class RankPdb(pdb.Pdb):
             frame = self.curframe
             space = frame.f_globals if frame is not None else {}
             summary = summarize_in_frame(arg, SLOT, space, self.curframe_locals)
-            summary = json.loads(json.dumps(summary, default=str))  # a complex, a Decimal
-        try:
-            self.channel.send(data=summary)
+        self._answer(summary)
+
+    def do_distcomp_serve(self, arg):
+        """The reference rank of compare: serve the kept value (``serve_value``'s
+        arguments but the slot, as JSON); its address and port."""
+        from jupyter_distcomp.rank_side.compare import SLOT, serve_value
+
+        self._answer({"served": serve_value(SLOT, *json.loads(arg))})
+
+    def do_distcomp_diff(self, arg):
+        """A rank of compare: max |diff| of the kept value against the served reference
+        (``diff_value``'s arguments but the slot, as JSON; no source: forget it)."""
+        from jupyter_distcomp.rank_side.compare import SLOT, diff_value
+
+        self._answer(diff_value(SLOT, *json.loads(arg)))
+
+    def _answer(self, data) -> None:
+        """Send the kernel the answer of one of its commands."""
+        try:  # a complex or a Decimal in a summary is sent as its text
+            self.channel.send(data=json.loads(json.dumps(data, default=str)))
         except (OSError, EOFError):
             self.channel.close()
 

@@ -39,12 +39,14 @@ def compare_stopped(world: World, ranks: list[int], expr: str, rtol: float | Non
         answers = world.call_each(idle, summarize, lambda info: (expr, SLOT))
         summaries.update(zip(idle, answers, strict=True))
         world.call_each(idle, diff_value, lambda info: (SLOT, None, None))  # forget them
-    if stops:
-        assert channel is not None
-        group = Group(channel, lambda session, prompt: "", lambda: None, None, None, None)
-        members = group.hold(stops)
-        try:
-            summaries.update(group.evaluate(members, expr))
-        finally:
-            Group.release(members)
-    return table(world.name, expr, summaries, rtol)
+    if not stops:
+        return table(world.name, expr, summaries, rtol)
+    assert channel is not None
+    group = Group(channel, lambda session, prompt: "", lambda: None, None, None, None, world.name)
+    members = group.hold(stops)
+    try:
+        summaries.update(group.evaluate(members, expr))
+        # the reference serves its array from its prompt (an idle one forgot it: no max |diff|)
+        return group.table(members, expr, summaries, rtol)
+    finally:
+        Group.release(members)

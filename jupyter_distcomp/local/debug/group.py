@@ -10,14 +10,17 @@ the ranks they may wait for, and the prompt stays with the others.
 
 from __future__ import annotations
 
+import json
 import queue
 import re
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ...contracts import RankState
-from ...core.compare_table import check_expression, table
+from ...core.compare_table import CompareTable, check_expression, table
 from ...core.ranges import format_ranks, parse_ranks
 from ...errors import DistcompError
 from .channel import DebugChannel, RankSession
@@ -33,11 +36,14 @@ _PDB_PROMPT = re.compile(r"^\(Pdb rank \d+\) $")
 _COMPARE = re.compile(r"^\s*compare\s+(?P<expr>\S.*?)\s*$")
 #: the rank's pdb command that answers ``compare EXPR`` (debug_hook.RankPdb)
 RANK_COMPARE = "distcomp_compare"
+RANK_SERVE = "distcomp_serve"
+RANK_DIFF = "distcomp_diff"
+DIFF_SECONDS = 60.0  # the most a rank waits for the reference value of compare
 #: states of a rank whose cell is over: it will not stop again in this cell
 _OVER = {RankState.IDLE, RankState.DEAD}
 
 
-@dataclass
+@dataclass(eq=False)  # each member is itself: a key of the commands sent to ranks
 class Member:
     """One stopped rank of the group."""
 
@@ -179,16 +185,51 @@ class Group:
             return
         summaries = self.evaluate(targets, expr)
         self._show(targets)
-        print(table(self.name, expr, summaries, None).text(), flush=True)
+        print(self.table(targets, expr, summaries, None).text(), flush=True)
 
     def evaluate(self, targets: list[Member], expr: str) -> dict[int, dict]:
-        """Each target's summary of ``expr`` in its current frame; they stay at the prompt."""
-        for member in targets:
-            member.data, member.state = None, "busy"
-            member.session.send(line=f"{RANK_COMPARE} {expr}")
-        self._wait(targets, settle=0.0)
+        """Each target's summary of ``expr`` in its current frame; they stay at the prompt
+        (an array or mapping kept there for :meth:`table`)."""
         lost = {"kind": "error", "text": "no answer (the rank left its prompt)"}
-        return {m.session.rank: m.data or lost for m in targets}
+        answers = self._ask_ranks({m: f"{RANK_COMPARE} {expr}" for m in targets})
+        return {m.session.rank: answers.get(m) or lost for m in targets}
+
+    def table(
+        self, targets: list[Member], expr: str, summaries: dict[int, dict], rtol: float | None
+    ) -> CompareTable:
+        """compare's table of ``summaries``; the ranks whose kept values differ from the
+        reference get their max |diff| from it (served by the reference rank at its prompt,
+        on loopback), and every rank forgets its kept value."""
+
+        def diff_kept(keys: dict[int, Any], ref: int) -> dict[int, dict]:
+            kept = [m for m in targets if summaries[m.session.rank]["kind"] in ("array", "dict")]
+            differing = [m for m in kept if keys[m.session.rank] != keys[ref]]
+            source = None
+            reference = next((m for m in kept if m.session.rank == ref), None)
+            if differing and reference is not None:
+                token = secrets.token_hex(16)
+                args = json.dumps([None, len(differing), token, DIFF_SECONDS])
+                served = self._ask_ranks({reference: f"{RANK_SERVE} {args}"}).get(reference)
+                where = (served or {}).get("served")
+                if isinstance(where, list):
+                    source = [*where, token]
+            lines = {
+                m: f"{RANK_DIFF} "
+                + json.dumps([source if m in differing else None, rtol, DIFF_SECONDS])
+                for m in kept
+            }
+            answers = self._ask_ranks(lines)
+            return {m.session.rank: answers[m] for m in differing if answers.get(m)}
+
+        return table(self.name, expr, summaries, rtol, diff_kept)
+
+    def _ask_ranks(self, lines: dict[Member, str]) -> dict[Member, dict]:
+        """Send each member its own command (at once); the data each answered."""
+        for member, line in lines.items():
+            member.data, member.state = None, "busy"
+            member.session.send(line=line)
+        self._wait(list(lines), settle=0.0)
+        return {m: m.data for m in lines if m.data is not None}
 
     def hold(self, stops: list[tuple[RankSession, dict]]) -> list[Member]:
         """Members for stops that stay queued (a background cell's): at their prompt once
