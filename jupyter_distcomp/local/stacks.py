@@ -61,7 +61,7 @@ def stack_frames(stack: str, code: str, cell: str = "Cell") -> tuple[list[Frame]
     below the cell are left out.
     """
     frames: list[Frame] = []
-    debugger_at: int | None = None  # index of the innermost frame of the debugger
+    debugger_at: int | None = None  # index of the debugger's outermost frame (read last)
     code_lines = code.splitlines()
     outer_cell = None
     for raw in stack.splitlines():

@@ -213,26 +213,25 @@ class DistCompMagics(Magics):
     @no_var_expand  # `{x}` and `$x` stay as written: values never leak in unasked
     def distcomp(self, line: str, cell: str | None = None) -> None:
         """Define a component from a YAML cell, or run a subcommand (see module docs)."""
-        if line.split(None, 1)[:1] == ["compare"] and not set(line.split()) & {"-h", "--help"}:
+        # compare's expression is the rest of the line as typed, not shell words
+        compare = line.split(None, 1)[:1] == ["compare"] and not {"-h", "--help"} & set(
+            line.split()
+        )
+        words: list[str] = []
+        if not compare:
             try:
+                words = shlex.split(line)
+            except ValueError as exc:
+                raise UsageError(f"%distcomp: cannot parse the arguments {line!r}: {exc}") from None
+            if not words:
+                raise UsageError(
+                    "%%distcomp needs a component name (define: %%distcomp NAME) or a "
+                    "subcommand: " + ", ".join(SUBCOMMANDS)
+                )
+        try:
+            if compare:
                 self._handle_compare(compare_arguments(line), cell)
                 return
-            except (DistcompError, UsageError):
-                raise
-            except KeyboardInterrupt:
-                raise RankInterrupt(f"%distcomp {line}: interrupted.") from None
-            except Exception as exc:
-                raise InternalError(exc) from exc
-        try:
-            words = shlex.split(line)
-        except ValueError as exc:
-            raise UsageError(f"%distcomp: cannot parse the arguments {line!r}: {exc}") from None
-        if not words:
-            raise UsageError(
-                "%%distcomp needs a component name (define: %%distcomp NAME) or a subcommand: "
-                + ", ".join(SUBCOMMANDS)
-            )
-        try:
             if words[0] in SUBCOMMANDS or words[0] in ("-h", "--help"):
                 args = self._parser.parse_args(words)
                 getattr(self, f"_handle_{args.subcommand}")(args, cell)
