@@ -4,8 +4,8 @@ The cell ends when every chosen rank has answered, when a rank dies (within a fe
 saying why), at the time-out (naming the busy ranks with their stacks, then interrupting
 them), or on a kernel interrupt (SIGINT to every busy rank, back within two seconds), or
 when a rank failed while the others stay busy (failfast.py).
-Built on each rank's :class:`~.ipp.RankReply`: ipyparallel accumulates the rank's output
-there, so reading it from the main thread loses nothing and needs no second transport.
+Each rank's output comes through :class:`~.feed.OutputFeed` as ipyparallel receives it; the
+cell's thread wakes for each message and writes it (output.py).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from ..stacks import stack_sections
 from . import ipp
 from .failfast import FailFast
 from .failures import death_reason, error_sections
+from .feed import OutputFeed
 from .output import RankOutput
 
 if TYPE_CHECKING:
@@ -84,9 +85,7 @@ class CellRun:
         self.futures: dict[int, ipp.RankReply] = {}
         self.execution: ipp.Execution | None = None
         self.running: set[int] = set()
-        self._offsets: dict[tuple[int, str], int] = {}
-        self._rich_seen: dict[int, int] = {}
-        self._result_seen: set[int] = set()
+        self.feed = OutputFeed(ranks, self.wake.set)
         self._replied_at: dict[int, float] = {}
         self._cut_short: set[int] = set()  # ranks that ended with their output incomplete
         self.fail_fast = FailFast(
@@ -119,6 +118,7 @@ class CellRun:
             world.set_state(self.ranks, RankState.IDLE)
             raise
         self.execution = execution
+        execution.listen(self.feed.on_message)
         for rank, reply in zip(self.ranks, execution.replies, strict=True):
             self.futures[rank] = reply
             reply.on_reply(functools.partial(self._replied, rank))
@@ -163,12 +163,8 @@ class CellRun:
         self._raise_errors()
 
     def _wait(self, seconds: float) -> None:
-        """Until a rank replies, or (every rank replied) until all output is in."""
-        execution = self.execution
-        if execution is not None and all(self.futures[r].replied() for r in self.running):
-            execution.wait_for_output(seconds)
-        else:
-            self.wake.wait(seconds)
+        """Until a rank replies, sends output or ends its output (or ``seconds`` pass)."""
+        self.wake.wait(seconds)
         self.wake.clear()
 
     def _engine_died(self) -> bool:
@@ -187,21 +183,8 @@ class CellRun:
         # between the two is still read below
         now = time.monotonic()
         ended = [rank for rank in self.running if self._output_ended(rank, now)]
-        for rank in self.ranks:
-            md = self.futures[rank].output
-            for name in ("stdout", "stderr"):
-                text = md[name] or ""
-                seen = self._offsets.get((rank, name), 0)
-                if len(text) > seen:
-                    self.out.stream(rank, name, text[seen:])
-                self._offsets[(rank, name)] = len(text)
-            outputs = md["outputs"]
-            for content in outputs[self._rich_seen.get(rank, 0) :]:
-                self.out.rich(rank, content)
-            self._rich_seen[rank] = len(outputs)
-            if md["execute_result"] and rank not in self._result_seen:
-                self._result_seen.add(rank)
-                self.out.rich(rank, md["execute_result"], result=True)
+        for rank, kind, content in self.feed.drain():
+            self.out.message(rank, kind, content)
         self._cut_short.update(r for r in ended if not self.futures[r].output_complete())
         self.running.difference_update(ended)
         self.out.flush_partial(force=not self.running)
@@ -211,16 +194,20 @@ class CellRun:
         if self._cut_short:
             print(
                 f"distcomp: the output of {format_ranks(self._cut_short)} may be incomplete: "
-                f"not all of it had arrived {OUTPUT_GRACE:g} s after the cell ended there.",
+                f"none of the rest had arrived {OUTPUT_GRACE:g} s after the cell ended there.",
                 file=sys.stderr,
             )
 
     def _output_ended(self, rank: int, now: float) -> bool:
-        """The rank replied and all its output is in (or none came for OUTPUT_GRACE)."""
+        """The rank replied and all its output is in (or none came for OUTPUT_GRACE since
+        the reply: a burst still arriving keeps the cell open until it is all in)."""
         reply = self.futures[rank]
-        return reply.replied() and (
-            reply.output_complete() or now - self._replied_at.get(rank, now) > OUTPUT_GRACE
-        )
+        if not reply.replied():
+            return False
+        if reply.output_complete():
+            return True
+        quiet_since = max(self._replied_at.get(rank, now), self.feed.last.get(rank, 0.0))
+        return now - quiet_since > OUTPUT_GRACE
 
     def _errors(self, skip_interrupts: bool = False) -> dict[int, Any]:
         """Each failed rank's RemoteError; deaths are reported apart."""

@@ -1,0 +1,125 @@
+"""What ranks print, as a notebook receives it from a real kernel: bursts, displays, progress
+lines, pieces of lines, tqdm, input().
+
+The kernel's iopub is read without pause (as a notebook server does) until the cell's idle
+status, which comes after all of the cell's output.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from .ranks_support import MPI_SPEC
+from .test_ranks_kernel import Kernel
+
+pytestmark = pytest.mark.slow
+
+
+class Output:
+    """Every iopub message of one cell, in order."""
+
+    def __init__(self, messages: list[dict], reply: dict):
+        self.messages, self.reply = messages, reply
+
+    @property
+    def ok(self) -> bool:
+        return self.reply.get("status") == "ok"
+
+    def stream(self, name: str | None = None) -> str:
+        return "".join(
+            m["content"]["text"]
+            for m in self.messages
+            if m["msg_type"] == "stream" and name in (None, m["content"]["name"])
+        )
+
+    def of(self, *kinds: str) -> list[dict]:
+        return [m for m in self.messages if m["msg_type"] in kinds]
+
+    def shown(self) -> dict[str, str]:
+        """display id -> the text/plain it shows last (displays updated in place)."""
+        last: dict[str, str] = {}
+        for m in self.of("display_data", "update_display_data"):
+            display_id = m["content"].get("transient", {}).get("display_id")
+            if display_id:
+                last[display_id] = m["content"]["data"].get("text/plain", "")
+        return last
+
+
+def run(kernel: Kernel, code: str, timeout: float = 600, on_message=None) -> Output:
+    msg_id = kernel.send(code)
+    messages: list[dict] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        msg = kernel.kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            break
+        messages.append(msg)
+        if on_message is not None:
+            on_message(msg)
+    reply = kernel.kc.get_shell_msg(timeout=60)
+    while reply["parent_header"].get("msg_id") != msg_id:
+        reply = kernel.kc.get_shell_msg(timeout=60)
+    return Output(messages, reply["content"])
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    k = Kernel()
+    out = run(k, "%load_ext jupyter_distcomp\n%config DistComp.default_process_count_per_node = 2")
+    assert out.ok, out.messages
+    out = run(k, f"%%distcomp out\n{MPI_SPEC}")
+    assert out.ok, out.messages
+    out = run(k, "%%distcomp run out\nprint('up', mpi_rank)")
+    assert out.ok and "[rank 1] up 1" in out.stream(), out.messages
+    yield k
+    k.close()
+
+
+def test_a_burst_of_200000_lines_all_arrives_in_order_and_the_next_cell_gets_its_own(kernel):
+    out = run(kernel, "%%distcomp run out --ranks 0\nfor i in range(200_000):\n    print(i)")
+    assert out.ok, out.reply
+    lines = out.stream("stdout").splitlines()
+    assert lines == [f"[rank 0] {i}" for i in range(200_000)]
+    assert "may be incomplete" not in out.stream("stderr")
+    after = run(kernel, "%%distcomp run out\nprint('next', mpi_rank)")
+    assert after.ok
+    assert sorted(after.stream().splitlines()) == ["[rank 0] next 0", "[rank 1] next 1"]
+
+
+def test_20000_displays_on_a_rank_all_arrive(kernel):
+    out = run(
+        kernel,
+        "%%distcomp run out --ranks 1\nfrom IPython.display import display\n"
+        "for i in range(20_000):\n    display(i)",
+    )
+    assert out.ok, out.reply
+    shown = [m["content"]["data"]["text/plain"] for m in out.of("display_data")]
+    assert shown == [str(i) for i in range(20_000)]
+    assert all(m["content"]["metadata"]["distcomp_rank"] == 1 for m in out.of("display_data"))
+
+
+def test_each_line_arrives_while_the_rank_still_runs_in_rank_order(kernel):
+    arrived: list[tuple[float, str]] = []
+
+    def seen(msg):
+        if msg["msg_type"] == "stream":
+            arrived.append((time.monotonic(), msg["content"]["text"]))
+
+    out = run(
+        kernel,
+        "%%distcomp run out\nimport time\nfor i in range(3):\n"
+        "    print('tick', i, flush=True)\n    time.sleep(1)",
+        on_message=seen,
+    )
+    assert out.ok
+    text = out.stream()
+    for rank in (0, 1):
+        mine = [ln for ln in text.splitlines() if ln.startswith(f"[rank {rank}]")]
+        assert mine == [f"[rank {rank}] tick {i}" for i in range(3)]
+    first = next(when for when, piece in arrived if "tick 0" in piece)
+    last = next(when for when, piece in arrived if "tick 2" in piece)
+    assert last - first > 1.5, "the first line waited for the cell's end"
