@@ -123,3 +123,100 @@ def test_each_line_arrives_while_the_rank_still_runs_in_rank_order(kernel):
     first = next(when for when, piece in arrived if "tick 0" in piece)
     last = next(when for when, piece in arrived if "tick 2" in piece)
     assert last - first > 1.5, "the first line waited for the cell's end"
+
+
+def rank_displays(out: Output) -> dict[int, list[str]]:
+    """rank -> the last text of each display shown in place for it, in order."""
+    ids: dict[int, list[str]] = {}
+    for m in out.of("display_data"):
+        display_id = m["content"].get("transient", {}).get("display_id")
+        if display_id:
+            ids.setdefault(m["content"]["metadata"]["distcomp_rank"], []).append(display_id)
+    shown = out.shown()
+    return {rank: [shown[i] for i in displays] for rank, displays in ids.items()}
+
+
+def test_a_line_redrawn_with_cr_updates_in_place_and_keeps_its_last_state(kernel):
+    updates: list[str] = []
+    out = run(
+        kernel,
+        "%%distcomp run out\nimport time\nfor i in range(5):\n"
+        "    print(f'\\rstep {i}/5', end='', flush=True)\n    time.sleep(0.3)",
+        on_message=lambda m: (
+            m["msg_type"] == "update_display_data"
+            and updates.append(m["content"]["data"]["text/plain"])
+        ),
+    )
+    assert out.ok
+    assert rank_displays(out) == {0: ["[rank 0] step 4/5"], 1: ["[rank 1] step 4/5"]}
+    for rank in (0, 1):  # each step showed while the cell ran, in place
+        assert [f"[rank {rank}] step {i}/5" for i in range(1, 5)] == sorted(
+            set(u for u in updates if u.startswith(f"[rank {rank}]"))
+        )
+    assert out.stream() == "", "the progress line also came out as stream text"
+
+
+def test_a_line_written_in_pieces_is_one_labelled_line(kernel):
+    out = run(
+        kernel,
+        "%%distcomp run out\nimport sys, time\n"
+        "sys.stdout.write('epoch 1 '); sys.stdout.flush(); time.sleep(0.1)\n"
+        "sys.stdout.write('loss=0.5'); sys.stdout.flush(); time.sleep(0.1)\n"
+        "sys.stdout.write(' done\\n'); sys.stdout.flush()\n"
+        "print('next')",
+    )
+    assert out.ok
+    for rank in (0, 1):
+        mine = [ln for ln in out.stream().splitlines() if ln.startswith(f"[rank {rank}]")]
+        assert mine == [f"[rank {rank}] epoch 1 loss=0.5 done", f"[rank {rank}] next"]
+
+
+def test_a_line_waiting_for_its_end_shows_and_is_completed_in_place(kernel):
+    out = run(
+        kernel,
+        "%%distcomp run out --ranks 0\nimport time\nprint('loading...', end='', flush=True)\n"
+        "time.sleep(1.5)\nprint(' done')\nprint('after')",
+    )
+    assert out.ok
+    first = out.of("display_data")[0]["content"]["data"]["text/plain"]
+    assert first == "[rank 0] loading...", "the unfinished line did not show while it waited"
+    assert rank_displays(out) == {0: ["[rank 0] loading... done"]}
+    assert out.stream() == "[rank 0] after\n"
+
+
+def test_a_line_without_newline_at_the_end_of_the_cell_is_kept(kernel):
+    out = run(kernel, "%%distcomp run out --ranks 1\nprint('no end', end='')")
+    assert out.ok
+    assert out.stream() == "[rank 1] no end\n"
+
+
+@pytest.mark.parametrize("module", ["tqdm", "tqdm.auto", "tqdm.notebook"])
+def test_tqdm_shows_one_bar_per_rank_that_reaches_its_end(kernel, module):
+    out = run(
+        kernel,
+        f"%%distcomp run out\nfrom {module} import tqdm\nimport time\n"
+        "for i in tqdm(range(5)):\n    time.sleep(0.1)",
+    )
+    assert out.ok, out.reply
+    widgets = [
+        m
+        for m in out.of("display_data")
+        if "application/vnd.jupyter.widget-view+json" in m["content"]["data"]
+    ]
+    if module == "tqdm":
+        bars = rank_displays(out)
+        assert sorted(bars) == [0, 1]
+        for rank, shown in bars.items():
+            assert len(shown) == 1 and shown[0].startswith(f"[rank {rank}] 100%|"), shown
+            assert "5/5" in shown[0]
+        assert out.stream().strip() == "", "an empty or garbled labelled line"
+    else:  # a notebook's bar: an ipywidget per rank, its label line above it
+        assert len(widgets) == 2
+        assert sorted(m["content"]["metadata"]["distcomp_rank"] for m in widgets) == [0, 1]
+        assert sorted(out.stream().splitlines()) == ["[rank 0]", "[rank 1]"]
+        ends = [
+            m
+            for m in out.of("comm_msg")
+            if m["content"]["data"].get("state", {}).get("bar_style") == "success"
+        ]
+        assert len(ends) == 2, "a bar did not reach its end"
