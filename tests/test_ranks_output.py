@@ -220,3 +220,50 @@ def test_tqdm_shows_one_bar_per_rank_that_reaches_its_end(kernel, module):
             if m["content"]["data"].get("state", {}).get("bar_style") == "success"
         ]
         assert len(ends) == 2, "a bar did not reach its end"
+
+
+ENV_SPEC = """\
+name: envs
+type: DistributedComponent
+environment_variables:
+  DISTCOMP_TRY: {value}
+  TORCH_DISTRIBUTED_DEBUG: DETAIL
+launcher:
+  type: {launcher}
+  additional_arguments: python train.py
+"""
+
+
+@pytest.mark.parametrize("launcher", ["mpi", "torch.distributed", "tensorflow", "deepspeed"])
+def test_the_specs_environment_variables_are_on_every_rank_and_in_the_views(kernel, launcher):
+    name = "env_" + launcher.replace(".", "_")
+    spec = ENV_SPEC.replace("envs", name).replace("{launcher}", launcher)
+    assert run(kernel, f"%%distcomp {name}\n{spec.replace('{value}', 'one')}").ok
+    out = run(
+        kernel,
+        f"%%distcomp run {name}\nimport os\n"
+        "print(os.environ['DISTCOMP_TRY'], os.environ['TORCH_DISTRIBUTED_DEBUG'])",
+    )
+    assert out.ok, out.reply
+    lines = out.stream().splitlines()
+    assert lines and all(line.endswith("] one DETAIL") for line in lines), lines
+    shown = run(kernel, f"%distcomp env {name}")
+    text = "".join(str(m["content"].get("data", {})) for m in shown.of("display_data"))
+    assert "DISTCOMP_TRY" in text and "DETAIL" in text
+    panel = run(
+        kernel,
+        "from jupyter_distcomp.notebook.views.preview import preview_html\n"
+        f"print(preview_html({name}, None))",
+    )
+    assert "DISTCOMP_TRY" in panel.stream() and "one" in panel.stream()
+
+    # a redefinition with another value restarts the ranks, saying so
+    again = run(kernel, f"%%distcomp {name}\n{spec.replace('{value}', 'two')}")
+    assert again.ok
+    out = run(kernel, f"%%distcomp run {name}\nimport os\nprint(os.environ['DISTCOMP_TRY'])")
+    said = again.stream("stderr") + out.stream("stderr")
+    assert f"The environment variables of {name} changed (DISTCOMP_TRY): restarting" in said
+    assert sorted(out.stream("stdout").splitlines()) == sorted(
+        line.replace("one DETAIL", "two") for line in lines
+    )
+    run(kernel, f"%distcomp stop {name}")

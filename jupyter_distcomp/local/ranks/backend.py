@@ -119,10 +119,12 @@ class RankBackend:
             self.connections[name] = connection
 
     def _signature(self, name: str, component: Component) -> tuple:
+        """What a world's ranks are started with; the connection stays last."""
         return (
             *component.layout_args,
             self.master_addr,
             self.placement_of(name),
+            tuple(sorted(component.environment_variables.items())),
             self.connections.get(name, self.default_connection),
         )
 
@@ -162,10 +164,7 @@ class RankBackend:
                         self._wait(world)
                     return world
                 if healthy and world.used:
-                    reason = (
-                        f"The layout of {name} changed ({world.describe_layout()} -> "
-                        f"{_describe(signature)}): restarting its ranks."
-                    )
+                    reason = _restart_reason(name, world, self._signatures.get(name), signature)
                 self._stop_in_background(world)
             world = self._new_world(name, component, signature)
             world.start_async(delay=delay)
@@ -463,6 +462,23 @@ class RankBackend:
 def _describe(signature: tuple) -> str:
     launcher, nodes, ppn = signature[:3]
     return f"{launcher}, {layout_text(nodes, ppn)}"
+
+
+def _restart_reason(name: str, world: World, old: tuple | None, new: tuple) -> str:
+    """What a restart of a used world says: the spec's variables that changed, or the
+    layout."""
+    if old is not None and old[:-2] == new[:-2] and old[-2] != new[-2]:
+        before, after = dict(old[-2]), dict(new[-2])
+        changed = [k for k in sorted(before.keys() | after.keys()) if before.get(k) != after.get(k)]
+        return (
+            f"The environment variables of {name} changed ({', '.join(changed)}): restarting "
+            "its ranks, so that every process starts with them (variables on the ranks are "
+            "lost)."
+        )
+    return (
+        f"The layout of {name} changed ({world.describe_layout()} -> {_describe(new)}): "
+        "restarting its ranks."
+    )
 
 
 _backend: RankBackend | None = None
