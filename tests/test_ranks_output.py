@@ -47,13 +47,16 @@ class Output:
         return last
 
 
-def run(kernel: Kernel, code: str, timeout: float = 600, on_message=None) -> Output:
+def run(kernel: Kernel, code: str, timeout: float = 600, on_message=None, others=None) -> Output:
+    """The cell's messages; ``others`` (a list) gets those of other cells meanwhile."""
     msg_id = kernel.send(code)
     messages: list[dict] = []
     deadline = time.monotonic() + timeout
     while True:
         msg = kernel.kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
         if msg["parent_header"].get("msg_id") != msg_id:
+            if others is not None:
+                others.append(msg)
             continue
         if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
             break
@@ -267,3 +270,72 @@ def test_the_specs_environment_variables_are_on_every_rank_and_in_the_views(kern
         line.replace("one DETAIL", "two") for line in lines
     )
     run(kernel, f"%distcomp stop {name}")
+
+
+class Answering:
+    """Answers the kernel's input requests as a notebook user would: ``answer(prompt)``."""
+
+    def __init__(self, kernel: Kernel, answer):
+        import threading
+
+        self.kernel, self.answer = kernel, answer
+        self.prompts: list[tuple[str, bool]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        import queue
+
+        while not self._stop.is_set():
+            try:
+                msg = self.kernel.kc.get_stdin_msg(timeout=0.1)
+            except queue.Empty:
+                continue
+            if msg["msg_type"] == "input_request":
+                prompt, password = msg["content"]["prompt"], msg["content"]["password"]
+                self.prompts.append((prompt, password))
+                self.kernel.kc.input(self.answer(prompt))
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def test_input_and_getpass_on_a_rank_prompt_in_the_notebook_naming_the_rank(kernel):
+    code = (
+        "%%distcomp run out\nimport getpass\nprint('before', flush=True)\n"
+        "name = input('name? ')\nsecret = getpass.getpass('token: ')\n"
+        "print('hello', name, len(secret))"
+    )
+    with Answering(kernel, lambda prompt: f"ann{prompt[6]}" if "name" in prompt else "xyz") as user:
+        out = run(kernel, code)
+    assert out.ok, out.reply
+    assert sorted(user.prompts) == [
+        ("[rank 0] name? ", False),
+        ("[rank 0] token: ", True),
+        ("[rank 1] name? ", False),
+        ("[rank 1] token: ", True),
+    ]
+    lines = out.stream().splitlines()
+    assert "[rank 0] hello ann0 3" in lines and "[rank 1] hello ann1 3" in lines
+
+
+def test_input_in_a_background_cell_is_asked_at_wait(kernel):
+    with Answering(kernel, lambda prompt: "later") as user:
+        started = run(
+            kernel,
+            "%%distcomp run out --ranks 1 --background\nprint('got', input('value? '))",
+        )
+        assert started.ok
+        assert user.prompts == [], "a background cell's thread prompted"
+        later: list[dict] = []
+        waited = run(kernel, "%distcomp wait out", others=later)
+    assert waited.ok, waited.reply
+    assert user.prompts == [("[rank 1] value? ", False)]
+    said = started.stream() + waited.stream() + Output(later, {}).stream()
+    assert "[rank 1] waits for input (value?)" in said
+    assert "[rank 1] got later" in said
