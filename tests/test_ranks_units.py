@@ -14,7 +14,7 @@ from jupyter_distcomp.core.ranges import format_ranks, parse_ranks
 from jupyter_distcomp.errors import RankError
 from jupyter_distcomp.local.ranks.failures import death_reason, error_sections, group_errors
 from jupyter_distcomp.local.ranks.feed import OutputFeed
-from jupyter_distcomp.local.ranks.output import RankOutput
+from jupyter_distcomp.local.ranks.output import LINE_LIMIT, RankOutput
 from jupyter_distcomp.local.ranks.run import OUTPUT_GRACE, CellRun
 from jupyter_distcomp.local.stacks import render_stack
 from jupyter_distcomp.machine import mpi
@@ -147,6 +147,67 @@ def test_output_labels_every_line_and_keeps_partial_lines():
         out.stream(1, "stdout", "c\n\n")
         out.finish()
     assert buffer.getvalue() == "[rank 1] a\n[rank 0] x\n[rank 1] bc\n[rank 1] \n"
+
+
+def test_pieces_of_a_line_are_one_line_and_a_line_past_the_limit_is_cut():
+    out = RankOutput(lambda r: f"[rank {r}]")
+    buffer = io.StringIO()
+    with redirect_stdout(buffer):
+        for piece in ("epoch 1 ", "loss=0.5", " done\n"):
+            out.stream(0, "stdout", piece)
+            out.flush_partial()
+            out.flush()
+        out.stream(1, "stdout", "x" * (LINE_LIMIT + 5))
+        out.flush()
+        assert buffer.getvalue() == f"[rank 0] epoch 1 loss=0.5 done\n[rank 1] {'x' * LINE_LIMIT}\n"
+        out.finish()
+    assert buffer.getvalue().endswith("[rank 1] xxxxx\n")
+
+
+def test_a_redrawn_line_is_what_a_terminal_shows_of_it():
+    out = RankOutput(lambda r: f"[rank {r}]")
+    buffer = io.StringIO()
+    with redirect_stdout(buffer):
+        out.stream(0, "stdout", "\rstep 1/3")
+        out.stream(0, "stdout", "\rstep 2/3\r")
+        out.stream(0, "stdout", "step 3/3\r\n")
+        out.stream(0, "stdout", "\r\n")
+        out.finish()
+    assert buffer.getvalue() == "[rank 0] step 3/3\n[rank 0] \n"
+
+
+class Publisher:
+    """What a shell's display publisher was given."""
+
+    def __init__(self):
+        self.calls: list[dict] = []
+
+    def publish(self, data, metadata=None, *, transient=None, update=False):
+        self.calls.append({"data": data, "transient": transient, "update": update})
+
+
+def test_a_progress_line_is_drawn_in_place_and_finished_there():
+    shell = type("Shell", (), {"display_pub": Publisher()})()
+    out = RankOutput(lambda r: f"[rank {r}]", shell=shell)
+    buffer = io.StringIO()
+    with redirect_stdout(buffer):
+        out.stream(1, "stderr", "\r 0%|")
+        out.flush_partial()
+        time.sleep(0.06)
+        out.stream(1, "stderr", "\r50%|")
+        out.flush_partial()
+        out.stream(1, "stderr", "\r100%|\n")
+        out.stream(1, "stdout", "after\n")
+        out.finish()
+    calls = shell.display_pub.calls
+    assert [c["data"]["text/plain"] for c in calls] == [
+        "[rank 1]  0%|",
+        "[rank 1] 50%|",
+        "[rank 1] 100%|",
+    ]
+    assert [c["update"] for c in calls] == [False, True, True]
+    assert len({c["transient"]["display_id"] for c in calls}) == 1
+    assert buffer.getvalue() == "[rank 1] after\n"
 
 
 class LandingReply:

@@ -163,8 +163,9 @@ class RankBackend:
                     if wait:
                         self._wait(world)
                     return world
-                if healthy and world.used:
-                    reason = _restart_reason(name, world, self._signatures.get(name), signature)
+                old = self._signatures.get(name)
+                if healthy and (world.used or _environment_changed(old, signature)):
+                    reason = _restart_reason(name, world, old, signature)
                 self._stop_in_background(world)
             world = self._new_world(name, component, signature)
             world.start_async(delay=delay)
@@ -464,10 +465,14 @@ def _describe(signature: tuple) -> str:
     return f"{launcher}, {layout_text(nodes, ppn)}"
 
 
+def _environment_changed(old: tuple | None, new: tuple) -> bool:
+    """Only the spec's environment variables differ between two signatures."""
+    return old is not None and old[:-2] == new[:-2] and old[-2] != new[-2]
+
+
 def _restart_reason(name: str, world: World, old: tuple | None, new: tuple) -> str:
-    """What a restart of a used world says: the spec's variables that changed, or the
-    layout."""
-    if old is not None and old[:-2] == new[:-2] and old[-2] != new[-2]:
+    """What a restart says: the spec's variables that changed, or the layout."""
+    if old is not None and _environment_changed(old, new):
         before, after = dict(old[-2]), dict(new[-2])
         changed = [k for k in sorted(before.keys() | after.keys()) if before.get(k) != after.get(k)]
         return (

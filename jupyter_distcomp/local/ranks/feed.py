@@ -21,9 +21,12 @@ class OutputFeed:
         self._items: deque[tuple[int, str, dict]] = deque()
         #: rank -> when its last message arrived (monotonic seconds)
         self.last: dict[int, float] = {}
+        self.closed = False
 
     def on_message(self, index: int, kind: str, content: dict) -> None:
         """ipyparallel's thread: one message of the rank at ``index``."""
+        if self.closed:
+            return  # the cell ended: a rank it left running writes to nobody
         rank = self.ranks[index]
         self.last[rank] = time.monotonic()
         if kind == "status":
@@ -40,3 +43,8 @@ class OutputFeed:
         while items:
             taken.append(items.popleft())
         return taken
+
+    def close(self) -> None:
+        """The cell ended: later messages are not kept."""
+        self.closed = True
+        self._items.clear()

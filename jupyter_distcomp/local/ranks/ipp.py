@@ -50,7 +50,6 @@ RELIES_ON = (
     "ipyparallel.DirectView.execute",
     "ipyparallel.DirectView.apply_async",
     "ipyparallel.client.asyncresult.AsyncResult.split",
-    "ipyparallel.client.asyncresult.AsyncResult.metadata",
     "ipyparallel.client.asyncresult.AsyncResult.ready",
     "ipyparallel.client.asyncresult.AsyncResult.get",
     "ipyparallel.client.asyncresult.AsyncResult.wait_for_output",
@@ -309,16 +308,11 @@ def send_signal(client: Client, sig: int, ids: list[int]) -> None:
 
 
 class RankReply:
-    """One engine's share of an ``execute``: its reply, and the output it sent so far."""
+    """One engine's share of an ``execute``: its reply, and whether its output is complete
+    (its output itself comes through :meth:`Execution.listen`)."""
 
     def __init__(self, part: AsyncResult):
         self._part = part
-
-    @property
-    def output(self) -> dict[str, Any]:
-        """ipyparallel's metadata: ``stdout``, ``stderr``, ``outputs``, ``execute_result``."""
-        metadata = self._part.metadata
-        return metadata[0] if isinstance(metadata, list) else metadata
 
     def on_reply(self, callback: Callable[[], None]) -> None:
         """``callback()`` in ipyparallel's thread when the reply arrives."""
@@ -360,11 +354,7 @@ class Execution:
         parts = type(self.result).split.__wrapped__(self.result)
         self.replies = [RankReply(part) for part in parts]
 
-    def wait_for_output(self, timeout: float) -> bool:
-        """Wait until every engine's output is complete (or ``timeout`` seconds pass)."""
-        return bool(self.result.wait_for_output(timeout))
-
-    def listen(self, on_message: Callable[[int, str, dict], None]) -> None:
+    def listen(self, on_message: Callable[[int, str, dict], None], timeout: float = 30) -> bool:
         """``on_message(index, msg_type, content)`` in ipyparallel's thread for each output
         message of the engine at ``index`` (of ``ids``), in arrival order, as it arrives.
 
@@ -372,7 +362,8 @@ class Execution:
         what arrived before is replayed first, and nothing is seen twice or missed. The
         texts and displays are then not accumulated in ipyparallel's metadata as well (that
         joins each new piece to all earlier text of the cell: quadratic in a burst), so
-        :attr:`RankReply.output` stays empty of them.
+        ipyparallel's ``AsyncResult.stdout`` and ``outputs`` stay empty. False if
+        ipyparallel's thread did not take the registration within ``timeout`` seconds.
         """
         children = self.result._children
         registered = threading.Event()
@@ -408,7 +399,7 @@ class Execution:
                 md["outputs"] = []
 
         self.result._client._io_loop.add_callback(register)
-        registered.wait()
+        return registered.wait(timeout)
 
 
 # -- processes --------------------------------------------------------------------------

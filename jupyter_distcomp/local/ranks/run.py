@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 INTERRUPT_GRACE = 1.5  # seconds the ranks get to answer SIGINT before the cell returns
 STACK_WAIT = 0.5  # seconds to wait for the busy ranks' stacks on an interrupt
 DEATH_GRACE = 2.0  # seconds to let mpiexec report a death and stop the other ranks
-OUTPUT_GRACE = 1.0  # seconds to wait for the last output after a rank's reply
+OUTPUT_GRACE = 1.0  # seconds to wait for more output after a rank's reply (or its last output)
+OUTPUT_LIMIT = 300.0  # seconds after a rank's reply its output may keep arriving
 ALIVE_CHECK = 0.2  # seconds between checks that every rank's process still exists
 SAID_LINES = 40  # lines of mpiexec's output shown with a death
 REPORT_LINES = 2000  # lines of mpiexec's output searched for the cause of a death
@@ -118,7 +119,12 @@ class CellRun:
             world.set_state(self.ranks, RankState.IDLE)
             raise
         self.execution = execution
-        execution.listen(self.feed.on_message)
+        if not execution.listen(self.feed.on_message):
+            world.set_state(self.ranks, RankState.IDLE)
+            raise RankError(
+                f"the connection to the ranks of {world.name!r} does not answer (ipyparallel's "
+                f"client thread is stuck). Fix: `%distcomp restart {world.name}`."
+            )
         for rank, reply in zip(self.ranks, execution.replies, strict=True):
             self.futures[rank] = reply
             reply.on_reply(functools.partial(self._replied, rank))
@@ -128,6 +134,9 @@ class CellRun:
         except KeyboardInterrupt:
             self._interrupt()  # raises RankInterrupt, saying where each rank was
         finally:
+            for rank, kind, content in self.feed.drain():
+                self.out.message(rank, kind, content)
+            self.feed.close()
             self.out.finish()
             self._say_cut_short()
             self.debug.finish(self._errors())
@@ -206,8 +215,9 @@ class CellRun:
             return False
         if reply.output_complete():
             return True
-        quiet_since = max(self._replied_at.get(rank, now), self.feed.last.get(rank, 0.0))
-        return now - quiet_since > OUTPUT_GRACE
+        replied = self._replied_at.get(rank, now)
+        quiet_since = max(replied, self.feed.last.get(rank, 0.0))
+        return now - quiet_since > OUTPUT_GRACE or now - replied > OUTPUT_LIMIT
 
     def _errors(self, skip_interrupts: bool = False) -> dict[int, Any]:
         """Each failed rank's RemoteError; deaths are reported apart."""
