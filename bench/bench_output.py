@@ -149,7 +149,8 @@ def main() -> None:
         got, in_order = count_lines(run(kc, f"%%distcomp run bench --ranks 0\n{code}"), 200_000)
         ours_s = time.perf_counter() - tic
         after = run(kc, "%%distcomp run bench\nprint('next')")
-        next_ok = sum("next" in text_of(m) for m in after) == RANKS
+        said = "".join(text_of(m) for m in after if m["msg_type"] == "stream").splitlines()
+        next_ok = sorted(said) == [f"[rank {r}] next" for r in range(RANKS)]
         print(
             f"200,000 lines on one rank:        ours {ours_s:6.2f} s ({got} of 200000 lines, "
             f"{'in order' if in_order else 'OUT OF ORDER'}); the next cell "

@@ -336,9 +336,9 @@ HISTORY_KEPT = 1000  # msg_ids in Client.history (ints index it; nothing of ours
 DIGESTS_KEPT = 4096  # message signatures remembered against replays (jupyter_client: 65536)
 
 
-#: iopub messages of an execution that carry output (``status`` tells it is complete)
+#: iopub messages of an execution that carry output
 OUTPUT_MESSAGES = frozenset(
-    {"stream", "display_data", "update_display_data", "execute_result", "clear_output", "status"}
+    {"stream", "display_data", "update_display_data", "execute_result", "clear_output"}
 )
 
 
@@ -356,7 +356,8 @@ class Execution:
 
     def listen(self, on_message: Callable[[int, str, dict], None], timeout: float = 30) -> bool:
         """``on_message(index, msg_type, content)`` in ipyparallel's thread for each output
-        message of the engine at ``index`` (of ``ids``), in arrival order, as it arrives.
+        message of the engine at ``index`` (of ``ids``), in arrival order, as it arrives; then
+        ``status`` ``idle`` once that engine's output is complete.
 
         Registered in ipyparallel's own thread, which is the one that reads the messages:
         what arrived before is replayed first, and nothing is seen twice or missed. The
@@ -381,11 +382,15 @@ class Execution:
                     md["outputs"] = []
                     if md["execute_result"]:
                         on_message(index, "execute_result", md["execute_result"])
-                    if future.output.done():
-                        on_message(index, "status", {"execution_state": "idle"})
                     future.iopub_callbacks.append(functools.partial(forward, index, md))
+                    # the output is complete: ipyparallel drops the future before it would
+                    # pass on the idle status that says so, when the reply came first
+                    future.output.add_done_callback(functools.partial(complete, index))
             finally:
                 registered.set()
+
+        def complete(index: int, _future: Any) -> None:
+            on_message(index, "status", {"execution_state": "idle"})
 
         def forward(index: int, md: dict, msg: dict) -> None:
             kind = msg["header"]["msg_type"]

@@ -70,6 +70,7 @@ class RankOutput:
         self._groups: dict[int, list[tuple[str, Any]]] = {}
         self._cell = uuid.uuid4().hex[:12]
         self._shown = 0  # lines shown in place so far
+        keep_every_message(shell)
 
     @property
     def live(self) -> bool:
@@ -220,6 +221,31 @@ class RankOutput:
         self.shell.display_pub.publish(
             data=data, metadata=metadata, transient=content.get("transient") or {}
         )
+
+
+_unlimited: set[int] = set()  # the iopub threads already told
+
+
+def keep_every_message(shell: Any) -> None:
+    """The kernel's iopub socket drops what is past 1000 messages queued for a frontend that
+    reads slower than the ranks write (ZMQ's high-water mark): a burst of rank output would
+    lose some. Its queue becomes unlimited, as ipyparallel's own sockets are; set in its own
+    thread (a ZMQ socket is used from one thread)."""
+    thread = getattr(getattr(shell, "kernel", None), "iopub_thread", None)
+    socket = getattr(thread, "socket", None)
+    if socket is None or id(thread) in _unlimited:
+        return
+    _unlimited.add(id(thread))
+
+    def unlimited() -> None:
+        import zmq
+
+        try:
+            socket.setsockopt(zmq.SNDHWM, 0)
+        except Exception:  # a closed socket: nothing to keep
+            pass
+
+    thread.io_loop.add_callback(unlimited)
 
 
 def _write(name: str, text: str) -> None:
