@@ -233,7 +233,7 @@ def keep_every_message(shell: Any) -> None:
     thread (a ZMQ socket is used from one thread)."""
     thread = getattr(getattr(shell, "kernel", None), "iopub_thread", None)
     socket = getattr(thread, "socket", None)
-    if socket is None or id(thread) in _unlimited:
+    if thread is None or socket is None or id(thread) in _unlimited:
         return
     _unlimited.add(id(thread))
 
