@@ -48,11 +48,17 @@ class Output:
 
 
 def run(
-    kernel: Kernel, code: str, timeout: float = 600, on_message=None, others=None, late=0.0
+    kernel: Kernel,
+    code: str,
+    timeout: float = 600,
+    on_message=None,
+    others=None,
+    late=0.0,
+    stdin=True,
 ) -> Output:
     """The cell's messages; ``others`` (a list) gets those of other cells meanwhile;
     ``late``: seconds the frontend starts reading late (a busy browser)."""
-    msg_id = kernel.send(code)
+    msg_id = kernel.kc.execute(code, allow_stdin=stdin)
     time.sleep(late)
     messages: list[dict] = []
     deadline = time.monotonic() + timeout
@@ -329,6 +335,16 @@ def test_input_and_getpass_on_a_rank_prompt_in_the_notebook_naming_the_rank(kern
     ]
     lines = out.stream().splitlines()
     assert "[rank 0] hello ann0 3" in lines and "[rank 1] hello ann1 3" in lines
+
+
+def test_input_on_a_rank_where_the_frontend_cannot_answer_is_an_eof_error(kernel):
+    out = run(kernel, "%%distcomp run out --ranks 0\nvalue = input('value? ')", stdin=False)
+    assert not out.ok
+    text = out.stream() + "\n".join(out.reply.get("traceback", []))
+    assert "rank 0 called input(), but this frontend does not answer input()" in text
+    assert "EOFError" in text and "this frontend does not answer input()" in text
+    again = run(kernel, "%%distcomp run out\nprint('still here', mpi_rank)")
+    assert sorted(again.stream().splitlines()) == ["[rank 0] still here 0", "[rank 1] still here 1"]
 
 
 def test_input_in_a_background_cell_is_asked_at_wait(kernel):

@@ -13,6 +13,8 @@ import { IOutputLike, isRunCell, outputsOfRank, ranksOf } from './rankLines';
 
 const ACTIVE = 'distcomp-rankview-active';
 const SELECTED = 'distcomp-rankview-selected';
+/** the view follows a streaming cell at most this often (a burst re-reads its output) */
+const REDRAW_MS = 150;
 
 /** The view of one code cell (hidden until it shows the output of two ranks or more). */
 class RankView {
@@ -39,10 +41,10 @@ class RankView {
       return;
     }
     this.scheduled = true;
-    requestAnimationFrame(() => {
+    setTimeout(() => {
       this.scheduled = false;
       this.update();
-    });
+    }, REDRAW_MS);
   }
 
   select(rank: number | null): void {
@@ -64,9 +66,11 @@ class RankView {
       return;
     }
     this.place();
-    const outputs = this.cell.model.outputs.toJSON() as IOutputLike[];
-    const source = this.cell.model.sharedModel.getSource();
-    const ranks = isRunCell(source) ? ranksOf(outputs) : [];
+    const run = isRunCell(this.cell.model.sharedModel.getSource());
+    const outputs = run
+      ? (this.cell.model.outputs.toJSON() as IOutputLike[])
+      : [];
+    const ranks = run ? ranksOf(outputs) : [];
     if (ranks.length < 2) {
       this.bar.hidden = true;
       this.render(null, outputs); // the choice is kept for the cell's next output
