@@ -477,8 +477,8 @@ def _restart_reason(name: str, world: World, old: tuple | None, new: tuple) -> s
         changed = [k for k in sorted(before.keys() | after.keys()) if before.get(k) != after.get(k)]
         return (
             f"The environment variables of {name} changed ({', '.join(changed)}): restarting "
-            "its ranks, so that every process starts with them (variables on the ranks are "
-            "lost)."
+            "its ranks, so that the new values are set before any code runs there (variables "
+            "on the ranks are lost)."
         )
     return (
         f"The layout of {name} changed ({world.describe_layout()} -> {_describe(new)}): "

@@ -203,7 +203,8 @@ class CellRun:
         if self._cut_short:
             print(
                 f"distcomp: the output of {format_ranks(self._cut_short)} may be incomplete: "
-                f"none of the rest had arrived {OUTPUT_GRACE:g} s after the cell ended there.",
+                f"its end had not arrived {OUTPUT_GRACE:g} s after its last output (or "
+                f"{OUTPUT_LIMIT:g} s after the cell ended there).",
                 file=sys.stderr,
             )
 
