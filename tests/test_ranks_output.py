@@ -362,3 +362,23 @@ def test_input_in_a_background_cell_is_asked_at_wait(kernel):
     said = started.stream() + waited.stream() + Output(later, {}).stream()
     assert "[rank 1] waits for input (value?)" in said
     assert "[rank 1] got later" in said
+
+
+def test_a_progress_line_of_a_background_cell_updates_in_its_own_cell(kernel):
+    started = run(
+        kernel,
+        "%%distcomp run out --background\nimport time\nfor i in range(4):\n"
+        "    print(f'\\rstep {i}/4', end='', flush=True)\n    time.sleep(0.3)",
+    )
+    assert started.ok
+    later: list[dict] = []
+    waited = run(kernel, "%distcomp wait out", others=later)
+    assert waited.ok, waited.reply
+    mine = [
+        m
+        for m in later
+        if m["parent_header"]["msg_id"] == started.messages[0]["parent_header"]["msg_id"]
+    ]
+    shown = Output(started.messages + mine, {})
+    assert rank_displays(shown) == {0: ["[rank 0] step 3/4"], 1: ["[rank 1] step 3/4"]}
+    assert not Output(waited.messages, {}).of("display_data", "update_display_data")
