@@ -13,7 +13,8 @@ import pytest
 from jupyter_distcomp.core.ranges import format_ranks, parse_ranks
 from jupyter_distcomp.errors import RankError
 from jupyter_distcomp.local.ranks.failures import death_reason, error_sections, group_errors
-from jupyter_distcomp.local.ranks.output import RankOutput
+from jupyter_distcomp.local.ranks.feed import OutputFeed
+from jupyter_distcomp.local.ranks.output import LINE_LIMIT, RankOutput
 from jupyter_distcomp.local.ranks.run import OUTPUT_GRACE, CellRun
 from jupyter_distcomp.local.stacks import render_stack
 from jupyter_distcomp.machine import mpi
@@ -148,19 +149,81 @@ def test_output_labels_every_line_and_keeps_partial_lines():
     assert buffer.getvalue() == "[rank 1] a\n[rank 0] x\n[rank 1] bc\n[rank 1] \n"
 
 
+def test_pieces_of_a_line_are_one_line_and_a_line_past_the_limit_is_cut():
+    out = RankOutput(lambda r: f"[rank {r}]")
+    buffer = io.StringIO()
+    with redirect_stdout(buffer):
+        for piece in ("epoch 1 ", "loss=0.5", " done\n"):
+            out.stream(0, "stdout", piece)
+            out.flush_partial()
+            out.flush()
+        out.stream(1, "stdout", "x" * (LINE_LIMIT + 5))
+        out.flush()
+        assert buffer.getvalue() == f"[rank 0] epoch 1 loss=0.5 done\n[rank 1] {'x' * LINE_LIMIT}\n"
+        out.finish()
+    assert buffer.getvalue().endswith("[rank 1] xxxxx\n")
+
+
+def test_a_redrawn_line_is_what_a_terminal_shows_of_it():
+    out = RankOutput(lambda r: f"[rank {r}]")
+    buffer = io.StringIO()
+    with redirect_stdout(buffer):
+        out.stream(0, "stdout", "\rstep 1/3")
+        out.stream(0, "stdout", "\rstep 2/3\r")
+        out.stream(0, "stdout", "step 3/3\r\n")
+        out.stream(0, "stdout", "\r\n")
+        out.finish()
+    assert buffer.getvalue() == "[rank 0] step 3/3\n[rank 0] \n"
+
+
+class Publisher:
+    """What a shell's display publisher was given."""
+
+    def __init__(self):
+        self.calls: list[dict] = []
+
+    def publish(self, data, metadata=None, *, transient=None, update=False):
+        self.calls.append({"data": data, "transient": transient, "update": update})
+
+
+def test_a_progress_line_is_drawn_in_place_and_finished_there():
+    shell = type("Shell", (), {"display_pub": Publisher()})()
+    out = RankOutput(lambda r: f"[rank {r}]", shell=shell)
+    buffer = io.StringIO()
+    with redirect_stdout(buffer):
+        out.stream(1, "stderr", "\r 0%|")
+        out.flush_partial()
+        time.sleep(0.06)
+        out.stream(1, "stderr", "\r50%|")
+        out.flush_partial()
+        out.stream(1, "stderr", "\r100%|\n")
+        out.stream(1, "stdout", "after\n")
+        out.finish()
+    calls = shell.display_pub.calls
+    assert [c["data"]["text/plain"] for c in calls] == [
+        "[rank 1]  0%|",
+        "[rank 1] 50%|",
+        "[rank 1] 100%|",
+    ]
+    assert [c["update"] for c in calls] == [False, True, True]
+    assert len({c["transient"]["display_id"] for c in calls}) == 1
+    assert buffer.getvalue() == "[rank 1] after\n"
+
+
 class LandingReply:
     """A rank's reply whose last output lands while the kernel asks whether its output is
     complete: ipyparallel's receiving thread runs beside the cell's loop."""
 
-    def __init__(self, text: str):
-        self.output = {"stdout": "", "stderr": "", "outputs": [], "execute_result": None}
-        self._text = text
+    def __init__(self, feed: OutputFeed, index: int, text: str):
+        self.feed, self.index, self._text = feed, index, text
 
     def replied(self) -> bool:
         return True
 
     def output_complete(self) -> bool:
-        self.output["stdout"] = self._text
+        if self._text:  # it arrives once
+            self.feed.on_message(self.index, "stream", {"name": "stdout", "text": self._text})
+            self._text = ""
         return True
 
 
@@ -168,16 +231,21 @@ class StuckReply(LandingReply):
     """A reply whose output never completes: its last message was lost."""
 
     def output_complete(self) -> bool:
-        self.output["stdout"] = self._text
+        super().output_complete()
         return False
 
 
-def output_loop(replies: dict) -> CellRun:
+def output_loop(texts: dict, stuck: tuple = ()) -> CellRun:
     """A cell's output loop alone, without ranks."""
     run = CellRun.__new__(CellRun)
-    run.ranks, run.running, run.futures = list(replies), set(replies), replies
+    run.ranks, run.running = list(texts), set(texts)
+    run.feed = OutputFeed(run.ranks, lambda: None)
+    run.futures = {
+        rank: (StuckReply if rank in stuck else LandingReply)(run.feed, index, texts[rank])
+        for index, rank in enumerate(run.ranks)
+    }
     run.out = RankOutput(lambda r: f"[rank {r}]")
-    run._offsets, run._rich_seen, run._result_seen, run._replied_at = {}, {}, set(), {}
+    run._replied_at = {}
     run._cut_short = set()
     return run
 
@@ -192,7 +260,7 @@ def pump_once(run: CellRun) -> tuple[str, str]:
 
 
 def test_output_completing_as_the_cell_ends_is_shown():
-    run = output_loop({rank: LandingReply(f"back {rank}\n") for rank in (0, 1)})
+    run = output_loop({rank: f"back {rank}\n" for rank in (0, 1)})
     printed, said = pump_once(run)
     assert not run.running
     assert printed == "[rank 0] back 0\n[rank 1] back 1\n"
@@ -200,11 +268,14 @@ def test_output_completing_as_the_cell_ends_is_shown():
 
 
 def test_output_still_incomplete_when_the_cell_ends_is_said():
-    run = output_loop({0: LandingReply("whole\n"), 1: StuckReply("part\n")})
+    run = output_loop({0: "whole\n", 1: "part\n"}, stuck=(1,))
     run._replied_at = {0: time.monotonic(), 1: time.monotonic() - 2 * OUTPUT_GRACE}
+    first, _ = pump_once(run)
+    assert run.running == {1}, "a rank whose output still arrives keeps the cell open"
+    run.feed.last[1] = time.monotonic() - 2 * OUTPUT_GRACE
     printed, said = pump_once(run)
     assert not run.running
-    assert printed == "[rank 0] whole\n[rank 1] part\n"
+    assert first + printed == "[rank 0] whole\n[rank 1] part\n"
     assert said.startswith("distcomp: the output of rank 1 may be incomplete")
 
 

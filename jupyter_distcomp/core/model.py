@@ -174,9 +174,14 @@ class Component:
     ) -> list[RankEnv]:
         """The variables of each rank for the current run settings (see layout.py for
         ``master_port``: None gives Azure ML's ports; ``node_hosts``: the host of each node,
-        when nodes are real hosts; ``socket_ifname``: NCCL's interface otherwise)."""
+        when nodes are real hosts; ``socket_ifname``: NCCL's interface otherwise).
+
+        The spec's ``environment_variables`` are on every rank, as Azure ML sets them on
+        every process of the job; the launcher's own variables (RANK, MASTER_PORT, ...) win.
+        """
         launcher, nodes, per_node, workers, servers = self.layout_args
-        return rank_environments(
+        spec = {name: str(value) for name, value in self.environment_variables.items()}
+        envs = rank_environments(
             launcher,
             nodes,
             per_node,
@@ -187,6 +192,7 @@ class Component:
             node_hosts=node_hosts,
             socket_ifname=socket_ifname,
         )
+        return [{**spec, **env} for env in envs]
 
     @property
     def world_size(self) -> int:

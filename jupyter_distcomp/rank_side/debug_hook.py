@@ -6,7 +6,9 @@ world's key (``multiprocessing.connection``'s HMAC challenge); messages are JSON
     rank -> kernel   {"hello": rank}  {"stop": {file, line, func, source}}  {"out": text}
                      {"read": true}  {"running": true}  {"end": "continue" | "quit"}
                      {"data": ...}  (the answer to the kernel's ``distcomp_*`` commands)
+                     {"ask": {prompt, password}}  (input() / getpass on the rank)
     kernel -> rank   {"go": true} | {"skip": why} | {"interrupt": why}  (answers "stop"), {"line": text}
+                     {"line": text} | {"error": why} | {"interrupt": why}  (answers "ask")
 
 Two ways in, both standard library only:
 
@@ -301,6 +303,47 @@ def _debugger() -> RankPdb | None:
     return RankPdb(_channel)
 
 
+def ask(prompt: object = "", password: bool = False) -> str:
+    """``input()`` / ``getpass`` on this rank: the notebook prompts, naming the rank, and the
+    line typed there is the answer (``EOFError`` if the notebook cannot prompt)."""
+    for stream in (sys.stdout, sys.stderr):  # what the rank printed shows before the prompt
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    channel = _channel
+    if channel is None:
+        raise EOFError("input() on a rank needs the notebook's debugger channel")
+    for attempt in (1, 2):  # a connection the kernel closed since is opened again
+        try:
+            channel.send(connect=True, ask={"prompt": str(prompt), "password": password})
+            reply = channel.recv()
+            break
+        except (OSError, EOFError) as exc:
+            channel.close()
+            if attempt == 2:
+                raise EOFError(f"input() on rank {channel.rank}: no notebook to ask ({exc})")
+    if "interrupt" in reply:
+        raise KeyboardInterrupt(f"the notebook interrupted the cell ({reply['interrupt']})")
+    if "error" in reply:
+        raise EOFError(f"input() on rank {channel.rank}: {reply['error']}")
+    return str(reply.get("line", ""))
+
+
+def _answer_input_in_the_notebook() -> None:
+    """ipykernel points ``input`` and ``getpass.getpass`` at its kernel's own for each cell
+    (an engine's cannot prompt): the kernel's are replaced."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    kernel = getattr(get_ipython(), "kernel", None)
+    if kernel is None:
+        return
+    kernel.raw_input = lambda prompt="": ask(prompt)
+    kernel.getpass = lambda prompt="Password: ", stream=None: ask(prompt, password=True)
+
+
 def quit_line(rank: int) -> str:
     return f"rank {rank}: quit in the debugger"
 
@@ -314,6 +357,7 @@ def install(host: str, port: int, key_hex: str, rank: int) -> None:
     sys.breakpointhook = breakpointhook
     pdb.set_trace = set_trace
     _end_sessions_with_their_cell()
+    _answer_input_in_the_notebook()
 
 
 def _end_sessions_with_their_cell() -> None:

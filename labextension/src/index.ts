@@ -3,6 +3,7 @@
  *  - jupyter-distcomp:plugin     spec cells as YAML, live diagnostics (settings: schema/plugin.json)
  *  - jupyter-distcomp:ranks      the ranks sidebar, the status bar item, "Show ranks panel"
  *  - jupyter-distcomp:templates  "Insert %%distcomp template" commands for each launcher
+ *  - jupyter-distcomp:rank-view  run cells' output read merged or one rank at a time
  */
 import {
   ILabShell,
@@ -14,7 +15,11 @@ import {
   IEditorExtensionRegistry,
   IEditorLanguageRegistry
 } from '@jupyterlab/codemirror';
-import { INotebookTracker, NotebookActions } from '@jupyterlab/notebook';
+import {
+  INotebookTracker,
+  NotebookActions,
+  NotebookPanel
+} from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 
@@ -184,4 +189,18 @@ const templatesPlugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default [editorPlugin, ranksPlugin, templatesPlugin];
+const rankViewPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyter-distcomp:rank-view',
+  description:
+    "A %%distcomp run cell's output: every rank's labelled lines, or one rank alone.",
+  autoStart: true,
+  requires: [INotebookTracker],
+  activate: (app: JupyterFrontEnd, tracker: INotebookTracker) => {
+    const watch = (panel: NotebookPanel) =>
+      void import('./rankView').then(view => view.watchNotebook(panel));
+    tracker.widgetAdded.connect((_, panel) => watch(panel));
+    tracker.forEach(watch);
+  }
+};
+
+export default [editorPlugin, ranksPlugin, templatesPlugin, rankViewPlugin];

@@ -70,6 +70,8 @@ class RankSession:
                     if "out" in message:  # pdb's words before the stop (--Return--)
                         self.messages.put({"out": message["out"]})
                     self.channel.stopped(self, message["stop"])
+                elif "ask" in message:
+                    self.channel.asked(self, message["ask"])
                 else:
                     self.messages.put(message)
                     self.channel.changed()
@@ -176,6 +178,18 @@ class DebugChannel:
         with self._cond:
             if self.version == seen:
                 self._cond.wait(timeout)
+
+    def asked(self, session: RankSession, ask: dict) -> None:
+        """Reader thread: ``input()`` on a rank; queued with the stops (``{"ask": ...}``), so
+        it is served where they are: in the cell, or at ``%distcomp wait``."""
+        if not self.serving:
+            session.send(interrupt="the cell ended")
+            return
+        with self._cond:
+            self._stops.append((session, {"ask": ask}))
+            self.version += 1
+            self._cond.notify_all()
+        self.wake()
 
     def pending(self) -> bool:
         return bool(self._stops)

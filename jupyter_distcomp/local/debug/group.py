@@ -82,6 +82,8 @@ class Group:
         self.focus: set[int] | None = None  # None: every rank at a prompt
         #: where the ranks at the prompt stopped, filled when an interrupt ends the prompt
         self.interrupted: dict[int, dict] = {}
+        #: answers ``input()`` on a rank (queued with the stops as ``{"ask": ...}``)
+        self.on_input: Callable[[RankSession, dict], None] | None = None
 
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> None:
@@ -308,6 +310,10 @@ class Group:
         while (stop := self.channel.take()) is not None:
             news = True
             session, where = stop
+            if "ask" in where:
+                if self.on_input is not None:
+                    self.on_input(session, where["ask"])
+                continue
             member = self.members.get(session.rank)
             if member is None or member.session is not session:
                 text = member.text if member else ""

@@ -21,7 +21,10 @@ def is_cell_file(path: str) -> bool:
 
 
 def place(where: dict) -> str:
-    """``cell line 3, in <module>`` (a file: ``train.py:12, in main``)."""
+    """``cell line 3, in <module>`` (a file: ``train.py:12, in main``); a rank in ``input()``:
+    ``input (Your name: )``."""
+    if "ask" in where:
+        return f"input ({str(where['ask'].get('prompt', '')).strip() or 'input()'})"
     path, line, func = str(where.get("file", "?")), where.get("line", 0), where.get("func", "?")
     spot = f"cell line {line}" if is_cell_file(path) else f"{path}:{line}"
     return f"{spot}, in {func}"
@@ -35,7 +38,9 @@ def group_label(ranks: list[int], label: Callable[[int], str] | None = None) -> 
 
 
 def describe_stop(rank: int, where: dict, label: Callable[[int], str] | None = None) -> str:
-    """``[rank 1] stopped at cell line 3, in <module>``."""
+    """``[rank 1] stopped at cell line 3, in <module>``; ``[rank 1] waits for input (...)``."""
+    if "ask" in where:
+        return f"{group_label([rank], label)} waits for {place(where)}"
     return f"{group_label([rank], label)} stopped at {place(where)}"
 
 

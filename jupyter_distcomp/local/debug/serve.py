@@ -1,4 +1,5 @@
 """The kernel's main thread at the ranks' pdb prompt: ``input()`` in, the ranks' answers out.
+``input()`` and ``getpass`` on a rank are served here too, as one prompt naming the rank.
 
 ``input()`` is what a notebook answers (ipykernel turns it into a stdin request) and what
 terminal IPython reads from the terminal, so both work the same. The stopped ranks share one
@@ -7,6 +8,7 @@ prompt (group.py): each command goes to all of them at once.
 
 from __future__ import annotations
 
+import getpass
 import sys
 import time
 from collections.abc import Callable
@@ -18,9 +20,15 @@ from .places import describe_stop
 
 __all__ = ["describe_stop", "serve"]
 
+ASK_SETTLE = 0.03  # seconds for a rank's output sent before its input() to arrive
 NO_STDIN = (
     "rank {rank} stopped at a breakpoint, but this frontend does not answer input() "
     "(stdin): the rank continues. Fix: run the cell in JupyterLab, Notebook or IPython."
+)
+
+NO_INPUT = (
+    "rank {rank} called input(), but this frontend does not answer input() (stdin): the rank "
+    "gets EOFError. Fix: run the cell in JupyterLab, Notebook or IPython."
 )
 
 
@@ -48,19 +56,54 @@ def serve(
         return 0.0
     tic = time.monotonic()
     group = Group(channel, _ask, before_prompt, label, quits, states, name)
+    group.on_input = lambda session, ask: _serve_input(session, ask, before_prompt, label)
     if interrupted is not None:
         group.interrupted = interrupted
     group.run()
     return time.monotonic() - tic
 
 
+def _serve_input(
+    session: RankSession,
+    ask: dict,
+    before_prompt: Callable[[], None],
+    label: Callable[[int], str] | None,
+) -> None:
+    """Answer ``input()`` / ``getpass`` on a rank at one prompt that names the rank."""
+    before_prompt()
+    time.sleep(ASK_SETTLE)  # the rank's last printed line may still be on its way
+    before_prompt()
+    session.send(**_answer(session.rank, ask, label))
+
+
 def _ask(session: RankSession, prompt: str) -> str:
+    line = read_line(prompt)
+    if line is None:
+        print(NO_STDIN.format(rank=session.rank), file=sys.stderr, flush=True)
+        return "continue"
+    return line
+
+
+def read_line(prompt: str, password: bool = False) -> str | None:
+    """A line typed in the notebook (``EOF`` for Ctrl-D in a terminal); None if this
+    frontend does not answer input()."""
     try:
-        return input(prompt)
+        return getpass.getpass(prompt) if password else input(prompt)
     except EOFError:  # Ctrl-D in a terminal: as in pdb, quit
         return "EOF"
     except Exception as exc:
         if type(exc).__name__ != "StdinNotImplementedError":
             raise
-        print(NO_STDIN.format(rank=session.rank), file=sys.stderr, flush=True)
-        return "continue"
+        return None
+
+
+def _answer(rank: int, ask: dict, label: Callable[[int], str] | None) -> dict:
+    """The answer to ``input()`` / ``getpass`` on ``rank``: the prompt names the rank."""
+    name = label(rank) if label else f"[rank {rank}]"
+    line = read_line(f"{name} {ask.get('prompt', '')}", bool(ask.get("password")))
+    if line is None:
+        print(NO_INPUT.format(rank=rank), file=sys.stderr, flush=True)
+        return {"error": "this frontend does not answer input()"}
+    if line == "EOF":
+        return {"error": "EOF"}
+    return {"line": line}

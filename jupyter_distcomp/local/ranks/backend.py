@@ -119,10 +119,12 @@ class RankBackend:
             self.connections[name] = connection
 
     def _signature(self, name: str, component: Component) -> tuple:
+        """What a world's ranks are started with; the connection stays last."""
         return (
             *component.layout_args,
             self.master_addr,
             self.placement_of(name),
+            tuple(sorted(component.environment_variables.items())),
             self.connections.get(name, self.default_connection),
         )
 
@@ -161,11 +163,9 @@ class RankBackend:
                     if wait:
                         self._wait(world)
                     return world
-                if healthy and world.used:
-                    reason = (
-                        f"The layout of {name} changed ({world.describe_layout()} -> "
-                        f"{_describe(signature)}): restarting its ranks."
-                    )
+                old = self._signatures.get(name)
+                if healthy and (world.used or _environment_changed(old, signature)):
+                    reason = _restart_reason(name, world, old, signature)
                 self._stop_in_background(world)
             world = self._new_world(name, component, signature)
             world.start_async(delay=delay)
@@ -463,6 +463,27 @@ class RankBackend:
 def _describe(signature: tuple) -> str:
     launcher, nodes, ppn = signature[:3]
     return f"{launcher}, {layout_text(nodes, ppn)}"
+
+
+def _environment_changed(old: tuple | None, new: tuple) -> bool:
+    """Only the spec's environment variables differ between two signatures."""
+    return old is not None and old[:-2] == new[:-2] and old[-2] != new[-2]
+
+
+def _restart_reason(name: str, world: World, old: tuple | None, new: tuple) -> str:
+    """What a restart says: the spec's variables that changed, or the layout."""
+    if old is not None and _environment_changed(old, new):
+        before, after = dict(old[-2]), dict(new[-2])
+        changed = [k for k in sorted(before.keys() | after.keys()) if before.get(k) != after.get(k)]
+        return (
+            f"The environment variables of {name} changed ({', '.join(changed)}): restarting "
+            "its ranks, so that the new values are set before any code runs there (variables "
+            "on the ranks are lost)."
+        )
+    return (
+        f"The layout of {name} changed ({world.describe_layout()} -> {_describe(new)}): "
+        "restarting its ranks."
+    )
 
 
 _backend: RankBackend | None = None

@@ -11,6 +11,7 @@ thread (``distcomp-ipyparallel``) started on first use and shared by every world
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import sys
 import threading
@@ -49,11 +50,13 @@ RELIES_ON = (
     "ipyparallel.DirectView.execute",
     "ipyparallel.DirectView.apply_async",
     "ipyparallel.client.asyncresult.AsyncResult.split",
-    "ipyparallel.client.asyncresult.AsyncResult.metadata",
     "ipyparallel.client.asyncresult.AsyncResult.ready",
     "ipyparallel.client.asyncresult.AsyncResult.get",
     "ipyparallel.client.asyncresult.AsyncResult.wait_for_output",
     "ipyparallel.client.asyncresult.AsyncResult.add_done_callback",
+    "ipyparallel.client.asyncresult.AsyncResult.stream_output",  # how iopub_callbacks are used
+    "ipyparallel.Client._dispatch_iopub",  # calls each MessageFuture's iopub_callbacks
+    "ipyparallel.Client._io_loop",
     "ipyparallel.cluster.launcher.ipcontroller_cmd_argv",
     "ipyparallel.cluster.launcher.LocalProcessLauncher.process",
     "ipyparallel.cluster.launcher.LocalProcessLauncher.output_file",
@@ -305,16 +308,11 @@ def send_signal(client: Client, sig: int, ids: list[int]) -> None:
 
 
 class RankReply:
-    """One engine's share of an ``execute``: its reply, and the output it sent so far."""
+    """One engine's share of an ``execute``: its reply, and whether its output is complete
+    (its output itself comes through :meth:`Execution.listen`)."""
 
     def __init__(self, part: AsyncResult):
         self._part = part
-
-    @property
-    def output(self) -> dict[str, Any]:
-        """ipyparallel's metadata: ``stdout``, ``stderr``, ``outputs``, ``execute_result``."""
-        metadata = self._part.metadata
-        return metadata[0] if isinstance(metadata, list) else metadata
 
     def on_reply(self, callback: Callable[[], None]) -> None:
         """``callback()`` in ipyparallel's thread when the reply arrives."""
@@ -338,6 +336,12 @@ HISTORY_KEPT = 1000  # msg_ids in Client.history (ints index it; nothing of ours
 DIGESTS_KEPT = 4096  # message signatures remembered against replays (jupyter_client: 65536)
 
 
+#: iopub messages of an execution that carry output
+OUTPUT_MESSAGES = frozenset(
+    {"stream", "display_data", "update_display_data", "execute_result", "clear_output"}
+)
+
+
 class Execution:
     """``code`` sent to some engines: the whole AsyncResult and each engine's reply."""
 
@@ -350,9 +354,57 @@ class Execution:
         parts = type(self.result).split.__wrapped__(self.result)
         self.replies = [RankReply(part) for part in parts]
 
-    def wait_for_output(self, timeout: float) -> bool:
-        """Wait until every engine's output is complete (or ``timeout`` seconds pass)."""
-        return bool(self.result.wait_for_output(timeout))
+    def listen(self, on_message: Callable[[int, str, dict], None], timeout: float = 30) -> bool:
+        """``on_message(index, msg_type, content)`` in ipyparallel's thread for each output
+        message of the engine at ``index`` (of ``ids``), in arrival order, as it arrives; then
+        ``status`` ``idle`` once that engine's output is complete.
+
+        Registered in ipyparallel's own thread, which is the one that reads the messages:
+        what arrived before is replayed first, and nothing is seen twice or missed. The
+        texts and displays are then not accumulated in ipyparallel's metadata as well (that
+        joins each new piece to all earlier text of the cell: quadratic in a burst), so
+        ipyparallel's ``AsyncResult.stdout`` and ``outputs`` stay empty. False if
+        ipyparallel's thread did not take the registration within ``timeout`` seconds.
+        """
+        children = self.result._children
+        registered = threading.Event()
+
+        def register() -> None:
+            try:
+                for index, future in enumerate(children):
+                    md = future.output.metadata
+                    for name in ("stdout", "stderr"):
+                        if md[name]:
+                            on_message(index, "stream", {"name": name, "text": md[name]})
+                            md[name] = ""
+                    for content in md["outputs"]:
+                        on_message(index, "display_data", content)
+                    md["outputs"] = []
+                    if md["execute_result"]:
+                        on_message(index, "execute_result", md["execute_result"])
+                    future.iopub_callbacks.append(functools.partial(forward, index, md))
+                    # the output is complete: ipyparallel drops the future before it would
+                    # pass on the idle status that says so, when the reply came first
+                    future.output.add_done_callback(functools.partial(complete, index))
+            finally:
+                registered.set()
+
+        def complete(index: int, _future: Any) -> None:
+            on_message(index, "status", {"execution_state": "idle"})
+
+        def forward(index: int, md: dict, msg: dict) -> None:
+            kind = msg["header"]["msg_type"]
+            if kind not in OUTPUT_MESSAGES:
+                return
+            content = msg["content"]
+            on_message(index, kind, content)
+            if kind == "stream":
+                md[content["name"]] = ""
+            elif kind == "display_data":
+                md["outputs"] = []
+
+        self.result._client._io_loop.add_callback(register)
+        return registered.wait(timeout)
 
 
 # -- processes --------------------------------------------------------------------------

@@ -1,46 +1,117 @@
 """Rank output shown in the notebook: live, line by line, each line labelled with its rank.
 
 Everything is written from the kernel's main thread (the cell's own thread), so the output
-lands in the running cell; ipyparallel's receiving thread only wakes the main thread up.
+lands in the running cell; ipyparallel's receiving thread only hands messages over (feed.py).
+
+A rank's unfinished line (no newline yet) is held until its newline, so text written in
+pieces is one labelled line. A line that the rank redraws with ``\\r`` (a progress bar), or
+that waits longer than PARTIAL_LINE_SECONDS for its end, is shown at once as a display of its
+own that updates in place, one per rank and stream, and keeps its last state; with its newline
+it stays there, finished. A line longer than LINE_LIMIT is shown as it is, in pieces.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-#: a partial line (no newline yet) waits this long for its end before it is shown anyway
+#: a line without its newline is shown (in place, updated) after waiting this long
 PARTIAL_LINE_SECONDS = 0.5
+#: a line shown in place is redrawn at most this often
+REDRAW_SECONDS = 0.05
+#: characters of an unfinished line held back; beyond, they are shown as they are
+LINE_LIMIT = 10_000
+
+
+@dataclass
+class _Line:
+    """A rank's unfinished line on one stream."""
+
+    text: str  # since the last newline; a redrawn line keeps "\r" + what shows
+    since: float  # when the line began
+    display_id: str | None = None  # shown in place under this display id
+    drawn: str = ""  # what the display shows
+    drawn_at: float = 0.0
+
+
+def visible(line: str) -> str:
+    """What a terminal shows of a line redrawn with ``\\r``: its last non-empty piece."""
+    for piece in reversed(line.split("\r")):
+        if piece:
+            return piece
+    return ""
+
+
+def _held(text: str) -> str:
+    """A redrawn line kept short: what shows, and whether the cursor is back at its start."""
+    if "\r" not in text:
+        return text
+    return "\r" + visible(text) + ("\r" if text.endswith("\r") else "")
 
 
 class RankOutput:
     """Turns per-rank stream text and rich outputs into labelled notebook output.
 
     ``group=True`` holds everything back and shows it rank by rank, in rank order, at
-    :meth:`finish`; otherwise lines appear as soon as they are complete.
+    :meth:`finish`; otherwise lines appear as soon as they are complete. Without a ``shell``
+    (no displays to update), unfinished lines wait for their newline or the cell's end.
     """
 
     def __init__(self, label: Callable[[int], str], group: bool = False, shell: Any = None):
         self.label = label
         self.group = group
         self.shell = shell
-        self._partial: dict[tuple[int, str], tuple[str, float]] = {}
+        self._lines: dict[tuple[int, str], _Line] = {}
         self._pending: list[tuple[str, str]] = []  # (stream name, text) not yet written
         self._groups: dict[int, list[tuple[str, Any]]] = {}
-        self.lines = 0
+        self._cell = uuid.uuid4().hex[:12]
+        self._shown = 0  # lines shown in place so far
+        keep_every_message(shell)
+
+    @property
+    def live(self) -> bool:
+        """Unfinished lines are shown in place (as displays that update)."""
+        return self.shell is not None and not self.group
 
     # -- input --------------------------------------------------------------------------
+    def message(self, rank: int, kind: str, content: dict) -> None:
+        """One iopub message of ``rank``: stream text, a display, an update, a result."""
+        if kind == "stream":
+            self.stream(rank, content.get("name", "stdout"), content.get("text", ""))
+        elif kind == "display_data":
+            self.rich(rank, content)
+        elif kind == "execute_result":
+            self.rich(rank, content, result=True)
+        elif kind == "update_display_data":
+            self.update(rank, content)
+        # clear_output: a rank does not clear the other ranks' output; it is not passed on
+
     def stream(self, rank: int, name: str, text: str) -> None:
         key = (rank, name)
-        before, since = self._partial.pop(key, ("", time.monotonic()))
-        text = before + text
-        complete, newline, rest = text.rpartition("\n")
-        if newline:
-            self._emit_lines(rank, name, complete.split("\n"))
-        if rest:
-            self._partial[key] = (rest, since if before else time.monotonic())
+        line = self._lines.pop(key, None)
+        pieces = text.split("\n")
+        if line is not None:
+            pieces[0] = line.text + pieces[0]
+        *complete, rest = pieces
+        for raw in complete:
+            if line is not None and line.display_id is not None:
+                self._draw(rank, name, line, visible(raw))  # finished where it shows
+            else:
+                self._emit_lines(rank, name, [visible(raw)])
+            line = None
+        if not rest:
+            return
+        if line is None:
+            line = _Line("", time.monotonic())
+        line.text = _held(rest)
+        while "\r" not in line.text and len(line.text) > LINE_LIMIT:
+            self._emit_lines(rank, name, [line.text[:LINE_LIMIT]])
+            line.text = line.text[LINE_LIMIT:]
+        self._lines[key] = line
 
     def rich(self, rank: int, content: dict, result: bool = False) -> None:
         """A display_data or execute_result message's content from ``rank``."""
@@ -50,23 +121,65 @@ class RankOutput:
         self.flush()
         self._publish(rank, content, result)
 
+    def update(self, rank: int, content: dict) -> None:
+        """An update_display_data of ``rank``: it updates that rank's display in place."""
+        if self.shell is None or self.group:
+            return  # the display it updates was shown as text, or at the end
+        self.flush()
+        self.shell.display_pub.publish(
+            data=content.get("data", {}),
+            metadata={**(content.get("metadata") or {}), "distcomp_rank": rank},
+            transient=content.get("transient") or {},
+            update=True,
+        )
+
     # -- output -------------------------------------------------------------------------
     def _emit_lines(self, rank: int, name: str, lines: list[str]) -> None:
         label = self.label(rank)
         text = "".join(f"{label} {line}\n" for line in lines)
-        self.lines += len(lines)
         if self.group:
             self._groups.setdefault(rank, []).append((name, text))
         else:
             self._pending.append((name, text))
 
     def flush_partial(self, force: bool = False) -> None:
-        """Show partial lines that waited long enough (all of them with ``force``)."""
+        """Show unfinished lines that are redrawn or waited long enough, redraw those shown
+        in place; with ``force`` (the cell's end) every one, for the last time."""
         now = time.monotonic()
-        for key, (text, since) in list(self._partial.items()):
-            if force or now - since >= PARTIAL_LINE_SECONDS:
-                del self._partial[key]
-                self._emit_lines(key[0], key[1], [text])
+        for key, line in list(self._lines.items()):
+            rank, name = key
+            if force:
+                del self._lines[key]
+                if line.display_id is not None:
+                    self._draw(rank, name, line, visible(line.text))
+                else:
+                    self._emit_lines(rank, name, [visible(line.text)])
+            elif self.live and (
+                line.display_id is not None
+                or "\r" in line.text
+                or now - line.since >= PARTIAL_LINE_SECONDS
+            ):
+                shown = visible(line.text)
+                if shown != line.drawn and now - line.drawn_at >= REDRAW_SECONDS:
+                    self._draw(rank, name, line, shown)
+
+    def _draw(self, rank: int, name: str, line: _Line, shown: str) -> None:
+        """Show ``line`` as ``shown``, in place (a display that updates)."""
+        if self.shell is None or self.group:
+            self._emit_lines(rank, name, [shown])
+            return
+        self.flush()  # what came before it shows before it
+        update = line.display_id is not None
+        if line.display_id is None:
+            self._shown += 1
+            line.display_id = f"distcomp-{self._cell}-{self._shown}"
+        line.drawn, line.drawn_at = shown, time.monotonic()
+        self.shell.display_pub.publish(
+            data={"text/plain": f"{self.label(rank)} {shown}"},
+            metadata={"distcomp_rank": rank, "distcomp_stream": name},
+            transient={"display_id": line.display_id},
+            update=update,
+        )
 
     def flush(self) -> None:
         """Write what is pending, one write per stream in a row (40,000 lines stay cheap)."""
@@ -105,7 +218,34 @@ class RankOutput:
             return
         metadata = dict(content.get("metadata") or {})
         metadata["distcomp_rank"] = rank
-        self.shell.display_pub.publish(data=data, metadata=metadata)
+        self.shell.display_pub.publish(
+            data=data, metadata=metadata, transient=content.get("transient") or {}
+        )
+
+
+_unlimited: set[int] = set()  # the iopub threads already told
+
+
+def keep_every_message(shell: Any) -> None:
+    """The kernel's iopub socket drops what is past 1000 messages queued for a frontend that
+    reads slower than the ranks write (ZMQ's high-water mark): a burst of rank output would
+    lose some. Its queue becomes unlimited, as ipyparallel's own sockets are; set in its own
+    thread (a ZMQ socket is used from one thread)."""
+    thread = getattr(getattr(shell, "kernel", None), "iopub_thread", None)
+    socket = getattr(thread, "socket", None)
+    if thread is None or socket is None or id(thread) in _unlimited:
+        return
+    _unlimited.add(id(thread))
+
+    def unlimited() -> None:
+        import zmq
+
+        try:
+            socket.setsockopt(zmq.SNDHWM, 0)
+        except Exception:  # a closed socket: nothing to keep
+            pass
+
+    thread.io_loop.add_callback(unlimited)
 
 
 def _write(name: str, text: str) -> None:

@@ -4,8 +4,8 @@ The cell ends when every chosen rank has answered, when a rank dies (within a fe
 saying why), at the time-out (naming the busy ranks with their stacks, then interrupting
 them), or on a kernel interrupt (SIGINT to every busy rank, back within two seconds), or
 when a rank failed while the others stay busy (failfast.py).
-Built on each rank's :class:`~.ipp.RankReply`: ipyparallel accumulates the rank's output
-there, so reading it from the main thread loses nothing and needs no second transport.
+Each rank's output comes through :class:`~.feed.OutputFeed` as ipyparallel receives it; the
+cell's thread wakes for each message and writes it (output.py).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from ..stacks import stack_sections
 from . import ipp
 from .failfast import FailFast
 from .failures import death_reason, error_sections
+from .feed import OutputFeed
 from .output import RankOutput
 
 if TYPE_CHECKING:
@@ -36,7 +37,8 @@ INTERRUPT_GRACE = 1.5  # seconds the ranks get to answer SIGINT before the cell 
 PROMPT_GRACE = 3.0  # seconds more when the interrupt ended a debugger prompt
 STACK_WAIT = 0.5  # seconds to wait for the busy ranks' stacks on an interrupt
 DEATH_GRACE = 2.0  # seconds to let mpiexec report a death and stop the other ranks
-OUTPUT_GRACE = 1.0  # seconds to wait for the last output after a rank's reply
+OUTPUT_GRACE = 1.0  # seconds to wait for more output after a rank's reply (or its last output)
+OUTPUT_LIMIT = 300.0  # seconds after a rank's reply its output may keep arriving
 ALIVE_CHECK = 0.2  # seconds between checks that every rank's process still exists
 SAID_LINES = 40  # lines of mpiexec's output shown with a death
 REPORT_LINES = 2000  # lines of mpiexec's output searched for the cause of a death
@@ -85,9 +87,7 @@ class CellRun:
         self.futures: dict[int, ipp.RankReply] = {}
         self.execution: ipp.Execution | None = None
         self.running: set[int] = set()
-        self._offsets: dict[tuple[int, str], int] = {}
-        self._rich_seen: dict[int, int] = {}
-        self._result_seen: set[int] = set()
+        self.feed = OutputFeed(ranks, self.wake.set)
         self._replied_at: dict[int, float] = {}
         self._cut_short: set[int] = set()  # ranks that ended with their output incomplete
         self.fail_fast = FailFast(
@@ -121,6 +121,12 @@ class CellRun:
             world.set_state(self.ranks, RankState.IDLE)
             raise
         self.execution = execution
+        if not execution.listen(self.feed.on_message):
+            world.set_state(self.ranks, RankState.IDLE)
+            raise RankError(
+                f"the connection to the ranks of {world.name!r} does not answer (ipyparallel's "
+                f"client thread is stuck). Fix: `%distcomp restart {world.name}`."
+            )
         for rank, reply in zip(self.ranks, execution.replies, strict=True):
             self.futures[rank] = reply
             reply.on_reply(functools.partial(self._replied, rank))
@@ -130,6 +136,9 @@ class CellRun:
         except KeyboardInterrupt:
             self._interrupt()  # raises RankInterrupt, saying where each rank was
         finally:
+            for rank, kind, content in self.feed.drain():
+                self.out.message(rank, kind, content)
+            self.feed.close()
             self.out.finish()
             self._say_cut_short()
             self.debug.finish(self._errors())
@@ -165,12 +174,8 @@ class CellRun:
         self._raise_errors()
 
     def _wait(self, seconds: float) -> None:
-        """Until a rank replies, or (every rank replied) until all output is in."""
-        execution = self.execution
-        if execution is not None and all(self.futures[r].replied() for r in self.running):
-            execution.wait_for_output(seconds)
-        else:
-            self.wake.wait(seconds)
+        """Until a rank replies, sends output or ends its output (or ``seconds`` pass)."""
+        self.wake.wait(seconds)
         self.wake.clear()
 
     def _engine_died(self) -> bool:
@@ -189,21 +194,8 @@ class CellRun:
         # between the two is still read below
         now = time.monotonic()
         ended = [rank for rank in self.running if self._output_ended(rank, now)]
-        for rank in self.ranks:
-            md = self.futures[rank].output
-            for name in ("stdout", "stderr"):
-                text = md[name] or ""
-                seen = self._offsets.get((rank, name), 0)
-                if len(text) > seen:
-                    self.out.stream(rank, name, text[seen:])
-                self._offsets[(rank, name)] = len(text)
-            outputs = md["outputs"]
-            for content in outputs[self._rich_seen.get(rank, 0) :]:
-                self.out.rich(rank, content)
-            self._rich_seen[rank] = len(outputs)
-            if md["execute_result"] and rank not in self._result_seen:
-                self._result_seen.add(rank)
-                self.out.rich(rank, md["execute_result"], result=True)
+        for rank, kind, content in self.feed.drain():
+            self.out.message(rank, kind, content)
         self._cut_short.update(r for r in ended if not self.futures[r].output_complete())
         self.running.difference_update(ended)
         self.out.flush_partial(force=not self.running)
@@ -213,16 +205,22 @@ class CellRun:
         if self._cut_short:
             print(
                 f"distcomp: the output of {format_ranks(self._cut_short)} may be incomplete: "
-                f"not all of it had arrived {OUTPUT_GRACE:g} s after the cell ended there.",
+                f"its end had not arrived {OUTPUT_GRACE:g} s after its last output (or "
+                f"{OUTPUT_LIMIT:g} s after the cell ended there).",
                 file=sys.stderr,
             )
 
     def _output_ended(self, rank: int, now: float) -> bool:
-        """The rank replied and all its output is in (or none came for OUTPUT_GRACE)."""
+        """The rank replied and all its output is in (or none came for OUTPUT_GRACE since
+        the reply: a burst still arriving keeps the cell open until it is all in)."""
         reply = self.futures[rank]
-        return reply.replied() and (
-            reply.output_complete() or now - self._replied_at.get(rank, now) > OUTPUT_GRACE
-        )
+        if not reply.replied():
+            return False
+        if reply.output_complete():
+            return True
+        replied = self._replied_at.get(rank, now)
+        quiet_since = max(replied, self.feed.last.get(rank, 0.0))
+        return now - quiet_since > OUTPUT_GRACE or now - replied > OUTPUT_LIMIT
 
     def _errors(self, skip_interrupts: bool = False) -> dict[int, Any]:
         """Each failed rank's RemoteError; deaths are reported apart."""
