@@ -2,7 +2,8 @@
 
 azure-ai-ml's own ``dump`` writes the YAML (``CommandJob``, not the ``Command`` node, whose dump
 ``load_job`` rejects). Local paths (code folder, data inputs, build context) are written
-relative to the YAML file, so the file keeps working when the folder is moved or committed.
+relative to the YAML file, so the file keeps working when the folder is moved or committed; an
+inline Dockerfile is written beside it, in ``<stem>-environment/``.
 The file holds no credential: the client, its token and SAS URIs never reach these objects.
 """
 
@@ -18,6 +19,7 @@ import yaml
 from ..core.bindings import input_values
 from ..errors import AzureMLError
 from .convert import quiet_sdk, to_azureml_component, to_azureml_job
+from .environment import inline_context_beside
 
 if TYPE_CHECKING:
     from ..core.model import Component
@@ -95,6 +97,8 @@ def export(
         )
     target = target.resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
+    if kwargs.get("environment") is None:
+        kwargs["environment"] = inline_context_beside(component, target)
     if component_form:
         if inputs or outputs or compute:
             raise AzureMLError(

@@ -38,11 +38,16 @@ def setup_rank(env: dict, drop: list, stack_path: str | None) -> dict:
             os.environ.pop(key, None)
     os.environ.update(env)
     if stack_path:
-        # on another host the folder is new: it is the kernel's, named the same there
-        os.makedirs(os.path.dirname(stack_path) or ".", exist_ok=True)
-        stack_file = open(stack_path, "a")  # noqa: SIM115 - must outlive this call
-        faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
-        sys._distcomp_stack_file = stack_file  # type: ignore[attr-defined]  # kept alive
+        # on another host the folder is new: it is the kernel's, named the same there; one
+        # that is a link or another user's is not written into
+        folder = os.path.dirname(stack_path) or "."
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        info = os.lstat(folder)
+        if not os.path.islink(folder) and info.st_uid == os.getuid():
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+            stack_file = os.fdopen(os.open(stack_path, flags, 0o600), "a")
+            faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
+            sys._distcomp_stack_file = stack_file  # type: ignore[attr-defined]  # kept alive
     try:  # fatal errors (segfaults) print a Python stack into mpiexec's output
         if sys.__stderr__ is not None:
             faulthandler.enable(file=sys.__stderr__, all_threads=False)
