@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.layout import MPI_LAUNCHERS, tensorflow_tasks
+from ..core.secrets import masked_repr
 from ..errors import AzureMLError, AzureMLWarning, DistcompError
 from .checks import check_code_folder, outside_package, warn_return_code
 from .environment import build_environment
@@ -180,7 +181,7 @@ def warn_if_commands_differ(component: Component, command: str, values: dict[str
         n for n, v in values.items() if n not in data and shlex.quote(str(v)) != str(v)
     ]
     for name in risky or [None]:
-        shown = f"input '{name}' = {values[name]!r}" if name else "the command"
+        shown = f"input '{name}' = {masked_repr(values[name])}" if name else "the command"
         if name and broken and any(q in str(values[name]) for q in "'\""):
             fix = "remove the quote characters from the value (Azure ML cannot quote it)"
         elif name:

@@ -34,6 +34,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 
 from ..contracts import SUBCOMMANDS
+from ..core.secrets import mask_secrets
 from ..errors import DistcompError, InternalError, RankError, RankInterrupt
 
 if TYPE_CHECKING:
@@ -197,7 +198,8 @@ class DistCompMagics(Magics):
                     f"Subcommands are: {', '.join(SUBCOMMANDS)}."
                 )
             self._handle_define(words[0], cell)
-        except (DistcompError, UsageError):
+        except (DistcompError, UsageError) as exc:
+            _mask_message(exc)
             raise  # shown by their _render_traceback_: the message, no frame of ours
         except KeyboardInterrupt:
             raise RankInterrupt(f"%distcomp {line}: interrupted.") from None
@@ -415,3 +417,10 @@ def _say_background(cell: Any) -> None:
 
 
 __all__ = ["DistCompMagics", "key_values"]
+
+
+def _mask_message(exc: BaseException) -> None:
+    """The error's message with every credential in it masked (a SAS URL a value holds)."""
+    exc.args = tuple(mask_secrets(a) if isinstance(a, str) else a for a in exc.args)
+    if isinstance(getattr(exc, "message", None), str):
+        exc.message = mask_secrets(exc.message)  # type: ignore[attr-defined]
