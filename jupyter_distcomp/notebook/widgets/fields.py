@@ -116,7 +116,7 @@ class _Field:
         if isinstance(value, str) and has_secret(held) and MASK in value:
             # the box shows the held value with its credential masked: unchanged, nothing to
             # write; edited around the mask, the value must be typed again in full
-            if value != mask_secrets(held):
+            if value != masked(held):
                 self.message.value = (
                     "<span style='color:#c00'>&#10007; the value's credential is shown as "
                     f"{MASK}: type or paste the whole value again</span>"
