@@ -6,7 +6,7 @@ Forms::
     %%distcomp run NAME [--ranks 0,2-3] [--timeout S] [--group-output] [--background]
                                   [--debug-ranks 0,2]
     %distcomp wait NAME [--timeout S] | where NAME [--ranks ...]
-    %distcomp compare NAME EXPR [--ranks ...] [--rtol X]
+    %distcomp compare NAME EXPR [--ranks ...] [--rtol X] [--timeout S]
     %distcomp debug NAME [--rank R]
     %distcomp env NAME [--instance-count N] [--process-count-per-node P]
     %distcomp command NAME [--input k=v ...] [--output k=path ...] [--timeout S] [--background]
@@ -92,6 +92,9 @@ def _build_parser() -> _Parser:
     compare.add_argument("expr", help="a Python expression, quoted if it has spaces")
     compare.add_argument("--ranks", default=None, help="ranks to compare (default: all)")
     compare.add_argument("--rtol", type=float, default=None, help="relative tolerance")
+    compare.add_argument(
+        "--timeout", type=float, default=None, help="seconds the evaluation may take (60)"
+    )
     debug = sub.add_parser("debug", help="post-mortem pdb on a rank whose last cell failed")
     debug.add_argument("name")
     debug.add_argument("--rank", type=int, default=None, help="default: the lowest failed rank")
@@ -316,17 +319,18 @@ class DistCompMagics(Magics):
             cell_run = self.session.wait_background(args.name, args.timeout)
         except KeyboardInterrupt:
             print(
-                f"Stopped waiting; the background cell of {args.name} keeps running "
+                f"Stopped waiting; the background job of {args.name} keeps running "
                 f"(`%distcomp interrupt {args.name}` stops it)."
             )
             return
-        print(f"{args.name}: the background cell finished ({cell_run.seconds:.1f} s).")
+        print(f"{args.name}: the {cell_run.what} finished ({cell_run.seconds:.1f} s).")
 
     def _handle_where(self, args: argparse.Namespace, cell: str | None) -> None:
         print(self.session.where(args.name, args.ranks).text())
 
     def _handle_compare(self, args: argparse.Namespace, cell: str | None) -> None:
-        print(self.session.compare(args.name, args.expr, args.ranks, args.rtol).text())
+        table = self.session.compare(args.name, args.expr, args.ranks, args.rtol, args.timeout)
+        print(table.text())
 
     def _handle_stop(self, args: argparse.Namespace, cell: str | None) -> None:
         stopped = self.session.stop(args.name)

@@ -276,6 +276,8 @@ class Session:
         whose thread this is."""
         from ..local.command import run_command
 
+        if background is None and self._backend is not None:  # one command of NAME at a time
+            self._backend.refuse_beside_background(name, "command", kinds="command")
         component = component or self.component(name)
         return run_command(
             component,
@@ -304,8 +306,10 @@ class Session:
 
     def background(self, name: str | None = None) -> list[str]:
         """One line per background cell (of ``name``, or of every component)."""
-        cells = self.backend.background if self._backend is not None else {}
-        return [cell.describe() for key, cell in cells.items() if name in (None, key)]
+        jobs = self.backend.background if self._backend is not None else {}
+        return [
+            cell.describe() for key, cells in jobs.items() if name in (None, key) for cell in cells
+        ]
 
     def where(self, name: str, ranks: str | None = None) -> WhereReport:
         """Where each rank of ``name`` is: its `%distcomp command` processes while that
@@ -324,15 +328,21 @@ class Session:
         return where_processes(title, chosen, command)
 
     def compare(
-        self, name: str, expr: str, ranks: str | None = None, rtol: float | None = None
+        self,
+        name: str,
+        expr: str,
+        ranks: str | None = None,
+        rtol: float | None = None,
+        timeout: float | None = None,
     ) -> CompareTable:
-        """``expr`` evaluated on each rank of ``name``, as one table of rank groups."""
+        """``expr`` evaluated on each rank of ``name``, as one table of rank groups;
+        ``timeout``: seconds the evaluation may take."""
         from ..core.ranges import parse_ranks
         from ..local.inspect.compare import compare
 
         self.component(name)
         world = self.backend.running_world(name)
-        return compare(world, parse_ranks(ranks, world.world_size), expr, rtol)
+        return compare(world, parse_ranks(ranks, world.world_size), expr, rtol, timeout)
 
     def command_in_background(
         self,
@@ -346,6 +356,7 @@ class Session:
         from ..local.ranks.background import BackgroundCell
 
         size = self.component(name).world_size
+        self.backend.refuse_beside_background(name, "background command")
 
         def run() -> None:
             try:
@@ -357,9 +368,8 @@ class Session:
                     f"`%distcomp command {name}` interrupted: every rank was stopped."
                 ) from None
 
-        cell = BackgroundCell(name, list(range(size)), run)
-        self.backend.background[name] = cell
-        return cell.start()
+        cell = BackgroundCell(name, list(range(size)), run, kind="command")
+        return self.backend.add_background(name, cell).start()
 
     def status(self, name: str | None = None) -> list[dict]:
         if name is not None:

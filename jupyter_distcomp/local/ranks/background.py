@@ -27,9 +27,13 @@ WAIT_STEP = 0.1
 class BackgroundCell:
     """One cell running in the background on ``ranks`` of world ``name``."""
 
-    def __init__(self, name: str, ranks: list[int], run: Callable[[], Any]) -> None:
+    def __init__(
+        self, name: str, ranks: list[int], run: Callable[[], Any], kind: str = "cell"
+    ) -> None:
         self.name = name
         self.ranks = ranks
+        #: what runs: "cell" (``%%distcomp run --background``) or "command"
+        self.kind = kind
         self.started = time.monotonic()
         self.ended: float | None = None
         self.error: BaseException | None = None
@@ -56,15 +60,20 @@ class BackgroundCell:
             self.ended = time.monotonic()
             self._done.set()
         if self.error is None:
-            print(f"{self.name}: the background cell finished ({self.seconds:.1f} s).", flush=True)
+            print(f"{self.name}: the {self.what} finished ({self.seconds:.1f} s).", flush=True)
         else:
             summary = getattr(self.error, "summary", None) or str(self.error).split("\n")[0]
             print(
-                f"{self.name}: the background cell failed: {summary}. "
+                f"{self.name}: the {self.what} failed: {summary}. "
                 f"`%distcomp wait {self.name}` shows the error.",
                 file=sys.stderr,
                 flush=True,
             )
+
+    @property
+    def what(self) -> str:
+        """How messages name it: "background cell" or "background command"."""
+        return f"background {self.kind}"
 
     @property
     def running(self) -> bool:
@@ -84,13 +93,14 @@ class BackgroundCell:
             else ""
         )
         return (
-            f"{self.name}: background cell on {format_ranks(self.ranks)}, {state} "
+            f"{self.name}: {self.what} on {format_ranks(self.ranks)}, {state} "
             f"({self.seconds:.1f} s){held}"
         )
 
-    def wait(self, timeout: float | None = None) -> None:
+    def wait(self, timeout: float | None = None, asked: float | None = None) -> None:
         """Block until the cell ends, serving the prompts of ranks that stop meanwhile (the
-        time at a prompt does not count); raise its error. A time-out leaves it running."""
+        time at a prompt does not count); raise its error. A time-out leaves it running;
+        ``asked``: the time-out the user gave, as the message says it."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._done.wait(WAIT_STEP):
             paused = self.serve()
@@ -101,7 +111,7 @@ class BackgroundCell:
                 break
         if not self._done.is_set():
             raise RankError(
-                f"the background cell of {self.name!r} still runs after {timeout:g} s "
+                f"the {self.what} of {self.name!r} still runs after {asked or timeout:g} s "
                 f"({format_ranks(self.ranks)}). It keeps running: `%distcomp where {self.name}` "
                 f"shows where each rank is, `%distcomp interrupt {self.name}` stops it."
             )
