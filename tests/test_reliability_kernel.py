@@ -262,3 +262,75 @@ def test_a_rank_killed_during_compare_is_named_by_its_rank(cmp):
     assert reply["status"] == "ok", text
     reply, text, _ = cmp.run("%%distcomp run cmp\nimport os, time, numpy")
     assert reply["status"] == "ok", text
+
+
+# -- item 9: one prestarted world at a time; more ranks than cores is said once -----------
+
+
+def _engines(kernel) -> int:
+    """The kernel's rank processes (ipyparallel engines, not their nannies or launchers)."""
+    import psutil
+
+    count = 0
+    for process in kernel.processes():
+        try:
+            count += process.cmdline()[1:3] == ["-m", "ipyparallel.engine"]
+        except psutil.Error:
+            pass
+    return count
+
+
+def test_only_the_latest_definition_keeps_prestarted_ranks():
+    k = Kernel()
+    try:
+        reply, text, _ = k.run(
+            "%load_ext jupyter_distcomp\n%config DistComp.default_process_count_per_node = 2"
+        )
+        assert reply["status"] == "ok", text
+        notices = []
+        for name in ("first", "second", "third", "fourth"):
+            reply, text, _ = k.run(f"%%distcomp {name}\n{CMP_SPEC.replace('cmp', name)}")
+            assert reply["status"] == "ok", text
+            notices.append(text)
+        assert "stopped the idle ranks of first" not in notices[0]
+        for before, said in zip(("first", "second", "third"), notices[1:], strict=True):
+            assert f"stopped the idle ranks of {before}, started ahead" in said, said
+            assert f"`%%distcomp run` of {before} starts them again" in said
+        reply, text, _ = k.run("%distcomp status")
+        for name in ("first", "second", "third"):
+            assert f"{name} " not in text.replace("fourth", ""), text
+        deadline = time.monotonic() + 60
+        while _engines(k) != 2 and time.monotonic() < deadline:
+            time.sleep(1)
+        assert _engines(k) == 2, "more than one prestarted world is running"
+        # a world that ran a cell is the user's: a later definition leaves it alone
+        reply, text, _ = k.run("%%distcomp run fourth\nprint('used')")
+        assert reply["status"] == "ok", text
+        reply, text, _ = k.run(f"%%distcomp fifth\n{CMP_SPEC.replace('cmp', 'fifth')}")
+        assert reply["status"] == "ok" and "stopped the idle ranks" not in text, text
+        reply, text, _ = k.run("%%distcomp run first\nprint('back', mpi_rank)")
+        assert reply["status"] == "ok" and "[rank 1] back 1" in text, text
+    finally:
+        k.close()
+
+
+def test_more_ranks_than_cores_warns_once_with_the_figures(kernel):
+    import os
+
+    cores = os.cpu_count() or 1
+    size = cores + 1
+    reply, text, _ = kernel.run(f"%%distcomp many\n{CMP_SPEC.replace('cmp', 'many')}")
+    assert reply["status"] == "ok", text
+    reply, text, _ = kernel.run(
+        "many.runsettings.resource_layout.configure("
+        f"instance_count=1, process_count_per_node={size})"
+    )
+    assert reply["status"] == "ok", text
+    reply, text, _ = kernel.run("%%distcomp run many\nprint('rank', mpi_rank)", timeout=300)
+    assert reply["status"] == "ok", text
+    assert f"distcomp: {size} ranks on {cores} CPU cores" in text, text
+    assert text.count("CPU cores") == 1
+    reply, text, _ = kernel.run("%distcomp restart many", timeout=300)
+    assert reply["status"] == "ok" and "CPU cores" not in text, text
+    reply, text, _ = kernel.run("%distcomp stop many")
+    assert reply["status"] == "ok", text
