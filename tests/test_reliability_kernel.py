@@ -334,3 +334,18 @@ def test_more_ranks_than_cores_warns_once_with_the_figures(kernel):
     assert reply["status"] == "ok" and "CPU cores" not in text, text
     reply, text, _ = kernel.run("%distcomp stop many")
     assert reply["status"] == "ok", text
+
+
+# -- item 10: a rank whose stdout was closed prints again ---------------------------------
+
+
+def test_a_rank_that_closed_its_stdout_and_stderr_prints_again(cmp):
+    code = "import sys\nif mpi_rank == 1:\n    sys.stdout.close()\n    sys.stderr.close()"
+    reply, text, _ = cmp.run(f"%%distcomp run cmp\n{code}")
+    assert reply["status"] == "ok", _error(reply)
+    reply, text, _ = cmp.run(
+        "%%distcomp run cmp\nprint('out', mpi_rank)\nprint('err', mpi_rank, file=sys.stderr)"
+    )
+    assert reply["status"] == "ok", _error(reply)
+    for rank in (0, 1):
+        assert f"[rank {rank}] out {rank}" in text and f"[rank {rank}] err {rank}" in text, text

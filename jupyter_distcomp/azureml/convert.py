@@ -87,11 +87,9 @@ def _tags(component: Component, sanitized: str, extra: dict | None) -> dict[str,
 
 def _code(component: Component, code: Any) -> str:
     path = Path(code).expanduser() if code is not None else component.code_path
-    if not path.is_dir():
-        raise AzureMLError(
-            f"component '{component.name}': the code folder {path} does not exist. Fix: set "
-            "`code:` in the spec to the folder holding the scripts, or pass code=PATH."
-        )
+    problem = component.code_folder_problem(path)
+    if problem:
+        raise AzureMLError(f"component '{component.name}': {problem} (or pass code=PATH)")
     check_code_folder(component, path)
     warn_return_code(component)
     return str(path.resolve())

@@ -19,8 +19,8 @@ OPEN_MPI_WORLD_KEYS = (
 
 
 def setup_rank(env: dict, drop: list, stack_path: str | None) -> dict:
-    """Apply this rank's variables, arm the stack dump, keep cells that follow a failed one,
-    and say who we are.
+    """Apply this rank's variables, arm the stack dump, keep cells that follow a failed one
+    (and give them a working stdout and stderr), and say who we are.
 
     ``drop`` lists variables to remove unless ``env`` sets them. SIGUSR1 makes faulthandler
     write every thread's Python stack to ``stack_path`` even while the main thread is stuck
@@ -63,9 +63,29 @@ def setup_rank(env: dict, drop: list, stack_path: str | None) -> dict:
         kernel = get_ipython().kernel
         handle = kernel.shell_handlers["execute_request"]
         if not getattr(handle, "keeps_cells", False):
+            # a cell that closed sys.stdout or sys.stderr (ipykernel's streams) leaves the
+            # next cell a new one on the same publisher, instead of a rank that cannot print
+            opened = {
+                name: (type(stream), stream.session, stream.pub_thread, stream.topic)
+                for name in ("stdout", "stderr")
+                for stream in [getattr(sys, name)]
+                if getattr(stream, "pub_thread", None) is not None
+            }
+
+            def reopen_streams(parent: dict) -> None:
+                for name, (kind, session, thread, topic) in opened.items():
+                    if getattr(getattr(sys, name), "closed", False):
+                        fresh = kind(session, thread, name, watchfd=False)
+                        fresh.topic = topic  # ipyparallel's: names the engine
+                        fresh.set_parent(parent)  # this request's, set before it reached us
+                        setattr(sys, name, fresh)
 
             def execute_request(stream, ident, parent):
                 parent["content"].setdefault("stop_on_error", False)
+                try:
+                    reopen_streams(parent)
+                except Exception:  # the cell then reports the closed stream itself
+                    pass
                 return handle(stream, ident, parent)
 
             execute_request.keeps_cells = True  # type: ignore[attr-defined]
