@@ -155,3 +155,26 @@ def _texts(widget):
     for child in getattr(widget, "children", ()):
         found += _texts(child)
     return found
+
+
+FAILING_SPEC = """\
+name: leaky
+type: DistributedComponent
+inputs:
+  url: {type: String}
+launcher:
+  type: mpi
+  additional_arguments: python fail.py {inputs.url}
+"""
+
+
+@pytest.mark.slow
+def test_a_failed_command_shows_its_command_line_masked(ip, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fail.py").write_text("import sys\nsys.exit(3)\n")
+    assert ip.run_cell(f"%%distcomp leaky\n{FAILING_SPEC}").success
+    with capture_output() as captured:
+        result = ip.run_cell(f"%distcomp command leaky --input url={SAS}")
+    shown = str(result.error_in_exec) + captured.stdout + captured.stderr
+    assert result.error_in_exec is not None and "command: python fail.py" in shown, shown
+    assert SIG not in shown and "sig=***" in shown, shown
