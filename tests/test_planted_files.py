@@ -70,10 +70,12 @@ def test_inline_dockerfile_ignores_a_planted_folder(tmp_path, shared_tmp):
     context = job.environment.build.path
     assert victim.read_text() == "the user's own file\n"
     assert not context.startswith(str(shared_tmp / "jupyter-distcomp-env"))
-    info = os.lstat(context)
-    assert stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
-    assert stat.S_IMODE(info.st_mode) == 0o700  # nobody else can plant in it
-    assert sorted(os.listdir(context)) == ["Dockerfile", "owner"]
+    for folder in (context, os.path.dirname(context)):
+        info = os.lstat(folder)
+        assert stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+        assert stat.S_IMODE(info.st_mode) == 0o700  # nobody else can plant in it
+    assert os.path.dirname(context).startswith(str(shared_tmp / "distcomp-env-"))
+    assert os.listdir(context) == ["Dockerfile"]  # the context holds the Dockerfile only
     with open(os.path.join(context, "Dockerfile"), encoding="utf-8") as handle:
         assert handle.read() == DOCKERFILE
     # a second build reuses this kernel's own folder, not a new one per call

@@ -72,15 +72,18 @@ def _inline_dockerfile(text: str):
     this kernel (made by mkdtemp, readable by this user only, removed with the kernel)."""
     from azure.ai.ml.entities import BuildContext
 
-    folder = _private_contexts.get(text)
-    if folder is None or not _is_private(folder):
-        folder = Path(scratch.make_folder("distcomp-env-"))
-        write_private(folder / "Dockerfile", text)
-        _private_contexts[text] = folder
-    return BuildContext(path=str(folder), dockerfile_path="Dockerfile")
+    context = _private_contexts.get(text)
+    if context is None or not _is_private(context.parent):
+        # the context is a folder of its own: the scratch folder's owner file would change
+        # the environment's content hash, and Azure ML's cached image with it
+        context = Path(scratch.make_folder("distcomp-env-")) / "context"
+        context.mkdir(mode=0o700)
+        write_private(context / "Dockerfile", text)
+        _private_contexts[text] = context
+    return BuildContext(path=str(context), dockerfile_path="Dockerfile")
 
 
-#: Dockerfile text -> the private build context made for it by this kernel
+#: Dockerfile text -> the build context made for it by this kernel, in a private folder
 _private_contexts: dict[str, Path] = {}
 
 
