@@ -56,6 +56,18 @@ def test_plain_values_are_not_secrets(text):
     assert mask_secrets(str(text)) == str(text)
 
 
+@pytest.mark.parametrize(
+    "text", ["a" * 200_000, "eyJ" * 70_000, "ab:" * 70_000 + "@", "https://" * 25_000]
+)
+def test_masking_a_long_value_takes_linear_time(text):
+    """Every message with a value is masked: a 200 KB value must not hang the kernel."""
+    import time
+
+    tic = time.perf_counter()
+    mask_secrets(text)
+    assert time.perf_counter() - tic < 1.0
+
+
 def _component(tmp_path):
     (tmp_path / "train.py").write_text("print('train')\n")
     (tmp_path / "spec.yaml").write_text(SPEC)

@@ -29,7 +29,7 @@ _SECRETS = [
         rf"\1{MASK}",
     ),
     # a password in a URL: scheme://user:PASSWORD@host
-    (re.compile(r"(?i)([a-z][a-z0-9+.-]*://[^/:@\s\"']*:)[^/@\s\"']+(@)"), rf"\1{MASK}\2"),
+    (re.compile(r"(?i)(\b[a-z][a-z0-9+.-]{0,31}://[^/:@\s\"']*:)[^/@\s\"']+(@)"), rf"\1{MASK}\2"),
     # connection strings: AccountKey=...; SharedAccessSignature=...;
     (
         re.compile(
@@ -45,7 +45,12 @@ _SECRETS = [
         ),
         rf"\1{MASK}",
     ),
-    (re.compile(r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"), MASK),
+    (
+        re.compile(
+            r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,8192}\.[A-Za-z0-9_-]{8,8192}\.[A-Za-z0-9_-]*"
+        ),
+        MASK,
+    ),
 ]
 
 
