@@ -277,7 +277,7 @@ class Session:
         from ..local.command import run_command
 
         if background is None and self._backend is not None:  # one command of NAME at a time
-            self._backend.refuse_beside_background(name, "command", kinds="command")
+            self._backend.background.refuse_beside(name, "command", kinds="command")
         component = component or self.component(name)
         return run_command(
             component,
@@ -306,10 +306,8 @@ class Session:
 
     def background(self, name: str | None = None) -> list[str]:
         """One line per background cell (of ``name``, or of every component)."""
-        jobs = self.backend.background if self._backend is not None else {}
-        return [
-            cell.describe() for key, cells in jobs.items() if name in (None, key) for cell in cells
-        ]
+        jobs = self.backend.background.items() if self._backend is not None else []
+        return [cell.describe() for key, cells in jobs if name in (None, key) for cell in cells]
 
     def where(self, name: str, ranks: str | None = None) -> WhereReport:
         """Where each rank of ``name`` is: its `%distcomp command` processes while that
@@ -356,7 +354,7 @@ class Session:
         from ..local.ranks.background import BackgroundCell
 
         size = self.component(name).world_size
-        self.backend.refuse_beside_background(name, "background command")
+        self.backend.background.refuse_beside(name, "background command")
 
         def run() -> None:
             try:
@@ -369,7 +367,7 @@ class Session:
                 ) from None
 
         cell = BackgroundCell(name, list(range(size)), run, kind="command")
-        return self.backend.add_background(name, cell).start()
+        return self.backend.background.add(name, cell).start()
 
     def status(self, name: str | None = None) -> list[dict]:
         if name is not None:

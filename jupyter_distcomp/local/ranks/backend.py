@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -21,7 +20,7 @@ from ...core.layout import layout_text
 from ...core.ranges import format_ranks, parse_ranks
 from ...errors import RankError
 from ...machine.hosts import Placement
-from .background import BackgroundCell
+from .background import BackgroundCell, BackgroundJobs
 from .connection import Connection
 from .world import World
 
@@ -65,9 +64,7 @@ class RankBackend:
         self._stopping: list[threading.Thread] = []
         # name -> (component, its layout, our observer): one observer per name at a time
         self._watched: dict[str, tuple[Component, ResourceLayout, Callable[[Any], None]]] = {}
-        #: name -> its background jobs not yet waited for: the one running or last finished,
-        #: and the failed ones whose error `%distcomp wait` has not shown yet
-        self.background: dict[str, list[BackgroundCell]] = {}
+        self.background = BackgroundJobs()  # of every component, not yet waited for
         #: ``progress(name, world size)``: shows a start the caller waits for
         self.progress: Callable[[str, int], Progress] = lambda name, total: _Quiet()
 
@@ -160,7 +157,7 @@ class RankBackend:
                 for name, world in self.worlds.items()
                 if name != keep
                 and not world.used
-                and self.running_background(name) is None
+                and self.background.running(name) is None
                 and self._signatures[name][-1].embedded  # a cluster of the user's own stays
             ]
             leaving = [self._leave(name) for name in idle]
@@ -307,7 +304,7 @@ class RankBackend:
         # a bad rank list, or a second background job, is refused before any rank starts
         parse_ranks(ranks, component.runsettings.resource_layout.world_size)
         if background:
-            self.refuse_beside_background(name, "background cell")
+            self.background.refuse_beside(name, "background cell")
         world = self.worlds.get(name)
         same = self._signatures.get(name) == self._signature(name, component)
         # world.dead_ranks is kept current by the world's watcher thread
@@ -317,7 +314,7 @@ class RankBackend:
         targets = parse_ranks(ranks, world.world_size)
         busy = [r for r in targets if world.ranks[r].state == RankState.BUSY]
         if busy:
-            earlier = self.running_background(name)
+            earlier = self.background.running(name)
             if earlier is not None and earlier.kind == "cell":
                 raise RankError(
                     f"{format_ranks(busy)} of {name!r} are busy with a background cell. Fix: "
@@ -357,7 +354,7 @@ class RankBackend:
 
         world.background = True
         world.set_state(targets, RankState.BUSY)  # from now on, not from when the thread runs
-        cell = self.add_background(world.name, BackgroundCell(world.name, targets, ended))
+        cell = self.background.add(world.name, BackgroundCell(world.name, targets, ended))
         held = run.debug.hold_in_background(lambda: run.running)
         if held is not None:  # its stops are served by `%distcomp wait`
             cell.serve, cell.stopped = held.serve_waiting, held.stopped
@@ -478,64 +475,9 @@ class RankBackend:
             )
         return world
 
-    def running_background(self, name: str) -> BackgroundCell | None:
-        """The background job (cell or command) of ``name`` that runs now, if any."""
-        return next((cell for cell in self.background.get(name, ()) if cell.running), None)
-
-    def refuse_beside_background(self, name: str, what: str, kinds: str = "cell command") -> None:
-        """A RankError when a background job of ``name`` (of one of ``kinds``) runs: ``what``
-        is not started beside it."""
-        running = self.running_background(name)
-        if running is not None and running.kind in kinds.split():
-            raise RankError(
-                f"{name!r} already runs a {running.what} ({running.seconds:.0f} s so far), so "
-                f"this {what} was not started: a component runs one background job at a time. "
-                f"Fix: `%distcomp wait {name}` waits for it and shows its error, "
-                f"`%distcomp interrupt {name}` stops it; then start this one again."
-            )
-
-    def add_background(self, name: str, cell: BackgroundCell) -> BackgroundCell:
-        """Keep ``cell`` as ``name``'s background job (a RankError while another runs);
-        earlier jobs whose error was not waited for stay, for `%distcomp wait`."""
-        self.refuse_beside_background(name, cell.what)
-        failed = [earlier for earlier in self.background.get(name, ()) if earlier.error]
-        self.background[name] = [*failed, cell]
-        return cell
-
     def wait(self, name: str, timeout: float | None = None) -> BackgroundCell:
-        """Block until the background jobs of ``name`` end; raise their errors (one
-        RankError naming each when several failed). Returns the latest job."""
-        cells = list(self.background.get(name, ()))
-        if not cells:
-            raise RankError(
-                f"{name!r} has no background cell or command. Fix: start one with "
-                f"`%%distcomp run {name} --background` or `%distcomp command {name} "
-                "--background`."
-            )
-        deadline = None if timeout is None else time.monotonic() + timeout
-        errors: list[tuple[BackgroundCell, BaseException]] = []
-        for cell in cells:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
-                cell.wait(left, asked=timeout)
-            except BaseException as exc:
-                if cell.running:  # a time-out (or Ctrl-C): every job stays for the next wait
-                    raise
-                errors.append((cell, exc))
-        kept = [cell for cell in self.background.get(name, ()) if cell not in cells]
-        if kept:  # started meanwhile
-            self.background[name] = kept
-        else:
-            self.background.pop(name, None)
-        if len(errors) == 1:
-            raise errors[0][1]
-        if errors:
-            parts = [f"{cell.what} ({cell.seconds:.1f} s): {exc}" for cell, exc in errors]
-            raise RankError(
-                f"{len(errors)} background jobs of {name!r} failed, oldest first:\n\n"
-                + "\n\n".join(parts)
-            )
-        return cells[-1]
+        """Block until the background jobs of ``name`` end; raise their errors."""
+        return self.background.wait(name, timeout)
 
     def shutdown(self) -> None:
         self.stop()

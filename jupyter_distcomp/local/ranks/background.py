@@ -6,6 +6,10 @@ for as long as the cell runs. ``%distcomp wait NAME`` joins the thread and raise
 the cell collected; ``%distcomp status`` and the JupyterLab panel show that it runs. While it
 waits, ``%distcomp wait`` serves the prompts of ranks stopped at a breakpoint (``serve``);
 ``%distcomp status`` names them (``stopped``).
+
+:class:`BackgroundJobs` keeps them per component (a ``%distcomp command --background`` too):
+one runs at a time, a second is refused with the fix, and ``wait`` raises every error that
+was not shown yet.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import contextvars
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ...core.ranges import format_ranks
@@ -117,3 +121,74 @@ class BackgroundCell:
             )
         if self.error is not None:
             raise self.error
+
+
+class BackgroundJobs:
+    """The background jobs (cells and commands) of each component not yet waited for: the
+    one running or last finished, and the failed ones whose error `%distcomp wait` has not
+    shown yet. One job runs per component at a time."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, list[BackgroundCell]] = {}
+
+    def items(self) -> Iterable[tuple[str, list[BackgroundCell]]]:
+        return list(self._jobs.items())
+
+    def running(self, name: str) -> BackgroundCell | None:
+        """The background job (cell or command) of ``name`` that runs now, if any."""
+        return next((cell for cell in self._jobs.get(name, ()) if cell.running), None)
+
+    def refuse_beside(self, name: str, what: str, kinds: str = "cell command") -> None:
+        """A RankError when a background job of ``name`` (of one of ``kinds``) runs: ``what``
+        is not started beside it."""
+        running = self.running(name)
+        if running is not None and running.kind in kinds.split():
+            raise RankError(
+                f"{name!r} already runs a {running.what} ({running.seconds:.0f} s so far), so "
+                f"this {what} was not started: a component runs one background job at a time. "
+                f"Fix: `%distcomp wait {name}` waits for it and shows its error, "
+                f"`%distcomp interrupt {name}` stops it; then start this one again."
+            )
+
+    def add(self, name: str, cell: BackgroundCell) -> BackgroundCell:
+        """Keep ``cell`` as ``name``'s background job (a RankError while another runs);
+        earlier jobs whose error was not waited for stay, for `%distcomp wait`."""
+        self.refuse_beside(name, cell.what)
+        failed = [earlier for earlier in self._jobs.get(name, ()) if earlier.error]
+        self._jobs[name] = [*failed, cell]
+        return cell
+
+    def wait(self, name: str, timeout: float | None = None) -> BackgroundCell:
+        """Block until the background jobs of ``name`` end; raise their errors (one
+        RankError naming each when several failed). Returns the latest job."""
+        cells = list(self._jobs.get(name, ()))
+        if not cells:
+            raise RankError(
+                f"{name!r} has no background cell or command. Fix: start one with "
+                f"`%%distcomp run {name} --background` or `%distcomp command {name} "
+                "--background`."
+            )
+        deadline = None if timeout is None else time.monotonic() + timeout
+        errors: list[tuple[BackgroundCell, BaseException]] = []
+        for cell in cells:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                cell.wait(left, asked=timeout)
+            except BaseException as exc:
+                if cell.running:  # a time-out (or Ctrl-C): every job stays for the next wait
+                    raise
+                errors.append((cell, exc))
+        kept = [cell for cell in self._jobs.get(name, ()) if cell not in cells]
+        if kept:  # started meanwhile
+            self._jobs[name] = kept
+        else:
+            self._jobs.pop(name, None)
+        if len(errors) == 1:
+            raise errors[0][1]
+        if errors:
+            parts = [f"{cell.what} ({cell.seconds:.1f} s): {exc}" for cell, exc in errors]
+            raise RankError(
+                f"{len(errors)} background jobs of {name!r} failed, oldest first:\n\n"
+                + "\n\n".join(parts)
+            )
+        return cells[-1]
