@@ -503,6 +503,12 @@ def test_a_missing_program_or_code_folder_is_a_clear_error(tmp_path):
     spec = component.source.replace(f"code: {tmp_path / 'code'}", "code: ./not_there")
     with pytest.raises(SpecError, match=r"code folder .*not_there does not exist"):
         run_command(load_component(spec, base_dir=tmp_path), stream=None, cwd=tmp_path)
+    (tmp_path / "hostname").write_text("a file, not a folder\n")
+    spec = component.source.replace(f"code: {tmp_path / 'code'}", f"code: {tmp_path}/hostname")
+    with pytest.raises(SpecError) as caught:
+        run_command(load_component(spec, base_dir=tmp_path), stream=None, cwd=tmp_path)
+    assert f"code folder {tmp_path}/hostname is a file, not a folder" in str(caught.value)
+    assert f"set `code:` to the folder that holds it ({tmp_path})" in str(caught.value)
 
 
 def test_the_rank_supervisor_explains_a_malformed_call():

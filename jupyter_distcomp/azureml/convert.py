@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.layout import MPI_LAUNCHERS, tensorflow_tasks
+from ..core.secrets import masked_repr
 from ..errors import AzureMLError, AzureMLWarning, DistcompError
 from .checks import check_code_folder, outside_package, warn_return_code
 from .environment import build_environment
@@ -86,11 +87,9 @@ def _tags(component: Component, sanitized: str, extra: dict | None) -> dict[str,
 
 def _code(component: Component, code: Any) -> str:
     path = Path(code).expanduser() if code is not None else component.code_path
-    if not path.is_dir():
-        raise AzureMLError(
-            f"component '{component.name}': the code folder {path} does not exist. Fix: set "
-            "`code:` in the spec to the folder holding the scripts, or pass code=PATH."
-        )
+    problem = component.code_folder_problem(path)
+    if problem:
+        raise AzureMLError(f"component '{component.name}': {problem} (or pass code=PATH)")
     check_code_folder(component, path)
     warn_return_code(component)
     return str(path.resolve())
@@ -180,7 +179,7 @@ def warn_if_commands_differ(component: Component, command: str, values: dict[str
         n for n, v in values.items() if n not in data and shlex.quote(str(v)) != str(v)
     ]
     for name in risky or [None]:
-        shown = f"input '{name}' = {values[name]!r}" if name else "the command"
+        shown = f"input '{name}' = {masked_repr(values[name])}" if name else "the command"
         if name and broken and any(q in str(values[name]) for q in "'\""):
             fix = "remove the quote characters from the value (Azure ML cannot quote it)"
         elif name:

@@ -2,16 +2,22 @@
 
 A curated or registered name becomes ``azureml:NAME@latest`` (or ``azureml:NAME:VERSION``), sent
 as written; a docker image, a Dockerfile build context or conda dependencies become an inline
-``Environment``, which azure-ai-ml registers as an anonymous environment on submission. Files the
+``Environment``, which azure-ai-ml registers as an anonymous environment on submission; an
+inline Dockerfile is written into a private folder (never a shared, predictable path). Files the
 spec names are checked here, so a missing Dockerfile is our clear error, not the SDK's traceback.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import stat
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AzureMLError
+from ..machine import scratch
 
 if TYPE_CHECKING:
     from ..core.model import Component
@@ -62,14 +68,71 @@ def build_environment(component: Component, override: Any = None):
 
 
 def _inline_dockerfile(text: str):
-    """An inline ``docker.base_dockerfile`` becomes a build context in a cache folder."""
-    import hashlib
-    import tempfile
-
+    """An inline ``docker.base_dockerfile`` becomes a build context in a private folder of
+    this kernel (made by mkdtemp, readable by this user only, removed with the kernel)."""
     from azure.ai.ml.entities import BuildContext
 
-    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    folder = Path(tempfile.gettempdir()) / "jupyter-distcomp-env" / digest
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "Dockerfile").write_text(text)
-    return BuildContext(path=str(folder), dockerfile_path="Dockerfile")
+    context = _private_contexts.get(text)
+    if context is None or not _is_private(context.parent):
+        # the context is a folder of its own: the scratch folder's owner file would change
+        # the environment's content hash, and Azure ML's cached image with it
+        context = Path(scratch.make_folder("distcomp-env-")) / "context"
+        context.mkdir(mode=0o700)
+        write_private(context / "Dockerfile", text)
+        _private_contexts[text] = context
+    return BuildContext(path=str(context), dockerfile_path="Dockerfile")
+
+
+#: Dockerfile text -> the build context made for it by this kernel, in a private folder
+_private_contexts: dict[str, Path] = {}
+
+
+def _is_private(folder: Path) -> bool:
+    try:
+        info = os.lstat(folder)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
+
+
+def inline_context_beside(component: Component, target: Path):
+    """For an exported file ``target``: the inline Dockerfile as a build context folder beside
+    it (``<stem>-environment/``), so the exported YAML keeps working; None when the spec has no
+    inline Dockerfile. An existing folder is reused only when it is a real folder of this user;
+    the Dockerfile is replaced, never written through a link."""
+    from azure.ai.ml.entities import BuildContext, Environment
+
+    env = component.environment
+    if env is None or env.name or env.dockerfile or not env.base_dockerfile:
+        return None
+    folder = target.parent / f"{target.stem}-environment"
+    try:
+        folder.mkdir(mode=0o755)
+    except FileExistsError:
+        info = os.lstat(folder)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            raise AzureMLError(
+                f"{folder} exists and is not a folder of yours (a link or another user's), so "
+                "the inline Dockerfile is not written there. Fix: remove it, or export to "
+                "another file name."
+            ) from None
+    write_private(folder / "Dockerfile", env.base_dockerfile)
+    os_type = "windows" if env.os.lower() == "windows" else "linux"
+    return Environment(
+        build=BuildContext(path=str(folder), dockerfile_path="Dockerfile"), os_type=os_type
+    )
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``path`` through a new file renamed over it: a planted link at ``path`` is
+    replaced, never followed."""
+    handle, partial = tempfile.mkstemp(prefix=".distcomp-", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.chmod(partial, 0o644)
+        os.replace(partial, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(partial)
+        raise

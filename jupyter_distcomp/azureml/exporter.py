@@ -2,8 +2,10 @@
 
 azure-ai-ml's own ``dump`` writes the YAML (``CommandJob``, not the ``Command`` node, whose dump
 ``load_job`` rejects). Local paths (code folder, data inputs, build context) are written
-relative to the YAML file, so the file keeps working when the folder is moved or committed.
-The file holds no credential: the client, its token and SAS URIs never reach these objects.
+relative to the YAML file, so the file keeps working when the folder is moved or committed; an
+inline Dockerfile is written beside it, in ``<stem>-environment/``.
+The file holds no credential: the client and its token never reach these objects, and a value
+that holds one (a SAS URL) is refused with the fix.
 """
 
 from __future__ import annotations
@@ -15,15 +17,28 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from ..core.bindings import input_values
+from ..core.bindings import bound, input_values, path_text
+from ..core.secrets import has_secret, mask_secrets
 from ..errors import AzureMLError
 from .convert import quiet_sdk, to_azureml_component, to_azureml_job
+from .environment import inline_context_beside
 
 if TYPE_CHECKING:
     from ..core.model import Component
 
 
+def _remote(path: str) -> str:
+    """A URL as Azure ML reads it: azure-ai-ml dumps ``https://...`` (any URL but
+    ``azureml://``) as ``azureml:https://...``, which names no asset; written as it is."""
+    rest = path[len("azureml:") :]
+    if path.startswith("azureml:") and "://" in rest and not rest.startswith("//"):
+        return rest
+    return path
+
+
 def _relative(path: Any, folder: Path) -> Any:
+    if isinstance(path, str):
+        path = _remote(path)
     if not isinstance(path, str) or "://" in path or path.startswith("azureml:"):
         return path
     if not os.path.isabs(path):
@@ -42,7 +57,7 @@ def _relativize(data: dict, folder: Path) -> dict:
         del data["resources"]["properties"]
     if "code" in data:
         data["code"] = _relative(data["code"], folder)
-    for value in (data.get("inputs") or {}).values():
+    for value in [*(data.get("inputs") or {}).values(), *(data.get("outputs") or {}).values()]:
         if isinstance(value, dict) and "path" in value:
             value["path"] = _relative(value["path"], folder)
     environment = data.get("environment")
@@ -57,6 +72,27 @@ def _relativize(data: dict, folder: Path) -> dict:
         if isinstance(environment.get("conda_file"), str):
             environment["conda_file"] = _relative(environment["conda_file"], folder)
     return data
+
+
+def _refuse_credentials(
+    component: Component, inputs: Any, outputs: Any, *, with_values: bool
+) -> None:
+    """An AzureMLError naming the first value that holds a credential (a SAS signature, a
+    password): an exported file gets shared and committed, so it never holds one."""
+    values = {f"environment variable {n}": v for n, v in component.environment_variables.items()}
+    if with_values:
+        values.update({f"input '{n}'": v for n, v in bound(component, inputs, "input").items()})
+        values.update({f"output '{n}'": v for n, v in bound(component, outputs, "output").items()})
+    for what, value in values.items():
+        text = path_text(value) if not isinstance(value, (int, float)) else ""
+        if has_secret(text):
+            raise AzureMLError(
+                f"{what} holds a credential ({mask_secrets(text)}), which an exported file "
+                "would keep in clear for everyone who reads it; nothing was written. Fix: give "
+                "a datastore URI (azureml://datastores/NAME/paths/...; register the storage "
+                "as a datastore once, with its credential) or a data asset (azureml:NAME:"
+                "VERSION); `%distcomp submit` can still send this value as it is."
+            )
 
 
 def _restore_booleans(data: dict, values: dict) -> None:
@@ -94,13 +130,16 @@ def export(
             f"(for example {target.with_suffix('.yml')})."
         )
     target = target.resolve()
+    if component_form and (inputs or outputs or compute):
+        raise AzureMLError(
+            "a component has no input values, outputs or compute target (a job does). "
+            "Fix: drop --input/--output/--compute, or export a job (without --component)."
+        )
+    _refuse_credentials(component, inputs, outputs, with_values=not component_form)
     target.parent.mkdir(parents=True, exist_ok=True)
+    if kwargs.get("environment") is None:
+        kwargs["environment"] = inline_context_beside(component, target)
     if component_form:
-        if inputs or outputs or compute:
-            raise AzureMLError(
-                "a component has no input values, outputs or compute target (a job does). "
-                "Fix: drop --input/--output/--compute, or export a job (without --component)."
-            )
         entity = to_azureml_component(component, **kwargs)
     else:
         node = to_azureml_job(component, inputs=inputs, outputs=outputs, compute=compute, **kwargs)

@@ -6,9 +6,9 @@ and names the fix. Tokens, SAS signatures, JWTs and client secrets are scrubbed 
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from ..core.secrets import mask_secrets as scrub
 from ..errors import AzureMLError
 
 SIGN_IN = (
@@ -17,24 +17,6 @@ SIGN_IN = (
     "read by DefaultAzureCredential), or pass a credential: credential=... / "
     "%config AzureML.credential = ..."
 )
-_SECRETS = [
-    (re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+"), r"\1***"),
-    (re.compile(r"(?i)([?&](sig|se|skoid|sktid|skt|ske|sks|skv)=)[^&\s\"']+"), r"\1***"),
-    (
-        re.compile(
-            r"(?i)((client_secret|access_token|refresh_token|password)[\"']?\s*[=:]\s*[\"']?)[^&\s\"',]+"
-        ),
-        r"\1***",
-    ),
-    (re.compile(r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"), "***"),
-]
-
-
-def scrub(text: str) -> str:
-    """The text with bearer tokens, SAS signatures, JWTs and client secrets masked."""
-    for pattern, replacement in _SECRETS:
-        text = pattern.sub(replacement, text)
-    return text
 
 
 def _workspace(ml_client: Any) -> str:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from ..errors import SpecError, did_you_mean
+from .secrets import mask_secrets, masked_repr
 from .values import check_argument, coerce_value, short_repr
 
 if TYPE_CHECKING:
@@ -153,7 +154,8 @@ def local_inputs(
         path = _local_path(name, value, "data input", "--input", cwd)
         if not path.exists():
             raise SpecError(
-                f"data input '{name}': {path_text(value)!r} does not exist (looked for {path}). "
+                f"data input '{name}': {masked_repr(path_text(value))} does not exist (looked "
+                f"for {mask_secrets(str(path))}). "
                 f"Fix: create it, or bind an existing file or folder with --input {name}=PATH.",
                 line=inp.line,
                 path=f"inputs.{name}",
@@ -195,7 +197,8 @@ def _local_path(name: str, value: Any, kind: str, flag: str, cwd: Path) -> Path:
         text = text[5:]
     if is_remote(text) or "://" in text:
         raise SpecError(
-            f"{kind} '{name}' is bound to {text!r}, which a local run cannot read or write. "
+            f"{kind} '{name}' is bound to {masked_repr(text)}, which a local run cannot read or "
+            "write. "
             f"Fix: {flag} {name}=./a/local/path for the local run (Azure ML submission keeps "
             "the remote value)."
         )

@@ -23,7 +23,8 @@ def _key(summary: dict) -> Any:
     if kind == "array":
         return (kind, tuple(summary["shape"]), summary["dtype"], summary["digest"])
     if kind == "dict":
-        return (kind, tuple((k, _key(v)) for k, v in summary["items"].items()))
+        items = tuple((k, _key(v)) for k, v in summary["items"].items())
+        return (kind, items, bool(summary.get("truncated")))
     return (kind, summary.get("digest") or summary.get("text"))
 
 
@@ -41,7 +42,8 @@ def describe(summary: dict) -> str:
         counts += [f"{summary['inf']} Inf"] if summary.get("inf") else []
         return text + (f" ({', '.join(counts)})" if counts else "")
     if kind == "dict":
-        return f"mapping of {len(summary['items'])} entries"
+        more = "more than " if summary.get("truncated") else ""
+        return f"mapping of {more}{len(summary['items'])} entries"
     return str(summary["text"])
 
 

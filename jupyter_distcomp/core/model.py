@@ -140,6 +140,22 @@ class Component:
         path = Path(code).expanduser()
         return path if path.is_absolute() else (base / path).resolve()
 
+    def code_folder_problem(self, path: Path | None = None) -> str | None:
+        """What is wrong with the code folder (``path``, default :attr:`code_path`), with the
+        fix; None when it is a folder."""
+        path = self.code_path if path is None else path
+        if path.is_dir():
+            return None
+        if path.exists():
+            return (
+                f"the code folder {path} is a file, not a folder. Fix: set `code:` to the "
+                f"folder that holds it ({path.parent}), or leave `code:` out for the spec's folder."
+            )
+        return (
+            f"the code folder {path} does not exist. Fix: create it, or set `code:` in the spec "
+            "to the folder that holds the scripts."
+        )
+
     # -- command ------------------------------------------------------------------------
     def render_command(
         self, inputs: dict[str, Any] | None = None, outputs: dict[str, Any] | None = None

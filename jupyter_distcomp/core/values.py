@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import contracts
 from ..errors import SpecError, did_you_mean
+from .secrets import masked_repr
 
 if TYPE_CHECKING:
     from .model import Input
@@ -116,10 +117,11 @@ def coerce_value(inp: Input, value: Any) -> Any:
 
 
 def short_repr(value: Any) -> str:
-    """``repr(value)``, cut short for a long value (messages stay readable)."""
+    """``repr(value)``, credentials masked, cut short for a long value (messages stay
+    readable)."""
     if isinstance(value, int) and value.bit_length() > 200:  # Python may refuse to print it
         return f"a number of about {int(value.bit_length() * 0.30103):,} digits"
-    text = repr(value)
+    text = masked_repr(value)
     return text if len(text) <= 60 else text[:40] + "..."
 
 

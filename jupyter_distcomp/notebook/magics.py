@@ -6,7 +6,7 @@ Forms::
     %%distcomp run NAME [--ranks 0,2-3] [--timeout S] [--group-output] [--background]
                                   [--debug-ranks 0,2]
     %distcomp wait NAME [--timeout S] | where NAME [--ranks ...]
-    %distcomp compare NAME EXPR [--ranks ...] [--rtol X]
+    %distcomp compare NAME EXPR [--ranks ...] [--rtol X] [--timeout S]
     %distcomp debug NAME [--rank R]
     %distcomp env NAME [--instance-count N] [--process-count-per-node P]
     %distcomp command NAME [--input k=v ...] [--output k=path ...] [--timeout S] [--background]
@@ -35,6 +35,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 
 from ..contracts import SUBCOMMANDS
+from ..core.secrets import mask_secrets
 from ..errors import DistcompError, InternalError, RankError, RankInterrupt
 
 if TYPE_CHECKING:
@@ -92,6 +93,9 @@ def _build_parser() -> _Parser:
     compare.add_argument("expr", help="a Python expression: everything after NAME")
     compare.add_argument("--ranks", default=None, help="ranks to compare (default: all)")
     compare.add_argument("--rtol", type=float, default=None, help="relative tolerance")
+    compare.add_argument(
+        "--timeout", type=float, default=None, help="seconds the evaluation may take (60)"
+    )
     debug = sub.add_parser("debug", help="post-mortem pdb on a rank whose last cell failed")
     debug.add_argument("name")
     debug.add_argument("--rank", type=int, default=None, help="default: the lowest failed rank")
@@ -165,15 +169,15 @@ def _build_parser() -> _Parser:
     return parser
 
 
-_COMPARE_OPTION = re.compile(r"(?:^|\s+)--(ranks|rtol)(?:=|\s+)(\S+)\s*$")
-_LEADING_OPTION = re.compile(r"^--(ranks|rtol)(?:=|\s+)(\S+)\s+")
+_COMPARE_OPTION = re.compile(r"(?:^|\s+)--(ranks|rtol|timeout)(?:=|\s+)(\S+)\s*$")
+_LEADING_OPTION = re.compile(r"^--(ranks|rtol|timeout)(?:=|\s+)(\S+)\s+")
 
 
 def compare_arguments(line: str) -> argparse.Namespace:
-    """``compare NAME EXPR [--ranks R] [--rtol X]``: everything after NAME but the options
+    """``compare NAME EXPR [--ranks R] [--rtol X] [--timeout S]``: everything after NAME but the options
     at either end is EXPR, spaces and quotes as typed (one pair of outer quotes dropped)."""
     rest = line.strip()[len("compare") :].strip()
-    options: dict[str, str | None] = {"ranks": None, "rtol": None}
+    options: dict[str, str | None] = {"ranks": None, "rtol": None, "timeout": None}
     while match := _LEADING_OPTION.match(rest):
         options[match[1]], rest = match[2], rest[match.end() :]
     while match := _COMPARE_OPTION.search(rest):
@@ -187,16 +191,18 @@ def compare_arguments(line: str) -> argparse.Namespace:
             f"%distcomp {line.strip()}: compare needs a NAME and an expression. "
             "Fix: %distcomp compare NAME EXPR, e.g. %distcomp compare ddp model.state_dict()"
         )
-    rtol = None
-    if options["rtol"] is not None:
+    numbers: dict[str, float | None] = {}
+    for option, example in (("rtol", "1e-6"), ("timeout", "120")):
+        text = options[option]
         try:
-            rtol = float(options["rtol"])
+            numbers[option] = None if text is None else float(text)
         except ValueError:
             raise UsageError(
-                f"%distcomp compare: --rtol {options['rtol']!r} is not a number. Fix: --rtol 1e-6"
+                f"%distcomp compare: --{option} {text!r} is not a number. "
+                f"Fix: --{option} {example}"
             ) from None
     return argparse.Namespace(
-        subcommand="compare", name=name, expr=expr, ranks=options["ranks"], rtol=rtol
+        subcommand="compare", name=name, expr=expr, ranks=options["ranks"], **numbers
     )
 
 
@@ -242,7 +248,8 @@ class DistCompMagics(Magics):
                     f"Subcommands are: {', '.join(SUBCOMMANDS)}."
                 )
             self._handle_define(words[0], cell)
-        except (DistcompError, UsageError):
+        except (DistcompError, UsageError) as exc:
+            _mask_message(exc)
             raise  # shown by their _render_traceback_: the message, no frame of ours
         except KeyboardInterrupt:
             raise RankInterrupt(f"%distcomp {line}: interrupted.") from None
@@ -359,17 +366,18 @@ class DistCompMagics(Magics):
             cell_run = self.session.wait_background(args.name, args.timeout)
         except KeyboardInterrupt:
             print(
-                f"Stopped waiting; the background cell of {args.name} keeps running "
+                f"Stopped waiting; the background job of {args.name} keeps running "
                 f"(`%distcomp interrupt {args.name}` stops it)."
             )
             return
-        print(f"{args.name}: the background cell finished ({cell_run.seconds:.1f} s).")
+        print(f"{args.name}: the {cell_run.what} finished ({cell_run.seconds:.1f} s).")
 
     def _handle_where(self, args: argparse.Namespace, cell: str | None) -> None:
         print(self.session.where(args.name, args.ranks).text())
 
     def _handle_compare(self, args: argparse.Namespace, cell: str | None) -> None:
-        print(self.session.compare(args.name, args.expr, args.ranks, args.rtol).text())
+        table = self.session.compare(args.name, args.expr, args.ranks, args.rtol, args.timeout)
+        print(table.text())
 
     def _handle_stop(self, args: argparse.Namespace, cell: str | None) -> None:
         stopped = self.session.stop(args.name)
@@ -460,3 +468,10 @@ def _say_background(cell: Any) -> None:
 
 
 __all__ = ["DistCompMagics", "key_values"]
+
+
+def _mask_message(exc: BaseException) -> None:
+    """The error's message with every credential in it masked (a SAS URL a value holds)."""
+    exc.args = tuple(mask_secrets(a) if isinstance(a, str) else a for a in exc.args)
+    if isinstance(getattr(exc, "message", None), str):
+        exc.message = mask_secrets(exc.message)  # type: ignore[attr-defined]

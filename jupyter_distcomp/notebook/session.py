@@ -276,6 +276,8 @@ class Session:
         whose thread this is."""
         from ..local.command import run_command
 
+        if background is None and self._backend is not None:  # one command of NAME at a time
+            self._backend.background.refuse_beside(name, "command", kinds="command")
         component = component or self.component(name)
         return run_command(
             component,
@@ -304,8 +306,8 @@ class Session:
 
     def background(self, name: str | None = None) -> list[str]:
         """One line per background cell (of ``name``, or of every component)."""
-        cells = self.backend.background if self._backend is not None else {}
-        return [cell.describe() for key, cell in cells.items() if name in (None, key)]
+        jobs = self.backend.background.items() if self._backend is not None else []
+        return [cell.describe() for key, cells in jobs if name in (None, key) for cell in cells]
 
     def where(self, name: str, ranks: str | None = None) -> WhereReport:
         """Where each rank of ``name`` is: its `%distcomp command` processes while that
@@ -324,10 +326,16 @@ class Session:
         return where_processes(title, chosen, command)
 
     def compare(
-        self, name: str, expr: str, ranks: str | None = None, rtol: float | None = None
+        self,
+        name: str,
+        expr: str,
+        ranks: str | None = None,
+        rtol: float | None = None,
+        timeout: float | None = None,
     ) -> CompareTable:
         """``expr`` evaluated on each rank of ``name``, as one table of rank groups; ranks
-        stopped at a breakpoint (a background cell's) evaluate it in their stopped frame."""
+        stopped at a breakpoint (a background cell's) evaluate it in their stopped frame;
+        ``timeout``: seconds the evaluation may take."""
         from ..contracts import RankState
         from ..core.ranges import parse_ranks
         from ..local.debug.evaluate import compare_stopped
@@ -339,7 +347,7 @@ class Session:
         states = world.states()
         if any(states[r] == RankState.DEBUGGING for r in chosen):  # in their stopped frames
             return compare_stopped(world, chosen, expr, rtol)
-        return compare(world, chosen, expr, rtol)
+        return compare(world, chosen, expr, rtol, timeout)
 
     def command_in_background(
         self,
@@ -353,6 +361,7 @@ class Session:
         from ..local.ranks.background import BackgroundCell
 
         size = self.component(name).world_size
+        self.backend.background.refuse_beside(name, "background command")
 
         def run() -> None:
             try:
@@ -364,9 +373,8 @@ class Session:
                     f"`%distcomp command {name}` interrupted: every rank was stopped."
                 ) from None
 
-        cell = BackgroundCell(name, list(range(size)), run)
-        self.backend.background[name] = cell
-        return cell.start()
+        cell = BackgroundCell(name, list(range(size)), run, kind="command")
+        return self.backend.background.add(name, cell).start()
 
     def status(self, name: str | None = None) -> list[dict]:
         if name is not None:

@@ -12,6 +12,15 @@ on the rank under ``slot`` for :func:`serve_value` (the reference rank serves it
 the differing ranks over TCP, on its own host, to holders of a token) and :func:`diff_value`
 (a differing rank fetches that value, on any host, and computes its max |diff|). The value
 travels from rank to rank only, never through the kernel.
+
+Bounded: a mapping is summarised by its first :data:`MAX_ENTRIES` entries (nested ones
+counted), an array travels as its own bytes (no pickled copy) into one buffer on the reader,
+and the difference is computed in chunks, so a comparison of two large arrays takes about one
+more copy of the array on the differing rank and none on the reference. Whatever the user's
+value does while it is summarised (a raising ``__repr__``, an unpicklable entry) is the
+user's error, shown in the table. The server answers only holders of the token, drops a
+connection idle for :data:`IDLE_SECONDS`, and :func:`forget` closes it once the comparison
+ends, however it ends.
 """
 
 from __future__ import annotations
@@ -20,96 +29,185 @@ from typing import Any
 
 #: values kept on this rank between the calls of one comparison
 _KEPT: dict[str, Any] = {}
+#: the listening sockets of :func:`serve_value`, by slot
+_SERVERS: dict[str, Any] = {}
 #: the name compare keeps its value under
 SLOT = "compare"
-
-
 #: a list's or tuple's repr up to this many characters is shown whole
 SEQUENCE_CHARS = 2000
+#: entries of a mapping (nested ones too) that a summary holds at most
+MAX_ENTRIES = 1000
+#: a connection to the value server that sends or reads nothing for this long is dropped
+IDLE_SECONDS = 5.0
+#: elements per step of the difference
+CHUNK = 1 << 20
+
+
+def _error_text(exc: BaseException) -> str:
+    try:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:  # the exception's own __str__ raised
+        return type(exc).__name__
+
+
+def _as_numpy(v: Any) -> Any:
+    """``v`` as a contiguous numpy array without a copy where it can (a CPU tensor, an
+    ndarray); None when it is neither."""
+    module = type(v).__module__.split(".")[0]
+    if module == "torch" and hasattr(v, "detach"):
+        t = v.detach().cpu().contiguous()
+        if str(t.dtype) == "torch.bfloat16":
+            t = t.float()
+        return t.numpy()
+    if module == "numpy" and hasattr(v, "shape") and hasattr(v, "tobytes"):
+        import numpy
+
+        return numpy.ascontiguousarray(v)
+    return None
+
+
+def _digest(array: Any) -> str:
+    import hashlib
+
+    if array.dtype.hasobject:
+        return hashlib.sha1(array.tobytes()).hexdigest()
+    return hashlib.sha1(array.reshape(-1).view("u1")).hexdigest()  # no copy of the bytes
 
 
 def summarize(expr: str, slot: str) -> dict:
-    """Evaluate ``expr`` in the rank's namespace; its summary (``kind`` says which)."""
+    """Evaluate ``expr`` in the rank's namespace; its summary (``kind`` says which). An error
+    of the expression, or of the value while it is summarised, is ``kind: error``."""
     from IPython import get_ipython
 
     shell = get_ipython()
-    _KEPT.pop(slot, None)
+    forget(slot)
     try:
         value = eval(expr, shell.user_ns if shell is not None else {})
-    except BaseException as exc:  # the user's error, shown in the table
-        return {"kind": "error", "text": f"{type(exc).__name__}: {exc}"}
+    except BaseException as exc:  # the user's error (or an interrupt), shown in the table
+        return {"kind": "error", "text": _error_text(exc)}
     return summarize_value(value, slot)
 
 
 def summarize_in_frame(expr: str, slot: str, globals_: dict, locals_: Any) -> dict:
     """``expr`` evaluated in a stopped frame (the rank's debugger prompt); its summary."""
-    _KEPT.pop(slot, None)
+    forget(slot)
     try:
         value = eval(expr, globals_, locals_)
     except BaseException as exc:  # the user's error, shown in the table
-        return {"kind": "error", "text": f"{type(exc).__name__}: {exc}"}
+        return {"kind": "error", "text": _error_text(exc)}
     return summarize_value(value, slot)
 
 
 def summarize_value(value: Any, slot: str) -> dict:
-    """The summary of ``value``; an array or mapping is kept under ``slot``."""
+    """The summary of ``value``; an array or mapping is kept under ``slot``. An error of the
+    value while it is summarised (a raising ``__repr__``) is ``kind: error``."""
+    try:
+        summary, kept = _summary(value)
+    except BaseException as exc:  # the user's error (or an interrupt), shown in the table
+        return {"kind": "error", "text": _error_text(exc)}
+    if summary["kind"] in ("array", "dict"):
+        _KEPT[slot] = kept
+    return summary
+
+
+def _summary(value: Any) -> tuple[dict, Any]:
+    """(summary, what to keep for the difference): a mapping keeps a plain dict of the
+    entries summarised."""
     import hashlib
     import math
     import numbers
 
-    def as_numpy(v: Any) -> Any:
-        module = type(v).__module__.split(".")[0]
-        if module == "torch" and hasattr(v, "detach"):
-            t = v.detach().cpu().contiguous()
-            if str(t.dtype) == "torch.bfloat16":
-                t = t.float()
-            return t.numpy()
-        if module == "numpy" and hasattr(v, "shape") and hasattr(v, "tobytes"):
-            import numpy
-
-            return numpy.ascontiguousarray(v)
-        return None
+    budget = [MAX_ENTRIES]
 
     def number(v: Any) -> dict:
         if isinstance(v, float) and math.isnan(v):
             return {"kind": "number", "value": "nan"}  # NaN equals NaN here
         return {"kind": "number", "value": v}
 
-    def one(v: Any) -> dict:
+    def one(v: Any) -> tuple[dict, Any]:
         if isinstance(v, numbers.Number) and not hasattr(v, "shape"):
-            return number(v)
+            return number(v), v
         if isinstance(v, str | bytes):
-            data = v.encode() if isinstance(v, str) else v
-            return {"kind": "str", "text": repr(v[:60]), "digest": hashlib.sha1(data).hexdigest()}
-        array = as_numpy(v)
+            data = v.encode("utf-8", "surrogatepass") if isinstance(v, str) else v
+            return {
+                "kind": "str",
+                "text": repr(v[:60]),
+                "digest": hashlib.sha1(data).hexdigest(),
+            }, v
+        array = _as_numpy(v)
         if array is not None and array.ndim == 0 and array.dtype.kind in "biufc":
-            return number(array.item())  # a loss, a numpy scalar
+            return number(array.item()), v  # a loss, a numpy scalar
         if array is not None:
             summary: dict[str, Any] = {
                 "kind": "array",
                 "type": type(v).__module__.split(".")[0],
                 "shape": tuple(array.shape),
                 "dtype": str(getattr(v, "dtype", array.dtype)).replace("torch.", ""),
-                "digest": hashlib.sha1(array.tobytes()).hexdigest(),
+                "digest": _digest(array),
             }
             if array.dtype.kind in "fc":
                 import numpy
 
                 summary["nan"] = int(numpy.isnan(array).sum())
                 summary["inf"] = int(numpy.isinf(array).sum())
-            return summary
+            return summary, v
         if hasattr(v, "keys") and hasattr(v, "__getitem__"):
-            return {"kind": "dict", "items": {str(k): one(v[k]) for k in v}}
+            items: dict[str, Any] = {}
+            kept: dict[Any, Any] = {}
+            summary = {"kind": "dict", "items": items}
+            for key in v:  # an endless mapping ends at the budget
+                if budget[0] <= 0:
+                    summary["truncated"] = True
+                    break
+                budget[0] -= 1
+                items[str(key)], kept[key] = one(v[key])
+            return summary, kept
         text = repr(v)
         shown = text if len(text) <= SEQUENCE_CHARS else text[:SEQUENCE_CHARS] + " ..."
         if not isinstance(v, list | tuple):
             shown = text[:60]
-        return {"kind": "other", "text": shown, "digest": hashlib.sha1(text.encode()).hexdigest()}
+        return {
+            "kind": "other",
+            "text": shown,
+            "digest": hashlib.sha1(text.encode()).hexdigest(),
+        }, v
 
-    summary = one(value)
-    if summary["kind"] in ("array", "dict"):
-        _KEPT[slot] = value
-    return summary
+    return one(value)
+
+
+def forget(slot: str) -> None:
+    """Drop what a comparison kept on this rank under ``slot`` and close its value server."""
+    _KEPT.pop(slot, None)
+    server = _SERVERS.pop(slot, None)
+    if server is not None:
+        _close(server)
+
+
+def _close(server: Any) -> None:
+    """Stop listening now: shut down first, which also wakes a thread blocked in accept()."""
+    import contextlib
+    import socket
+
+    with contextlib.suppress(OSError):
+        server.shutdown(socket.SHUT_RDWR)
+    server.close()
+
+
+def _frames(value: Any) -> Any:
+    """The kept value as (header, body) frames: an array's body is its own memory, anything
+    else pickled; a mapping one frame per entry."""
+    import pickle
+
+    def frame(key: Any, v: Any) -> tuple[dict, Any]:
+        array = _as_numpy(v)
+        if array is not None and not array.dtype.hasobject:
+            flat = array.reshape(-1).view("u1")
+            return {"key": key, "dtype": array.dtype.str, "shape": array.shape}, memoryview(flat)
+        return {"key": key, "pickled": True}, pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)
+
+    if isinstance(value, dict):
+        return [frame(k, v) for k, v in value.items()], True
+    return [frame(None, value)], False
 
 
 def serve_value(
@@ -117,14 +215,24 @@ def serve_value(
 ) -> tuple[str, int] | str:
     """The reference rank: serve the kept value to ``readers`` connections, each of which
     must first send ``token``, on this host's address on the route to host ``toward``
-    (None: loopback); return that address and the port (or, when it cannot, why). A thread
-    serves them and closes the socket when all have read or ``timeout`` seconds passed."""
-    import hmac
+    (None: loopback); return that address and the port (or, when it cannot, why: a value
+    that cannot be sent is the user's). Threads serve them; the socket closes when all have
+    read, after ``timeout`` seconds, or at :func:`forget`."""
     import pickle
     import socket
     import threading
     import time
 
+    try:
+        frames, is_mapping = _frames(_KEPT.get(slot))
+        heads = [
+            pickle.dumps(
+                {**head, "size": len(body) if not isinstance(body, memoryview) else body.nbytes}
+            )
+            for head, body in frames
+        ]
+    except Exception as exc:  # the user's value: an entry that cannot be pickled
+        return f"the reference value cannot be sent to the other ranks ({_error_text(exc)})"
     address = "127.0.0.1"
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
@@ -133,60 +241,114 @@ def serve_value(
                 probe.connect((toward, 22))  # UDP: picks the route, sends nothing
                 address = probe.getsockname()[0]
         server.bind((address, 0))
-        server.listen(max(readers, 1))
+        server.listen(max(readers, 1) + 4)
     except OSError as exc:
         server.close()
         return f"the reference rank cannot serve its value toward {toward}: {exc}"
-    data = pickle.dumps(_KEPT.get(slot), protocol=pickle.HIGHEST_PROTOCOL)
+    earlier = _SERVERS.pop(slot, None)
+    if earlier is not None:
+        _close(earlier)
+    _SERVERS[slot] = server
     deadline = time.monotonic() + timeout
+    served = [0]
+    lock = threading.Lock()
 
-    def serve() -> None:
-        served = 0
-        try:
-            while served < readers and time.monotonic() < deadline:
-                server.settimeout(max(deadline - time.monotonic(), 0.01))
-                try:
-                    conn, _ = server.accept()
-                except OSError:
+    def answer(conn: Any) -> None:
+        with conn:
+            conn.settimeout(IDLE_SECONDS)
+            try:
+                import hmac
+
+                typed = _read_exactly(conn, len(token.encode()))
+                if not hmac.compare_digest(typed, token.encode()):
                     return
-                with conn:
-                    conn.settimeout(max(deadline - time.monotonic(), 0.01))
-                    try:
-                        typed = _read_exactly(conn, len(token.encode()))
-                        if not hmac.compare_digest(typed, token.encode()):
-                            continue
-                        conn.sendall(len(data).to_bytes(8, "big") + data)
-                        served += 1
-                    except OSError:
-                        continue
-        finally:
-            server.close()
+                _send(conn, pickle.dumps({"frames": len(frames), "mapping": is_mapping}))
+                for head, (_, body) in zip(heads, frames, strict=True):
+                    _send(conn, head)
+                    _send(conn, body, framed=False)
+            except OSError:
+                return
+        with lock:
+            served[0] += 1
+            if served[0] >= readers:
+                _close(server)
 
-    threading.Thread(target=serve, name="distcomp-compare-serve", daemon=True).start()
+    def accept() -> None:
+        try:
+            while time.monotonic() < deadline:
+                try:
+                    server.settimeout(max(min(deadline - time.monotonic(), 0.5), 0.01))
+                    conn, _ = server.accept()
+                except TimeoutError:
+                    continue
+                except OSError:
+                    if server.fileno() < 0:  # closed: everyone was served, or forget()
+                        return
+                    time.sleep(0.05)  # out of file descriptors, for now: try again
+                    continue
+                threading.Thread(target=answer, args=(conn,), daemon=True).start()
+        finally:
+            _close(server)
+            if _SERVERS.get(slot) is server:
+                _SERVERS.pop(slot, None)
+
+    threading.Thread(target=accept, name="distcomp-compare-serve", daemon=True).start()
     return address, int(server.getsockname()[1])
 
 
+def _send(conn: Any, data: Any, framed: bool = True) -> None:
+    """Send ``data`` (with its length first when ``framed``) in steps, each of which may
+    take at most the socket's time-out: a reader that stops reading is dropped."""
+    view = memoryview(data).cast("B")
+    if framed:
+        conn.sendall(len(view).to_bytes(8, "big"))
+    step = 1 << 22
+    for start in range(0, len(view), step):
+        conn.sendall(view[start : start + step])
+
+
 def _read_exactly(conn: Any, size: int) -> bytes:
-    chunks = []
-    while size:
-        chunk = conn.recv(min(size, 1 << 20))
-        if not chunk:
+    return bytes(_read_into(conn, bytearray(size)))
+
+
+def _read_into(conn: Any, buffer: bytearray) -> bytearray:
+    view, got = memoryview(buffer), 0
+    while got < len(buffer):
+        count = conn.recv_into(view[got:], min(len(buffer) - got, 1 << 22))
+        if not count:
             raise ConnectionError("the reference rank closed the connection")
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)
+        got += count
+    return buffer
 
 
 def fetch_value(source: tuple[str, int, str], timeout: float) -> Any:
-    """The value that :func:`serve_value` serves at ``(address, port, token)``."""
+    """The value that :func:`serve_value` serves at ``(address, port, token)``: an array
+    in one buffer of its own bytes (no further copy)."""
     import pickle
     import socket
 
+    import numpy
+
     address, port, token = source
-    with socket.create_connection((address, port), timeout=timeout) as conn:
-        conn.sendall(token.encode())
+
+    def framed(conn: Any) -> Any:
         size = int.from_bytes(_read_exactly(conn, 8), "big")
         return pickle.loads(_read_exactly(conn, size))
+
+    with socket.create_connection((address, port), timeout=timeout) as conn:
+        conn.sendall(token.encode())
+        intro = framed(conn)
+        values = {}
+        for _ in range(intro["frames"]):
+            head = framed(conn)
+            body = _read_into(conn, bytearray(head["size"]))
+            if head.get("pickled"):
+                value = pickle.loads(body)
+            else:
+                value = numpy.frombuffer(body, dtype=numpy.dtype(head["dtype"]))
+                value = value.reshape(head["shape"])
+            values[head["key"]] = value
+    return values if intro["mapping"] else values.get(None)
 
 
 def diff_value(
@@ -203,30 +365,37 @@ def diff_value(
         return {}
     try:
         reference = fetch_value(source, timeout)
-    except OSError as exc:
+    except Exception as exc:
         return {"maxdiff": None, "close": False, "why": f"cannot fetch the reference: {exc}"}
 
-    def as_float(v: Any) -> Any:
+    def flat(v: Any) -> Any:
         import numpy
 
-        if type(v).__module__.split(".")[0] == "torch":
-            v = v.detach().cpu().float().numpy()
-        return numpy.asarray(v, dtype=float)
+        array = _as_numpy(v)
+        return (array if array is not None else numpy.asarray(v)).reshape(-1)
 
     def one(v: Any, ref: Any) -> dict:
-        try:
-            a, b = as_float(v), as_float(ref)
-            if a.shape != b.shape:
-                return {"maxdiff": None, "close": False, "why": f"shape {a.shape} != {b.shape}"}
-            import numpy
+        import numpy
 
-            diff = float(numpy.max(numpy.abs(a - b))) if a.size else 0.0
-            close = bool(numpy.allclose(a, b, rtol=rtol or 0.0, atol=0.0, equal_nan=True))
+        try:
+            a, b = flat(v), flat(ref)
+            shape_a = getattr(_as_numpy(v), "shape", numpy.shape(v))
+            shape_b = getattr(_as_numpy(ref), "shape", numpy.shape(ref))
+            if tuple(shape_a) != tuple(shape_b):
+                return {"maxdiff": None, "close": False, "why": f"shape {shape_a} != {shape_b}"}
+            diff, close = 0.0, True
+            for start in range(0, a.size, CHUNK):  # bounded temporaries, whatever the size
+                x = numpy.asarray(a[start : start + CHUNK], dtype=float)
+                y = numpy.asarray(b[start : start + CHUNK], dtype=float)
+                diff = max(diff, float(numpy.max(numpy.abs(x - y))), key=_nan_first)
+                close = close and bool(
+                    numpy.allclose(x, y, rtol=rtol or 0.0, atol=0.0, equal_nan=True)
+                )
             return {"maxdiff": diff, "close": close}
         except Exception as exc:  # not numeric: only the digest says it differs
             return {"maxdiff": None, "close": False, "why": type(exc).__name__}
 
-    if hasattr(value, "keys") and hasattr(reference, "keys"):
+    if isinstance(value, dict) and isinstance(reference, dict):
         keys = {str(k): k for k in value}
         ref_keys = {str(k): k for k in reference}
         return {
@@ -239,3 +408,8 @@ def diff_value(
             "extra": sorted(set(keys) - set(ref_keys)),
         }
     return one(value, reference)
+
+
+def _nan_first(x: float) -> tuple[bool, float]:
+    """Order for max(): NaN above every number (a NaN difference stays NaN, as numpy's max)."""
+    return (x != x, x if x == x else 0.0)

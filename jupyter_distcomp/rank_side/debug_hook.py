@@ -30,7 +30,6 @@ import os
 import pdb
 import socket
 import sys
-from multiprocessing.connection import Client
 from typing import Any, cast
 
 ENV_ADDRESS = "DISTCOMP_DEBUG"
@@ -54,6 +53,9 @@ SKIP = (
 )
 #: how a notebook (which has no Ctrl-D) leaves pdb's ``interact``
 LEAVE_INTERACT = ("exit()", "quit()", "EOF")
+#: seconds to connect to the kernel, pass the key challenge and hear whether to stop: a
+#: kernel that does not answer in time means no prompt, and the rank runs on
+HANDSHAKE_SECONDS = 10.0
 _channel = None  # this process's _Channel, once install() ran or the environment named one
 
 
@@ -71,19 +73,27 @@ class _Channel:
         if self.conn is None and not connect:
             raise EOFError("the kernel ended this debug session")
         if self.conn is None:
-            self.conn = Client(self.address, authkey=self.key)
-            with socket.socket(fileno=os.dup(self.conn.fileno())) as sock:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.conn = _connect(self.address, self.key)
             self.conn.send_bytes(json.dumps({"hello": self.rank}).encode())
         if self.output:
             message = {"out": "".join(self.output), **message}
             self.output = []
         self.conn.send_bytes(json.dumps(message).encode())
 
-    def recv(self) -> dict:
+    def recv(self, timeout: float | None = None) -> dict:
+        """The kernel's next message; with ``timeout``, a TimeoutError after that long."""
         if self.conn is None:
             raise EOFError("not connected")
-        return json.loads(self.conn.recv_bytes())
+        if timeout is None:
+            return json.loads(self.conn.recv_bytes())
+        _time_out(self.conn, timeout)
+        try:
+            return json.loads(self.conn.recv_bytes())
+        except BlockingIOError:  # SO_RCVTIMEO ran out
+            raise TimeoutError(f"no answer within {timeout:g} s") from None
+        finally:
+            if self.conn is not None:
+                _time_out(self.conn, 0)
 
     def close(self) -> None:
         if self.conn is not None:
@@ -92,6 +102,47 @@ class _Channel:
             except OSError:
                 pass
         self.conn = None
+
+
+def _time_out(conn: Any, seconds: float) -> None:
+    """Reads and writes of ``conn`` fail after ``seconds`` (0: never)."""
+    import struct
+
+    value = struct.pack("ll", int(seconds), int((seconds % 1) * 1e6))
+    with socket.socket(fileno=os.dup(conn.fileno())) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+
+
+def _connect(address: tuple[str, int], key: bytes) -> Any:
+    """An authenticated connection to the kernel's channel, within
+    :data:`HANDSHAKE_SECONDS` (connect and both challenges), or an OSError saying why."""
+    from multiprocessing import AuthenticationError
+    from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
+
+    try:
+        sock = socket.create_connection(address, timeout=HANDSHAKE_SECONDS)
+    except OSError as exc:
+        error = TimeoutError if isinstance(exc, TimeoutError) else OSError
+        raise error(
+            f"cannot connect to the notebook's debugger at {address[0]}:{address[1]}: {exc}"
+        ) from None
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # prompts are small
+    sock.settimeout(None)
+    conn = Connection(sock.detach())
+    _time_out(conn, HANDSHAKE_SECONDS)
+    try:
+        answer_challenge(conn, key)
+        deliver_challenge(conn, key)
+    except (OSError, EOFError, AuthenticationError) as exc:
+        conn.close()
+        if isinstance(exc, BlockingIOError):
+            raise TimeoutError(
+                f"the notebook's debugger did not answer within {HANDSHAKE_SECONDS:g} s"
+            ) from None
+        raise OSError(f"the notebook's debugger refused the connection ({exc!r})") from None
+    _time_out(conn, 0)
+    return conn
 
 
 class _Out(io.TextIOBase):
@@ -175,12 +226,17 @@ class RankPdb(pdb.Pdb):
         for attempt in (1, 2):  # a connection the kernel closed since is opened again
             try:
                 self.channel.send(connect=True, stop=stop)
-                reply = self.channel.recv()
+                reply = self.channel.recv(timeout=HANDSHAKE_SECONDS)
                 break
             except (OSError, EOFError) as exc:
                 self.channel.close()
-                if attempt == 2:
-                    print(f"distcomp: breakpoint skipped, no debugger: {exc}", file=sys.stderr)
+                if attempt == 2 or isinstance(exc, TimeoutError):
+                    print(
+                        f"distcomp: rank {self.channel.rank}: breakpoint() skipped, the rank "
+                        f"runs on: {exc}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     return False
         if "interrupt" in reply:  # the cell was interrupted before this rank stopped
             self._stop_tracing()

@@ -19,8 +19,8 @@ OPEN_MPI_WORLD_KEYS = (
 
 
 def setup_rank(env: dict, drop: list, stack_path: str | None) -> dict:
-    """Apply this rank's variables, arm the stack dump, keep cells that follow a failed one,
-    and say who we are.
+    """Apply this rank's variables, arm the stack dump, keep cells that follow a failed one
+    (and give them a working stdout and stderr), and say who we are.
 
     ``drop`` lists variables to remove unless ``env`` sets them. SIGUSR1 makes faulthandler
     write every thread's Python stack to ``stack_path`` even while the main thread is stuck
@@ -38,11 +38,16 @@ def setup_rank(env: dict, drop: list, stack_path: str | None) -> dict:
             os.environ.pop(key, None)
     os.environ.update(env)
     if stack_path:
-        # on another host the folder is new: it is the kernel's, named the same there
-        os.makedirs(os.path.dirname(stack_path) or ".", exist_ok=True)
-        stack_file = open(stack_path, "a")  # noqa: SIM115 - must outlive this call
-        faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
-        sys._distcomp_stack_file = stack_file  # type: ignore[attr-defined]  # kept alive
+        # on another host the folder is new: it is the kernel's, named the same there; one
+        # that is a link or another user's is not written into
+        folder = os.path.dirname(stack_path) or "."
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        info = os.lstat(folder)
+        if not os.path.islink(folder) and info.st_uid == os.getuid():
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+            stack_file = os.fdopen(os.open(stack_path, flags, 0o600), "a")
+            faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
+            sys._distcomp_stack_file = stack_file  # type: ignore[attr-defined]  # kept alive
     try:  # fatal errors (segfaults) print a Python stack into mpiexec's output
         if sys.__stderr__ is not None:
             faulthandler.enable(file=sys.__stderr__, all_threads=False)
@@ -58,9 +63,29 @@ def setup_rank(env: dict, drop: list, stack_path: str | None) -> dict:
         kernel = get_ipython().kernel
         handle = kernel.shell_handlers["execute_request"]
         if not getattr(handle, "keeps_cells", False):
+            # a cell that closed sys.stdout or sys.stderr (ipykernel's streams) leaves the
+            # next cell a new one on the same publisher, instead of a rank that cannot print
+            opened = {
+                name: (type(stream), stream.session, stream.pub_thread, stream.topic)
+                for name in ("stdout", "stderr")
+                for stream in [getattr(sys, name)]
+                if getattr(stream, "pub_thread", None) is not None
+            }
+
+            def reopen_streams(parent: dict) -> None:
+                for name, (kind, session, thread, topic) in opened.items():
+                    if getattr(getattr(sys, name), "closed", False):
+                        fresh = kind(session, thread, name, watchfd=False)
+                        fresh.topic = topic  # ipyparallel's: names the engine
+                        fresh.set_parent(parent)  # this request's, set before it reached us
+                        setattr(sys, name, fresh)
 
             def execute_request(stream, ident, parent):
                 parent["content"].setdefault("stop_on_error", False)
+                try:
+                    reopen_streams(parent)
+                except Exception:  # the cell then reports the closed stream itself
+                    pass
                 return handle(stream, ident, parent)
 
             execute_request.keeps_cells = True  # type: ignore[attr-defined]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ...core.ranges import format_ranks
+from ...core.secrets import mask_secrets
 
 TAIL_LINES = 20
 
@@ -155,5 +156,5 @@ def failure_message(result: Any) -> str:
     if all(r.pid is None and r.returncode is None for r in result.ranks) and result.launcher_tail:
         lines.append("mpiexec said:")
         lines.extend(f"    {line}" for line in result.launcher_tail)
-    lines.append(f"command: {shlex.join(result.argv)}  (in {result.cwd})")
+    lines.append(f"command: {mask_secrets(shlex.join(result.argv))}  (in {result.cwd})")
     return "\n".join(lines)

@@ -106,11 +106,9 @@ def run_command(
     bound_outputs = _created(component, local_outputs(component, outputs, cwd))
     argv = [str(a) for a in component.render_command(bound_inputs, bound_outputs)]
     code_dir = component.code_path
-    if not code_dir.is_dir():
-        raise SpecError(
-            f"the component's code folder {code_dir} does not exist. Fix: create it, or set "
-            "`code:` in the spec to the folder that holds the scripts."
-        )
+    problem = component.code_folder_problem(code_dir)
+    if problem:
+        raise SpecError(f"component '{component.name}': {problem}")
     layout = component.runsettings.resource_layout
     nodes = layout.instance_count
     launcher = component.launcher_type

@@ -3,7 +3,9 @@
 One channel per world (and per ``%distcomp command`` run): a random 32-byte key, a listener
 on the ranks' address (loopback for local ranks). Each connection must pass
 ``multiprocessing.connection``'s HMAC challenge both ways within :data:`AUTH_SECONDS`, or it
-is closed unread; no one without the key can drive a rank's debugger.
+is closed unread; no one without the key can drive a rank's debugger. The listener outlives
+any error of ``accept()`` (the kernel out of file descriptors, a client gone before it was
+accepted): it waits a moment and accepts again, so a later ``breakpoint()`` still connects.
 
 A rank that stops sends ``{"stop": ...}``; a reader thread per connection answers at once
 (``go``, or ``skip`` for a rank outside ``--debug-ranks``) and queues the stop. The kernel's
@@ -32,6 +34,8 @@ from typing import Any
 from ...contracts import RankState
 
 AUTH_SECONDS = 5.0
+#: how long the listener waits after a failed accept() (out of file descriptors) at most
+ACCEPT_BACKOFF = 0.5
 
 
 class RankSession:
@@ -91,6 +95,7 @@ class DebugChannel:
         self._server = socket.create_server((host, 0))
         self.port: int = self._server.getsockname()[1]
         self.refused = 0  # connections that failed the key challenge
+        self.accept_errors = 0  # failed accept() calls the listener went on after
         self.allowed: set[int] | None = None  # ranks that may stop (None: all)
         self.serving = True  # False between cells: a late stop is interrupted
         self.skipped: set[int] = set()  # ranks whose breakpoint was skipped
@@ -119,17 +124,32 @@ class DebugChannel:
 
     # -- connections --------------------------------------------------------------------
     def _accept(self) -> None:
+        backoff = 0.01
         while not self._closed:
             try:
                 sock, _ = self._server.accept()
             except OSError:
-                return
-            threading.Thread(target=self._handshake, args=(sock,), daemon=True).start()
+                if self._closed or self._server.fileno() < 0:
+                    return
+                self.accept_errors += 1  # out of descriptors, or a client gone: go on
+                time.sleep(backoff)
+                backoff = min(backoff * 2, ACCEPT_BACKOFF)
+                continue
+            backoff = 0.01
+            try:
+                threading.Thread(target=self._handshake, args=(sock,), daemon=True).start()
+            except RuntimeError:  # no thread to be had: this client is dropped
+                sock.close()
 
     def _handshake(self, sock: socket.socket) -> None:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # prompts are small
-        timeout = struct.pack("ll", int(AUTH_SECONDS), 0)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeout)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # prompts are small
+            timeout = struct.pack("ll", int(AUTH_SECONDS), 0)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeout)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeout)
+        except OSError:  # the client is gone already
+            sock.close()
+            return
         conn = Connection(sock.detach())
         try:
             deliver_challenge(conn, self.key)
@@ -138,8 +158,9 @@ class DebugChannel:
             self.refused += 1
             conn.close()
             return
-        raw = socket.socket(fileno=conn.fileno())  # the same socket: clear the time-out
+        raw = socket.socket(fileno=conn.fileno())  # the same socket: clear the time-outs
         raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 0, 0))
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 0, 0))
         raw.detach()
         session = RankSession(conn, self)
         with self._cond:

@@ -20,7 +20,7 @@ from ...core.layout import layout_text
 from ...core.ranges import format_ranks, parse_ranks
 from ...errors import RankError
 from ...machine.hosts import Placement
-from .background import BackgroundCell
+from .background import BackgroundCell, BackgroundJobs
 from .connection import Connection
 from .world import World
 
@@ -64,7 +64,7 @@ class RankBackend:
         self._stopping: list[threading.Thread] = []
         # name -> (component, its layout, our observer): one observer per name at a time
         self._watched: dict[str, tuple[Component, ResourceLayout, Callable[[Any], None]]] = {}
-        self.background: dict[str, BackgroundCell] = {}  # name -> its latest background cell
+        self.background = BackgroundJobs()  # of every component, not yet waited for
         #: ``progress(name, world size)``: shows a start the caller waits for
         self.progress: Callable[[str, int], Progress] = lambda name, total: _Quiet()
 
@@ -143,9 +143,38 @@ class RankBackend:
         """Start the ranks of a just-defined component in the background.
 
         The short delay lets a layout set right after the definition (the next cell) replace
-        the start before any process runs, instead of starting the default layout twice.
+        the start before any process runs, instead of starting the default layout twice. One
+        prestarted world waits at a time: those of earlier definitions that never ran a cell
+        are stopped, with a notice.
         """
+        self._retire_prestarted(keep=name)
         return self.start(name, component, wait=False, delay=delay)
+
+    def _retire_prestarted(self, keep: str) -> None:
+        """Stop (in the background) the worlds, other than ``keep``'s, that were started
+        ahead for their definition and never ran anything."""
+        with self._lock:
+            idle = [
+                name
+                for name, world in self.worlds.items()
+                if name != keep
+                and not world.used
+                and self.background.running(name) is None
+                and self._signatures[name][-1].embedded  # a cluster of the user's own stays
+            ]
+            leaving = [self._leave(name) for name in idle]
+        for world in leaving:
+            if world is not None:
+                self._stop_in_background(world)
+                self._notify_stopped(world)
+        if idle:
+            names = ", ".join(idle)
+            print(
+                f"distcomp: stopped the idle ranks of {names}, started ahead at the definition "
+                f"and never used: only the latest definition keeps ranks ready. A "
+                f"`%%distcomp run` of {names} starts them again.",
+                file=sys.stderr,
+            )
 
     def start(
         self, name: str, component: Component, wait: bool = True, delay: float = 0.0
@@ -213,6 +242,8 @@ class RankBackend:
 
         layout = component.runsettings.resource_layout
         placement = self.placement_of(name).for_layout(layout.instance_count)
+        if placement.local and signature[-1].embedded:
+            _warn_if_oversubscribed(layout.world_size)
         world = World(
             name,
             # the ports are chosen here, once per world; every view shows these values
@@ -270,8 +301,10 @@ class RankBackend:
         IPython shell whose cell this is (its rich output and cell numbers)."""
         from .run import CellRun
 
-        # a bad rank list is refused before any rank starts
+        # a bad rank list, or a second background job, is refused before any rank starts
         parse_ranks(ranks, component.runsettings.resource_layout.world_size)
+        if background:
+            self.background.refuse_beside(name, "background cell")
         world = self.worlds.get(name)
         same = self._signatures.get(name) == self._signature(name, component)
         # world.dead_ranks is kept current by the world's watcher thread
@@ -281,8 +314,8 @@ class RankBackend:
         targets = parse_ranks(ranks, world.world_size)
         busy = [r for r in targets if world.ranks[r].state == RankState.BUSY]
         if busy:
-            earlier = self.background.get(name)
-            if earlier is not None and earlier.running:
+            earlier = self.background.running(name)
+            if earlier is not None and earlier.kind == "cell":
                 raise RankError(
                     f"{format_ranks(busy)} of {name!r} are busy with a background cell. Fix: "
                     f"`%distcomp wait {name}` waits for it, `%distcomp interrupt {name}` stops it."
@@ -321,7 +354,7 @@ class RankBackend:
 
         world.background = True
         world.set_state(targets, RankState.BUSY)  # from now on, not from when the thread runs
-        self.background[world.name] = cell = BackgroundCell(world.name, targets, ended)
+        cell = self.background.add(world.name, BackgroundCell(world.name, targets, ended))
         held = run.debug.hold_in_background(lambda: run.running)
         if held is not None:  # its stops are served by `%distcomp wait`
             cell.serve, cell.stopped = held.serve_waiting, held.stopped
@@ -393,22 +426,26 @@ class RankBackend:
         """
         with self._lock:
             names = [name] if name is not None else list(self.worlds)
-            leaving = []
-            for world_name in names:
-                world = self.worlds.pop(world_name, None)
-                self._signatures.pop(world_name, None)
-                self._unfollow_layout(world_name)
-                if world is not None:
-                    leaving.append(world)
+            leaving = [w for w in (self._leave(n) for n in names) if w is not None]
         for world in leaving:
             world.stop()
-            event = self.event(world, stopped=True)
-            for callback in list(self._listeners):
-                try:
-                    callback(event)
-                except Exception:
-                    pass
+            self._notify_stopped(world)
         return [world.name for world in leaving]
+
+    def _leave(self, name: str) -> World | None:
+        """Take the world of ``name`` out of the backend (under the lock)."""
+        world = self.worlds.pop(name, None)
+        self._signatures.pop(name, None)
+        self._unfollow_layout(name)
+        return world
+
+    def _notify_stopped(self, world: World) -> None:
+        event = self.event(world, stopped=True)
+        for callback in list(self._listeners):
+            try:
+                callback(event)
+            except Exception:
+                pass
 
     def restart(self, name: str, component: Component | None = None) -> World:
         component = component or self._components.get(name)
@@ -439,19 +476,8 @@ class RankBackend:
         return world
 
     def wait(self, name: str, timeout: float | None = None) -> BackgroundCell:
-        """Block until the background cell of ``name`` ends; raise its error."""
-        cell = self.background.get(name)
-        if cell is None:
-            raise RankError(
-                f"{name!r} has no background cell. Fix: start one with "
-                f"`%%distcomp run {name} --background`."
-            )
-        try:
-            cell.wait(timeout)
-        finally:
-            if not cell.running:  # collected; a time-out keeps the cell
-                self.background.pop(name, None)
-        return cell
+        """Block until the background jobs of ``name`` end; raise their errors."""
+        return self.background.wait(name, timeout)
 
     def shutdown(self) -> None:
         self.stop()
@@ -502,3 +528,23 @@ def get_backend() -> RankBackend:
 def existing_backend() -> RankBackend | None:
     """The backend of this kernel process if ranks were ever asked for, else None."""
     return _backend
+
+
+_oversubscription_said: list[int] = []
+
+
+def _warn_if_oversubscribed(world_size: int) -> None:
+    """Once per kernel: more local ranks than this machine has cores, with the figures."""
+    import os
+
+    cores = os.cpu_count() or 1
+    if world_size <= cores or _oversubscription_said:
+        return
+    _oversubscription_said.append(world_size)
+    print(
+        f"distcomp: {world_size} ranks on {cores} CPU cores: the ranks take turns on the "
+        f"cores, so everything runs about {world_size / cores:.0f}x slower than with a core "
+        "each (fine for checking code, not for timing it). Fix: a smaller layout, or "
+        "DistComp.hosts to spread the nodes over machines. (Said once per kernel.)",
+        file=sys.stderr,
+    )

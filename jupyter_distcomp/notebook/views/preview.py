@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ...core.bindings import input_values, output_values
 from ...core.layout import PORT_AT_START, layout_text, tensorflow_tasks
 from ...core.rank_view import rank_view
+from ...core.secrets import mask_secrets, masked, masked_repr
 from ...errors import DistcompError
 
 if TYPE_CHECKING:
@@ -55,14 +56,14 @@ def command_line(component: Component) -> str:
     """Rank 0's command line with the run settings (unset outputs at their default folder),
     or a DistcompError saying what is missing or invalid."""
     argv = component.render_command(input_values(component), output_values(component))
-    return shlex.join(str(a) for a in argv)
+    return mask_secrets(shlex.join(str(a) for a in argv))
 
 
 def _try(func: Any, *args: Any) -> tuple[Any, str]:
     try:
         return func(*args), ""
     except DistcompError as exc:
-        return None, str(exc)
+        return None, mask_secrets(str(exc))
 
 
 def _envs(component: Component, envs: Envs | None) -> Envs:
@@ -112,14 +113,14 @@ def summary_text(component: Component, name: str, envs: Envs | None = None) -> s
     lines.append(f"  layout:  {_layout_line(component)}")
     for inp in component.inputs.values():
         if inp.name in settings.inputs:
-            shown = repr(settings.inputs[inp.name])
+            shown = masked_repr(settings.inputs[inp.name])
         elif inp.is_parameter and inp.default is not None:
-            shown = f"{inp.default!r} (default)"
+            shown = f"{masked_repr(inp.default)} (default)"
         else:
             shown = "unset" + ("" if inp.optional else " (required)")
         lines.append(f"  input   {inp.name} = {shown}")
     for out_name, path in output_values(component).items():
-        lines.append(f"  output  {out_name} -> {path}")
+        lines.append(f"  output  {out_name} -> {masked(path)}")
     if settings.compute:
         lines.append(f"  compute: {settings.compute}")
     table, problem = _try(lambda: rank_rows(component, _envs(component, envs)))

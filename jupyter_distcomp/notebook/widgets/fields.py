@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as w
 
 from ...core.bindings import default_output, is_remote
+from ...core.secrets import MASK, has_secret, mask_secrets, masked
 from ...core.values import coerce_value
 from ...errors import SpecError
 
@@ -111,6 +112,16 @@ class _Field:
         if self._syncing:
             return
         value = change["new"]
+        held = self.bound().get(self.name)
+        if isinstance(value, str) and has_secret(held) and MASK in value:
+            # the box shows the held value with its credential masked: unchanged, nothing to
+            # write; edited around the mask, the value must be typed again in full
+            if value != masked(held):
+                self.message.value = (
+                    "<span style='color:#c00'>&#10007; the value's credential is shown as "
+                    f"{MASK}: type or paste the whole value again</span>"
+                )
+            return
         if isinstance(value, str) and self.clears_when_empty() and not value.strip():
             value = None
         self._write(value)
@@ -147,7 +158,7 @@ class _Field:
                     problem = f"the settings hold {value!r}: {exc.message}"
                 else:
                     if _shows(self.control, shown):
-                        self.control.value = shown
+                        self.control.value = masked(shown)
                     else:
                         problem = f"the settings hold {value!r}, outside what this control allows"
             else:
@@ -155,13 +166,13 @@ class _Field:
             self.control.disabled = self.unsettable and not is_set and self.disable_when_unset()
         finally:
             self._syncing = False
-        self.invalid = problem
+        self.invalid = problem = mask_secrets(problem)
         self.control.remove_class("distcomp-invalid")
         if problem:
             self.control.add_class("distcomp-invalid")
             self.message.value = f"<span style='color:#c00'>&#10007; {escape(problem)}</span>"
         else:
-            hint = self.hint(bound.get(self.name), is_set)
+            hint = mask_secrets(self.hint(bound.get(self.name), is_set))
             self.message.value = f"<span style='color:#888'>{escape(hint)}</span>" if hint else ""
 
     # -- per kind -----------------------------------------------------------------------

@@ -1,0 +1,120 @@
+"""The debugger channel against hostile clients and a kernel that does not answer (issue 28,
+item 2): the listener outlives any accept() error, idle and half-open clients are dropped
+within seconds, and a rank whose handshake gets no answer says so and runs on."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from jupyter_distcomp.local.debug.channel import AUTH_SECONDS, DebugChannel
+from jupyter_distcomp.rank_side import debug_hook
+
+
+@pytest.fixture
+def channel():
+    made = DebugChannel()
+    yield made
+    made.close()
+
+
+def _stops_and_goes(channel: DebugChannel, rank: int = 3) -> None:
+    """A rank-side connection (the hook's own handshake) stops and is told to go."""
+    conn = debug_hook._connect((channel.host, channel.port), channel.key)
+    try:
+        conn.send_bytes(json.dumps({"hello": rank}).encode())
+        conn.send_bytes(json.dumps({"stop": {"file": "t.py", "line": 1, "func": "f"}}).encode())
+        assert conn.poll(10) and json.loads(conn.recv_bytes()) == {"go": True}
+    finally:
+        conn.close()
+
+
+def test_the_channel_survives_running_out_of_file_descriptors(channel):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    clients = []
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 40, hard))
+    try:  # the audit's attack: connections until the kernel has no descriptor left
+        while True:
+            try:
+                clients.append(socket.create_connection((channel.host, channel.port), 2))
+            except OSError:
+                break
+        time.sleep(0.5)  # accept() fails with EMFILE meanwhile
+    finally:
+        for client in clients:
+            client.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert len(clients) >= 10
+    assert channel.accept_errors > 0, "accept() never ran out of descriptors: no attack"
+    tic = time.monotonic()
+    _stops_and_goes(channel)  # a later breakpoint() still gets its prompt
+    assert time.monotonic() - tic < AUTH_SECONDS
+    assert channel.pending()
+
+
+def test_idle_and_half_open_clients_are_dropped_and_do_not_block_a_rank(channel):
+    idle = [socket.create_connection((channel.host, channel.port)) for _ in range(40)]
+    half = socket.create_connection((channel.host, channel.port))
+    half.recv(1024)  # the channel's challenge; no answer follows
+    tic = time.monotonic()
+    _stops_and_goes(channel)
+    assert time.monotonic() - tic < 3, "idle clients held up a rank's handshake"
+    for client in [*idle, half]:
+        client.settimeout(AUTH_SECONDS + 5)
+        try:
+            while client.recv(1024):
+                pass
+        except ConnectionResetError:
+            pass
+        client.close()
+    assert time.monotonic() - tic <= AUTH_SECONDS + 3
+    deadline = time.monotonic() + 5
+    while channel.refused < 41 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert channel.refused == 41
+
+
+RANK_PROGRAM = "breakpoint()\nprint('ran on', flush=True)\n"
+
+
+def _rank_process(port: int, key: str = "00" * 32) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "PYTHONBREAKPOINT": debug_hook.HOOK,
+        debug_hook.ENV_ADDRESS: f"127.0.0.1:{port}:0",
+        debug_hook.ENV_KEY: key,
+    }
+    return subprocess.run(
+        [sys.executable, "-c", RANK_PROGRAM], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_a_rank_whose_channel_does_not_answer_says_so_and_runs_on():
+    silent = socket.create_server(("127.0.0.1", 0))  # listens, never accepts or answers
+    try:
+        tic = time.monotonic()
+        done = _rank_process(silent.getsockname()[1])
+        seconds = time.monotonic() - tic
+    finally:
+        silent.close()
+    assert done.returncode == 0, done.stderr
+    assert "ran on" in done.stdout
+    assert "rank 0: breakpoint() skipped, the rank runs on" in done.stderr, done.stderr
+    assert "did not answer within" in done.stderr
+    assert seconds < debug_hook.HANDSHAKE_SECONDS + 10, "the rank waited for ever"
+
+
+def test_a_rank_with_no_channel_at_all_says_so_and_runs_on():
+    closed = socket.create_server(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    done = _rank_process(port)
+    assert done.returncode == 0 and "ran on" in done.stdout, done.stderr
+    assert "cannot connect to the notebook's debugger" in done.stderr, done.stderr

@@ -1,0 +1,192 @@
+"""Credentials in values (a SAS URL as a data input, a URL with a password): Azure ML gets
+them as they are, but no view, message or exported file repeats them (issue 28, item 7)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from IPython.utils.capture import capture_output
+
+from jupyter_distcomp import AzureMLError, load_component
+from jupyter_distcomp.core.secrets import has_secret, mask_secrets
+
+SIG = "SECRETSIG%3D"
+SAS = f"https://acct.blob.core.windows.net/c/data?sv=2020-08-04&sr=c&sp=rl&sig={SIG}"
+SPEC = """\
+name: sas
+type: DistributedComponent
+inputs:
+  data: {type: path}
+  steps: {type: Integer, default: 2}
+outputs:
+  out: {type: path}
+launcher:
+  type: mpi
+  additional_arguments: python train.py --data {inputs.data} --out {outputs.out}
+environment:
+  docker: {image: 'python:3.11-slim'}
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "secret", "kept"),
+    [
+        (SAS, SIG, "https://acct.blob.core.windows.net/c/data?sv=2020-08-04&sr=c&sp=rl&sig=***"),
+        ("https://user:hunter2@host/x", "hunter2", "https://user:***@host/x"),
+        (
+            "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=KEY0==;EndpointSuffix=x",
+            "KEY0==",
+            "AccountName=acct;AccountKey=***;",
+        ),
+        ("s3://b/k?X-Amz-Signature=abc123&X-Amz-Credential=AKIA", "abc123", "X-Amz-Signature=***"),
+        ("Authorization: Bearer tok.en-1", "tok.en-1", "Bearer ***"),
+    ],
+)
+def test_credentials_are_masked(text, secret, kept):
+    assert secret not in mask_secrets(text) and kept in mask_secrets(text)
+    assert has_secret(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["azureml://datastores/blob/paths/d/", "https://host/a?x=1", "./data", "azureml:d:1", 3],
+)
+def test_plain_values_are_not_secrets(text):
+    assert not has_secret(text)
+    assert mask_secrets(str(text)) == str(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["a" * 200_000, "eyJ" * 70_000, "ab:" * 70_000 + "@", "https://" * 25_000]
+)
+def test_masking_a_long_value_takes_linear_time(text):
+    """Every message with a value is masked: a 200 KB value must not hang the kernel."""
+    import time
+
+    tic = time.perf_counter()
+    mask_secrets(text)
+    assert time.perf_counter() - tic < 1.0
+
+
+def _component(tmp_path):
+    (tmp_path / "train.py").write_text("print('train')\n")
+    (tmp_path / "spec.yaml").write_text(SPEC)
+    return load_component(tmp_path / "spec.yaml")
+
+
+def test_export_refuses_a_credential_and_writes_nothing(tmp_path):
+    pytest.importorskip("azure.ai.ml")
+    from jupyter_distcomp.azureml import export
+
+    component = _component(tmp_path)
+    with pytest.raises(AzureMLError) as caught:
+        export(component, tmp_path / "job.yml", inputs={"data": SAS})
+    message = str(caught.value)
+    assert SIG not in message and "input 'data' holds a credential" in message
+    assert "azureml://datastores/" in message and "azureml:NAME:VERSION" in message
+    assert not (tmp_path / "job.yml").exists()
+    component.runsettings.set_input("data", "azureml://datastores/d/paths/x/")
+    with pytest.raises(AzureMLError, match="output 'out' holds a credential"):
+        export(component, tmp_path / "job.yml", outputs={"out": "https://u:pw@host/o"})
+    assert not (tmp_path / "job.yml").exists()
+
+
+@pytest.mark.filterwarnings("ignore:The `context` parameter is deprecated")
+def test_https_input_is_exported_as_it_is(tmp_path):
+    pytest.importorskip("azure.ai.ml")
+    from azure.ai.ml import load_job
+
+    from jupyter_distcomp.azureml import export, to_azureml_job
+
+    component = _component(tmp_path)
+    url = "https://acct.blob.core.windows.net/c/data/"
+    path = export(component, tmp_path / "job.yml", inputs={"data": url})
+    assert yaml.safe_load(path.read_text())["inputs"]["data"]["path"] == url  # no azureml:
+    assert load_job(path).inputs["data"].path == url
+    # a job submitted from the notebook keeps the signed URL: Azure ML needs it
+    assert to_azureml_job(component, inputs={"data": SAS}).inputs["data"].path == SAS
+
+
+def test_magic_messages_mask_the_signature(ip, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print('train')\n")
+    assert ip.run_cell(f"%%distcomp sas\n{SPEC}").success
+    for line in (
+        f"%distcomp command sas --input data={SAS}",
+        f"%distcomp export sas j.yml --input data={SAS}",
+    ):
+        with capture_output() as captured:
+            result = ip.run_cell(line)
+        shown = str(result.error_in_exec) + captured.stdout + captured.stderr
+        assert result.error_in_exec is not None
+        assert SIG not in shown and "sig=***" in shown, shown
+        assert "Fix:" in shown
+    assert not (tmp_path / "j.yml").exists()
+
+
+def test_panel_and_views_mask_the_signature():
+    from jupyter_distcomp.notebook.session import Session
+    from jupyter_distcomp.notebook.views.preview import preview_html, summary_text
+    from jupyter_distcomp.notebook.widgets import RunSettingsPanel
+
+    component = load_component(SPEC)
+    component.runsettings.set_input("data", SAS)
+    panel = RunSettingsPanel("sas", component, Session())
+    try:
+        shown = []
+
+        def walk(widget):
+            value = getattr(widget, "value", None)
+            if isinstance(value, str):
+                shown.append(value)
+            for child in getattr(widget, "children", ()):
+                walk(child)
+
+        walk(panel)
+        assert any("sig=***" in text for text in shown)
+        assert not [text for text in shown if SIG in text]
+        for text in (summary_text(component, "sas"), preview_html(component)):
+            assert SIG not in text
+        # the box shows the masked value; leaving it as it is keeps the real value
+        (box,) = [t for t in _texts(panel) if "sig=***" in t.value]
+        box.value = box.value
+        assert component.runsettings.inputs["data"] == SAS
+        # edited around the mask: refused, the value stays
+        box.value = box.value.replace("sv=2020", "sv=2021")
+        assert component.runsettings.inputs["data"] == SAS
+        box.value = "azureml://datastores/d/paths/x/"
+        assert component.runsettings.inputs["data"] == "azureml://datastores/d/paths/x/"
+    finally:
+        panel.close()
+
+
+def _texts(widget):
+    import ipywidgets as w
+
+    found = [widget] if isinstance(widget, w.Text) else []
+    for child in getattr(widget, "children", ()):
+        found += _texts(child)
+    return found
+
+
+FAILING_SPEC = """\
+name: leaky
+type: DistributedComponent
+inputs:
+  url: {type: String}
+launcher:
+  type: mpi
+  additional_arguments: python fail.py {inputs.url}
+"""
+
+
+@pytest.mark.slow
+def test_a_failed_command_shows_its_command_line_masked(ip, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fail.py").write_text("import sys\nsys.exit(3)\n")
+    assert ip.run_cell(f"%%distcomp leaky\n{FAILING_SPEC}").success
+    with capture_output() as captured:
+        result = ip.run_cell(f"%distcomp command leaky --input url={SAS}")
+    shown = str(result.error_in_exec) + captured.stdout + captured.stderr
+    assert result.error_in_exec is not None and "command: python fail.py" in shown, shown
+    assert SIG not in shown and "sig=***" in shown, shown
