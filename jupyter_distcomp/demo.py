@@ -31,6 +31,7 @@ def _text(cell: Any) -> str:
 
 def run(notebook_path: Path = NOTEBOOK) -> int:
     import nbformat
+    from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
@@ -41,8 +42,13 @@ def run(notebook_path: Path = NOTEBOOK) -> int:
     tic = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="distcomp-demo-") as workdir:
         shutil.copy(notebook_path, workdir)
+        # the kernel's channels are Unix sockets in the demo's folder: nothing listens on a
+        # port, and the kernel has no plain-TCP transport to warn about
+        kernel = KernelManager(
+            kernel_name="python3", transport="ipc", ip=str(Path(workdir) / "kernel")
+        )
         client = NotebookClient(
-            notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": workdir}}
+            notebook, km=kernel, timeout=600, resources={"metadata": {"path": workdir}}
         )
         try:
             client.execute()
