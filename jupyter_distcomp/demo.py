@@ -31,9 +31,9 @@ def _text(cell: Any) -> str:
 
 def run(notebook_path: Path = NOTEBOOK) -> int:
     import nbformat
-    from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
+    from traitlets.config import Config
 
     if not notebook_path.exists():
         print(f"demo: {notebook_path} not found (run the demo from a checkout).", file=sys.stderr)
@@ -44,11 +44,13 @@ def run(notebook_path: Path = NOTEBOOK) -> int:
         shutil.copy(notebook_path, workdir)
         # the kernel's channels are Unix sockets in the demo's folder: nothing listens on a
         # port, and the kernel has no plain-TCP transport to warn about
-        kernel = KernelManager(
-            kernel_name="python3", transport="ipc", ip=str(Path(workdir) / "kernel")
-        )
+        ipc = Config({"KernelManager": {"transport": "ipc", "ip": str(Path(workdir) / "kernel")}})
         client = NotebookClient(
-            notebook, km=kernel, timeout=600, resources={"metadata": {"path": workdir}}
+            notebook,
+            timeout=600,
+            kernel_name="python3",
+            resources={"metadata": {"path": workdir}},
+            config=ipc,
         )
         try:
             client.execute()
