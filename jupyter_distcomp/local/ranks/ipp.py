@@ -46,6 +46,8 @@ RELIES_ON = (
     "ipyparallel.Cluster.engines",
     "ipyparallel.Cluster.controller",
     "ipyparallel.Cluster.shutdown_atexit",
+    "ipyparallel.Cluster.send_engines_connection_env",
+    "ipyparallel.Cluster.cluster_id",
     "ipyparallel.DirectView.execute",
     "ipyparallel.DirectView.apply_async",
     "ipyparallel.client.asyncresult.AsyncResult.split",
@@ -65,7 +67,10 @@ RELIES_ON = (
     "ipyparallel.cluster.launcher.MPILauncher.mpi_args",
     "ipyparallel.cluster.launcher.MPIEngineSetLauncher.environment",
     "ipyparallel.cluster.launcher.MPIEngineSetLauncher.engine_args",
+    "ipyparallel.cluster.launcher.MPIEngineSetLauncher.engine_cmd",
+    "ipyparallel.cluster.launcher.BaseLauncher.connection_files",
     "ipyparallel.engine.app.IPEngine.max_heartbeat_misses",
+    "ipyparallel.engine.app.IPEngine.enable_nanny",
     "ipyparallel.controller.heartmonitor.HeartMonitor.period",
     "ipyparallel.controller.heartmonitor.HeartMonitor.max_heartmonitor_misses",
 )
@@ -77,13 +82,18 @@ COROUTINES = (
 )
 
 #: The hub pings engines every HEARTBEAT_MS. ipyparallel's default (3000 ms) is most of a
-#: ~10 s start: registration only completes on a heartbeat cycle. 200 ms makes 4 ranks
-#: ready in about a third of that time; the miss limits keep the same patience in seconds.
-HEARTBEAT_MS = 200
-HUB_MISSES = 50  # 10 s without an answer before the hub gives an engine up
-ENGINE_MISSES = 150  # 30 s without the hub before an engine shuts itself down
+#: ~10 s start: registration only completes on a heartbeat cycle. 100 ms makes a rank count
+#: as registered within about 0.1 s of its registration; the miss limits keep the same
+#: patience in seconds.
+HEARTBEAT_MS = 100
+HUB_MISSES = 100  # 10 s without an answer before the hub gives an engine up
+#: about 90 s without the hub before an engine shuts itself down (an engine checks every
+#: HEARTBEAT_MS + 500 ms)
+ENGINE_MISSES = 150
 #: run through this, the controller and mpiexec die with the kernel
 GUARD = [sys.executable, "-m", "jupyter_distcomp.rank_side.guard"]
+#: each engine on this machine starts through this, side by side with the controller
+ENGINE_START = [sys.executable, "-m", "jupyter_distcomp.rank_side.engine_start"]
 #: seconds ipyparallel waits for a guard after SIGTERM before its SIGKILL: longer than the
 #: guard's own GRACE, so that the guard, which owns every process below it (also those that
 #: lost their parent), is what ends a controller or mpiexec slow to stop. A SIGKILLed guard
@@ -167,6 +177,10 @@ def cluster_config(
         "--log-level=WARN",
         f"--IPEngine.max_heartbeat_misses={ENGINE_MISSES}",
     ]
+    if placement.local:
+        # an engine's nanny is a second Python process per rank (a third of a rank's
+        # start-up): it relays signals, and on this machine we signal a rank by its pid
+        config.MPIEngineSetLauncher.engine_args.append("--IPEngine.enable_nanny=False")
     config.LocalControllerLauncher.controller_args = [
         "--log-level=WARN",
         f"--HeartMonitor.period={HEARTBEAT_MS}",
@@ -208,6 +222,14 @@ class LocalCluster:
             # ipyparallel's own stop at exit would SIGKILL slow guards and forget the processes
             shutdown_atexit=False,
         )
+        if placement is None or placement.local:
+            # the engines start with the controller and read its connection file when it
+            # is written (engine_start.py), instead of starting once it is
+            self._cluster.send_engines_connection_env = False
+            self._cluster.config.MPIEngineSetLauncher.engine_cmd = [
+                *ENGINE_START,
+                engine_connection_file(profile_dir, self._cluster.cluster_id),
+            ]
         self._engine_set: Any = None
         self._stopped = False
         self._stop_lock = threading.Lock()
@@ -266,6 +288,11 @@ class LocalCluster:
         # ipyparallel read the file into memory and removed it when mpiexec ended
         text: str = launcher.get_output()
         return text[since:]
+
+
+def engine_connection_file(profile_dir: str, cluster_id: str) -> str:
+    """Where the controller of ``cluster_id`` writes the engines' connection."""
+    return os.path.join(profile_dir, "security", f"ipcontroller-{cluster_id}-engine.json")
 
 
 # -- clients ----------------------------------------------------------------------------
