@@ -82,12 +82,13 @@ COROUTINES = (
 )
 
 #: The hub pings engines every HEARTBEAT_MS. ipyparallel's default (3000 ms) is most of a
-#: ~10 s start: registration only completes on a heartbeat cycle. 100 ms makes a rank count
-#: as registered within about 0.1 s of its registration; the miss limits keep the same
-#: patience in seconds.
-HEARTBEAT_MS = 100
-HUB_MISSES = 100  # 10 s without an answer before the hub gives an engine up
-#: about 90 s without the hub before an engine shuts itself down (an engine checks every
+#: ~10 s start: registration only completes on a heartbeat cycle. 200 ms makes 4 ranks
+#: ready in about a third of that time; a shorter beat gains little and, on a loaded
+#: machine, an engine's answer that misses the beat delays its registration further. The
+#: miss limits keep the same patience in seconds.
+HEARTBEAT_MS = 200
+HUB_MISSES = 50  # 10 s without an answer before the hub gives an engine up
+#: about 100 s without the hub before an engine shuts itself down (an engine checks every
 #: HEARTBEAT_MS + 500 ms)
 ENGINE_MISSES = 150
 #: run through this, the controller and mpiexec die with the kernel
