@@ -26,7 +26,7 @@ from ...rank_side.guard import GRACE
 if TYPE_CHECKING:
     import logging
 
-    from ipyparallel import AsyncResult, Client
+    from ipyparallel import Client
     from traitlets.config import Config
 
 T = TypeVar("T")
@@ -50,12 +50,8 @@ RELIES_ON = (
     "ipyparallel.Cluster.cluster_id",
     "ipyparallel.DirectView.execute",
     "ipyparallel.DirectView.apply_async",
-    "ipyparallel.client.asyncresult.AsyncResult.split",
-    "ipyparallel.client.asyncresult.AsyncResult.metadata",
-    "ipyparallel.client.asyncresult.AsyncResult.ready",
-    "ipyparallel.client.asyncresult.AsyncResult.get",
     "ipyparallel.client.asyncresult.AsyncResult.wait_for_output",
-    "ipyparallel.client.asyncresult.AsyncResult.add_done_callback",
+    "ipyparallel.client.futures.MessageFuture",
     "ipyparallel.cluster.launcher.ipcontroller_cmd_argv",
     "ipyparallel.cluster.launcher.LocalProcessLauncher.process",
     "ipyparallel.cluster.launcher.LocalProcessLauncher.output_file",
@@ -333,33 +329,38 @@ def send_signal(client: Client, sig: int, ids: list[int]) -> None:
 
 
 class RankReply:
-    """One engine's share of an ``execute``: its reply, and the output it sent so far."""
+    """One engine's share of an ``execute``: its reply, and the output it sent so far.
 
-    def __init__(self, part: AsyncResult):
-        self._part = part
+    Read from ipyparallel's future of that engine's request (``MessageFuture``; its
+    ``output`` future carries the output as it arrives), not from an AsyncResult per engine:
+    a cell makes one of those per rank, with futures and callbacks of its own.
+    """
+
+    def __init__(self, future: Any):
+        self._future = future
 
     @property
     def output(self) -> dict[str, Any]:
-        """ipyparallel's metadata: ``stdout``, ``stderr``, ``outputs``, ``execute_result``."""
-        metadata = self._part.metadata
-        return metadata[0] if isinstance(metadata, list) else metadata
+        """ipyparallel's metadata: ``stdout``, ``stderr``, ``outputs``, ``execute_result``
+        (as received: the time stamps stay text)."""
+        metadata: dict[str, Any] = self._future.output.metadata
+        return metadata
 
     def on_reply(self, callback: Callable[[], None]) -> None:
         """``callback()`` in ipyparallel's thread when the reply arrives."""
-        self._part.add_done_callback(lambda _: callback())
+        self._future.add_done_callback(lambda _: callback())
 
     def replied(self) -> bool:
-        return bool(self._part.ready())
+        return bool(self._future.done())
 
     def output_complete(self) -> bool:
-        return bool(self._part.wait_for_output(0))
+        return bool(self._future.output.done())
 
     def outcome(self) -> Any:
         """The reply's value, or the error (a RemoteError, an EngineError) the engine sent."""
-        if not self.replied():
+        if not self._future.done():
             return None
-        value = self._part.get(0, return_exceptions=True)
-        return value[0] if isinstance(value, list) and len(value) == 1 else value
+        return self._future.result()
 
 
 HISTORY_KEPT = 1000  # msg_ids in Client.history (ints index it; nothing of ours does)
@@ -374,9 +375,7 @@ class Execution:
         # a kernel runs cells for days: keep ipyparallel's per-message records bounded
         del client.history[:-HISTORY_KEPT]
         client.session.digest_history_size = min(client.session.digest_history_size, DIGESTS_KEPT)
-        # split() unmemoized: its lru_cache would keep the last 128 cells' results and output
-        parts = type(self.result).split.__wrapped__(self.result)
-        self.replies = [RankReply(part) for part in parts]
+        self.replies = [RankReply(future) for future in self.result._children]
 
     def wait_for_output(self, timeout: float) -> bool:
         """Wait until every engine's output is complete (or ``timeout`` seconds pass)."""
