@@ -40,6 +40,8 @@ RELIES_ON = (
     "ipyparallel.Client.close",
     "ipyparallel.Cluster",
     "ipyparallel.Cluster.start_cluster",
+    "ipyparallel.Cluster.start_engines",
+    "ipyparallel.Cluster.start_controller",
     "ipyparallel.Cluster.connect_client",
     "ipyparallel.Cluster.stop_cluster",
     "ipyparallel.Cluster.engine_set",
@@ -73,6 +75,8 @@ RELIES_ON = (
 #: The names of RELIES_ON that must stay coroutine functions (they run on our event loop).
 COROUTINES = (
     "ipyparallel.Cluster.start_cluster",
+    "ipyparallel.Cluster.start_engines",
+    "ipyparallel.Cluster.start_controller",
     "ipyparallel.Cluster.connect_client",
     "ipyparallel.Cluster.stop_cluster",
 )
@@ -232,8 +236,17 @@ class LocalCluster:
         self._stop_lock = threading.Lock()
 
     def start(self) -> None:
-        run(self._cluster.start_cluster(self.world_size))
-        self._engine_set = self._cluster.engine_set
+        cluster = self._cluster
+        if cluster.send_engines_connection_env:
+            run(cluster.start_cluster(self.world_size))
+        else:
+            run(self._engines_first())
+        self._engine_set = cluster.engine_set
+
+    async def _engines_first(self) -> None:
+        """mpiexec first: its ranks take longest to start, and wait for the controller."""
+        await self._cluster.start_engines(self.world_size)
+        await self._cluster.start_controller()
 
     def connect(self) -> Client:
         return run(self._cluster.connect_client())
