@@ -224,8 +224,8 @@ class LocalCluster:
             shutdown_atexit=False,
         )
         if placement is None or placement.local:
-            # the engines start with the controller and read its connection file when it
-            # is written (engine_start.py), instead of starting once it is
+            # mpiexec starts first, the controller beside it; each engine reads the
+            # controller's connection file once it is written (engine_start.py)
             self._cluster.send_engines_connection_env = False
             self._cluster.config.MPIEngineSetLauncher.engine_cmd = [
                 *ENGINE_START,
