@@ -41,6 +41,9 @@ QUICK = "--quick" in sys.argv
 STARTUP_SIZES = (1, 4, 8) if QUICK else (1, 4, 8, 16, 32)
 TRIP_SIZES = (4, 16)
 STREAM_RANKS = 4
+#: seconds ipyparallel's cluster may take to start (its own default, 60, is too short for
+#: 32 ranks on a busy 2-core machine)
+START_TIMEOUT = 300
 ALLREDUCE = """
 import time
 import numpy as np
@@ -61,7 +64,7 @@ def ipp_cluster(ranks: int):
     """What an ipyparallel user writes, plus what this machine needs to start at all."""
     import ipyparallel as ipp
 
-    cluster = ipp.Cluster(engines="mpi", n=ranks, log_level=40)
+    cluster = ipp.Cluster(engines="mpi", n=ranks, log_level=40, engine_timeout=START_TIMEOUT)
     cluster.config.MPILauncher.mpi_cmd = [mpiexec()]
     cluster.config.MPILauncher.mpi_args = ["--oversubscribe"]
     cluster.config.MPIEngineSetLauncher.environment = {
