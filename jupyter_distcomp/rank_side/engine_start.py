@@ -20,7 +20,7 @@ import time
 
 #: seconds to wait for the connection file (the kernel stops a world that takes longer)
 WAIT = 600.0
-POLL = 0.01
+POLL = 0.05  # each of up to dozens of ranks looks this often: little load while waiting
 
 
 def read_connection(path: str, wait: float = WAIT) -> str:
