@@ -8,7 +8,11 @@ PY := $(VENV)/bin/python
 INSTALL_INPUTS := pyproject.toml Makefile jupyter_distcomp/contracts.json \
 	$(wildcard labextension/package.json labextension/src/*.ts labextension/style/*.css \
 	labextension/schema/*.json)
-STAMP := $(VENV)/.installed-$(shell cat $(INSTALL_INPUTS) | sha1sum | cut -c1-12)
+HASH := $(shell cat $(INSTALL_INPUTS) | sha1sum | cut -c1-12)
+# make demo installs the package and what it needs; make test adds the extra [test]: the test
+# tools and the tensorflow and deepspeed launchers' frameworks (torch from its pinned version)
+STAMP := $(VENV)/.installed-$(HASH)
+TEST_STAMP := $(VENV)/.installed-test-$(HASH)
 
 .PHONY: demo test test-fast soak lint format bench
 
@@ -17,10 +21,15 @@ $(PY):
 
 $(STAMP): $(PY) $(INSTALL_INPUTS)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q 'torch==2.13.0'
 	rm -rf jupyter_distcomp/labextension  # built again from labextension/ by the install
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e .
 	rm -f $(VENV)/.installed-*
+	touch $@
+
+# the extension built by the install above is kept (the editable build skips it when present)
+$(TEST_STAMP): $(STAMP)
+	$(PY) -m pip install -q 'torch==2.13.0'
+	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
 demo: $(STAMP)
@@ -56,24 +65,24 @@ test: lint $(CHROMIUM) $(SSHD)
 	$(PY) -m pytest
 
 # the edit loop: no test that starts ranks, kernels, servers or browsers
-test-fast: $(STAMP)
+test-fast: $(TEST_STAMP)
 	$(PY) -m pytest -m "not slow"
 
 # not part of make test: 1,000 cells, 100 command runs, 50 rank kills in one kernel
-soak: $(STAMP)
+soak: $(TEST_STAMP)
 	$(PY) bench/soak.py
 
 # style, types and the import contracts of pyproject.toml ([tool.importlinter])
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
 	cd labextension && ../$(VENV)/bin/jlpm run lint:check
 
-format: $(STAMP)
+format: $(TEST_STAMP)
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	for b in bench/bench_*.py; do $(PY) $$b || exit 1; done

@@ -1,4 +1,6 @@
-"""What the benchmarks share: the component they run, and output kept out of the figures.
+"""What the benchmarks share: the component they run, output kept out of the figures, the
+bare-mpiexec floor, and how a figure is printed (a ratio against a floor or peer measured in
+the same run; absolute times only beside it, for scale).
 
 Run as ``python bench/bench_x.py``: this folder is then first on ``sys.path``.
 """
@@ -6,7 +8,13 @@ Run as ``python bench/bench_x.py``: this folder is then first on ``sys.path``.
 from __future__ import annotations
 
 import io
+import os
+import statistics
+import subprocess
+import sys
+import time
 from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
 from typing import Any
 
 #: an MPI component whose command is never run: the benchmarks time cells on its ranks
@@ -17,6 +25,8 @@ launcher:
   type: mpi
   additional_arguments: python bench.py
 """
+#: the floor of a start: MPI processes that start, meet and leave, with nothing of ours
+FLOOR_CODE = "from mpi4py import MPI; MPI.COMM_WORLD.Barrier()"
 
 
 def quiet(fn: Any, *args: Any) -> tuple[Any, str]:
@@ -35,7 +45,54 @@ def bench_shell(ranks: int) -> Any:
     shell = get_ipython()
     shell.run_line_magic("load_ext", "jupyter_distcomp")
     quiet(shell.run_cell, f"%%distcomp bench\n{SPEC}")
+    set_ranks(shell, ranks)
+    return shell
+
+
+def set_ranks(shell: Any, ranks: int) -> None:
+    """``bench`` on one node of ``ranks`` processes."""
     shell.user_ns["bench"].runsettings.resource_layout.configure(
         instance_count=1, process_count_per_node=ranks
     )
-    return shell
+
+
+def mpiexec() -> str:
+    return str(Path(sys.executable).parent / "mpiexec")
+
+
+def mpiexec_env() -> dict[str, str]:
+    """The kernel's environment, plus what Open MPI needs to run as root."""
+    return {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
+def bare_mpiexec(ranks: int, code: str = FLOOR_CODE) -> float:
+    """Seconds for ``mpiexec -n ranks python -c code``: the floor of a start."""
+    tic = time.perf_counter()
+    subprocess.run(
+        [mpiexec(), "--oversubscribe", "-n", str(ranks), sys.executable, "-c", code],
+        check=True,
+        env=mpiexec_env(),
+        capture_output=True,
+    )
+    return time.perf_counter() - tic
+
+
+def median_ratio(pairs: list[tuple[float, float]]) -> float:
+    """The median of ours/theirs over measurements taken side by side."""
+    return statistics.median(ours / theirs for ours, theirs in pairs)
+
+
+def figure(what: str, ratio: float, against: str, target: str = "", scale: str = "") -> str:
+    """One line of a benchmark's output: the ratio first, absolute times after it."""
+    line = f"{what:<34} {ratio:6.2f}x {against}"
+    if target:
+        line += f"  (target {target})"
+    if scale:
+        line += f"  [{scale}]"
+    return line
+
+
+def load() -> str:
+    """The machine's load averages (1, 5, 15 min) and cores: how noisy the run was."""
+    one, five, fifteen = os.getloadavg()
+    return f"load {one:.1f} {five:.1f} {fifteen:.1f} on {os.cpu_count()} core(s)"

@@ -33,6 +33,7 @@ def run(notebook_path: Path = NOTEBOOK) -> int:
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
+    from traitlets.config import Config
 
     if not notebook_path.exists():
         print(f"demo: {notebook_path} not found (run the demo from a checkout).", file=sys.stderr)
@@ -41,8 +42,15 @@ def run(notebook_path: Path = NOTEBOOK) -> int:
     tic = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="distcomp-demo-") as workdir:
         shutil.copy(notebook_path, workdir)
+        # the kernel's channels are Unix sockets in the demo's folder: nothing listens on a
+        # port, and the kernel has no plain-TCP transport to warn about
+        ipc = Config({"KernelManager": {"transport": "ipc", "ip": str(Path(workdir) / "kernel")}})
         client = NotebookClient(
-            notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": workdir}}
+            notebook,
+            timeout=600,
+            kernel_name="python3",
+            resources={"metadata": {"path": workdir}},
+            config=ipc,
         )
         try:
             client.execute()

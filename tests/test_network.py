@@ -135,7 +135,8 @@ def test_the_shim_keeps_a_dual_stack_listener_where_ipv4_peers_reach_it():
 def test_ranks_on_this_machine_listen_on_loopback_and_use_no_tcp_between_them():
     assert listen_address() == LOOPBACK
     assert listen_address(["127.0.0.1"]) == LOOPBACK
-    assert mpiexec_host_args(Placement(), 2) == ["--mca", "btl", "^tcp"]
+    flags = mpiexec_host_args(Placement(), 2)
+    assert flags[:2] == ["--mca", "btl"] and "^tcp" in flags[2] and "tcp" not in flags[3:]
 
 
 def test_the_listen_address_routes_to_the_first_host_that_is_not_this_machine():

@@ -98,3 +98,35 @@ def test_the_cluster_config_uses_our_mpiexec_and_heartbeat():
         config.LocalControllerLauncher.controller_args
     )
     assert config.MPIEngineSetLauncher.environment["PYTHONUNBUFFERED"] == "1"
+
+
+def test_local_engines_start_beside_the_controller_without_a_nanny(tmp_path):
+    from jupyter_distcomp.machine.hosts import Placement
+
+    local = ipp.cluster_config(4)
+    assert "--IPEngine.enable_nanny=False" in local.MPIEngineSetLauncher.engine_args
+    # a rank on another host is signalled through its nanny
+    remote = ipp.cluster_config(2, Placement(("127.0.0.2", "127.0.0.3")))
+    assert "--IPEngine.enable_nanny=False" not in remote.MPIEngineSetLauncher.engine_args
+
+    cluster = ipp.LocalCluster(4, str(tmp_path), 60)._cluster
+    path = ipp.engine_connection_file(str(tmp_path), cluster.cluster_id)
+    assert cluster.config.MPIEngineSetLauncher.engine_cmd == [*ipp.ENGINE_START, path]
+    assert not cluster.send_engines_connection_env
+    # the file the controller writes, by ipyparallel's own naming
+    from ipyparallel.cluster.launcher import LocalControllerLauncher
+
+    launcher = LocalControllerLauncher(profile_dir=str(tmp_path), cluster_id=cluster.cluster_id)
+    assert launcher.connection_files["engine"] == path
+
+
+def test_an_engine_reads_the_connection_only_once_it_is_whole(tmp_path):
+    from jupyter_distcomp.rank_side import engine_start
+
+    path = tmp_path / "engine.json"
+    path.write_text('{"interface": "tcp://127.0.0.1", "regis')  # the controller is writing
+    whole = '{"interface": "tcp://127.0.0.1", "registration": 5}'
+    threading.Timer(0.2, path.write_text, (whole,)).start()
+    assert engine_start.read_connection(str(path), wait=10) == whole
+    with pytest.raises(SystemExit, match="no controller connection"):
+        engine_start.read_connection(str(tmp_path / "never.json"), wait=0.1)

@@ -76,6 +76,10 @@ def run_files_environment(
     return {key: value for key, value in wanted.items() if key not in given}
 
 
+#: the byte transfer layers ranks on one machine leave out
+LOCAL_BTL = "^tcp,ofi,uct"
+
+
 def mpiexec_flags(
     placement: Placement, world_size: int, process_count_per_node: int, forward: Sequence[str] = ()
 ) -> list[str]:
@@ -94,8 +98,10 @@ def mpiexec_host_args(
     without hosts, the flags that keep Open MPI's traffic on this machine."""
     hosts = placement.hosts
     if not hosts:
-        # one machine: shared memory between ranks; no TCP transport listening at all
-        return ["--mca", "btl", "^tcp"]
+        # one machine: shared memory between ranks (ob1 over sm and self); no TCP transport
+        # listening at all, and none of libfabric's (ofi) or UCX's (uct) components, whose
+        # probing for fabrics this machine lacks is about a second of every start
+        return ["--mca", "btl", LOCAL_BTL, "--mca", "pml", "ob1"]
     network = network_of(listen_address(hosts))
     forwarded = [arg for key in forward for arg in ("-x", key)]
     return [

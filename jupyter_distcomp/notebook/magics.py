@@ -198,8 +198,7 @@ def compare_arguments(line: str) -> argparse.Namespace:
             numbers[option] = None if text is None else float(text)
         except ValueError:
             raise UsageError(
-                f"%distcomp compare: --{option} {text!r} is not a number. "
-                f"Fix: --{option} {example}"
+                f"%distcomp compare: --{option} {text!r} is not a number. Fix: --{option} {example}"
             ) from None
     return argparse.Namespace(
         subcommand="compare", name=name, expr=expr, ranks=options["ranks"], **numbers

@@ -101,8 +101,8 @@ class RankBackend:
         }
 
     def _notify(self, world: World) -> None:
-        if self.worlds.get(world.name) is not world:
-            return  # a replaced world's last words
+        if not self._listeners or self.worlds.get(world.name) is not world:
+            return  # nobody listens (no event to build), or a replaced world's last words
         event = self.event(world)
         for callback in list(self._listeners):
             try:

@@ -27,7 +27,7 @@ from ...rank_side.guard import GRACE
 if TYPE_CHECKING:
     import logging
 
-    from ipyparallel import AsyncResult, Client
+    from ipyparallel import Client
     from traitlets.config import Config
 
 T = TypeVar("T")
@@ -41,15 +41,18 @@ RELIES_ON = (
     "ipyparallel.Client.close",
     "ipyparallel.Cluster",
     "ipyparallel.Cluster.start_cluster",
+    "ipyparallel.Cluster.start_engines",
+    "ipyparallel.Cluster.start_controller",
     "ipyparallel.Cluster.connect_client",
     "ipyparallel.Cluster.stop_cluster",
     "ipyparallel.Cluster.engine_set",
     "ipyparallel.Cluster.engines",
     "ipyparallel.Cluster.controller",
     "ipyparallel.Cluster.shutdown_atexit",
+    "ipyparallel.Cluster.send_engines_connection_env",
+    "ipyparallel.Cluster.cluster_id",
     "ipyparallel.DirectView.execute",
     "ipyparallel.DirectView.apply_async",
-    "ipyparallel.client.asyncresult.AsyncResult.split",
     "ipyparallel.client.asyncresult.AsyncResult.ready",
     "ipyparallel.client.asyncresult.AsyncResult.get",
     "ipyparallel.client.asyncresult.AsyncResult.wait_for_output",
@@ -57,6 +60,7 @@ RELIES_ON = (
     "ipyparallel.client.asyncresult.AsyncResult.stream_output",  # how iopub_callbacks are used
     "ipyparallel.Client._dispatch_iopub",  # calls each MessageFuture's iopub_callbacks
     "ipyparallel.Client._io_loop",
+    "ipyparallel.client.futures.MessageFuture",
     "ipyparallel.cluster.launcher.ipcontroller_cmd_argv",
     "ipyparallel.cluster.launcher.LocalProcessLauncher.process",
     "ipyparallel.cluster.launcher.LocalProcessLauncher.output_file",
@@ -68,25 +72,36 @@ RELIES_ON = (
     "ipyparallel.cluster.launcher.MPILauncher.mpi_args",
     "ipyparallel.cluster.launcher.MPIEngineSetLauncher.environment",
     "ipyparallel.cluster.launcher.MPIEngineSetLauncher.engine_args",
+    "ipyparallel.cluster.launcher.MPIEngineSetLauncher.engine_cmd",
+    "ipyparallel.cluster.launcher.BaseLauncher.connection_files",
     "ipyparallel.engine.app.IPEngine.max_heartbeat_misses",
+    "ipyparallel.engine.app.IPEngine.enable_nanny",
     "ipyparallel.controller.heartmonitor.HeartMonitor.period",
     "ipyparallel.controller.heartmonitor.HeartMonitor.max_heartmonitor_misses",
 )
 #: The names of RELIES_ON that must stay coroutine functions (they run on our event loop).
 COROUTINES = (
     "ipyparallel.Cluster.start_cluster",
+    "ipyparallel.Cluster.start_engines",
+    "ipyparallel.Cluster.start_controller",
     "ipyparallel.Cluster.connect_client",
     "ipyparallel.Cluster.stop_cluster",
 )
 
 #: The hub pings engines every HEARTBEAT_MS. ipyparallel's default (3000 ms) is most of a
 #: ~10 s start: registration only completes on a heartbeat cycle. 200 ms makes 4 ranks
-#: ready in about a third of that time; the miss limits keep the same patience in seconds.
+#: ready in about a third of that time; a shorter beat gains little and, on a loaded
+#: machine, an engine's answer that misses the beat delays its registration further. The
+#: miss limits keep the same patience in seconds.
 HEARTBEAT_MS = 200
 HUB_MISSES = 50  # 10 s without an answer before the hub gives an engine up
-ENGINE_MISSES = 150  # 30 s without the hub before an engine shuts itself down
+#: about 100 s without the hub before an engine shuts itself down (an engine checks every
+#: HEARTBEAT_MS + 500 ms)
+ENGINE_MISSES = 150
 #: run through this, the controller and mpiexec die with the kernel
 GUARD = [sys.executable, "-m", "jupyter_distcomp.rank_side.guard"]
+#: each engine on this machine starts through this, side by side with the controller
+ENGINE_START = [sys.executable, "-m", "jupyter_distcomp.rank_side.engine_start"]
 #: seconds ipyparallel waits for a guard after SIGTERM before its SIGKILL: longer than the
 #: guard's own GRACE, so that the guard, which owns every process below it (also those that
 #: lost their parent), is what ends a controller or mpiexec slow to stop. A SIGKILLed guard
@@ -170,6 +185,10 @@ def cluster_config(
         "--log-level=WARN",
         f"--IPEngine.max_heartbeat_misses={ENGINE_MISSES}",
     ]
+    if placement.local:
+        # an engine's nanny is a second Python process per rank (a third of a rank's
+        # start-up): it relays signals, and on this machine we signal a rank by its pid
+        config.MPIEngineSetLauncher.engine_args.append("--IPEngine.enable_nanny=False")
     config.LocalControllerLauncher.controller_args = [
         "--log-level=WARN",
         f"--HeartMonitor.period={HEARTBEAT_MS}",
@@ -211,13 +230,30 @@ class LocalCluster:
             # ipyparallel's own stop at exit would SIGKILL slow guards and forget the processes
             shutdown_atexit=False,
         )
+        if placement is None or placement.local:
+            # mpiexec starts first, the controller beside it; each engine reads the
+            # controller's connection file once it is written (engine_start.py)
+            self._cluster.send_engines_connection_env = False
+            self._cluster.config.MPIEngineSetLauncher.engine_cmd = [
+                *ENGINE_START,
+                engine_connection_file(profile_dir, self._cluster.cluster_id),
+            ]
         self._engine_set: Any = None
         self._stopped = False
         self._stop_lock = threading.Lock()
 
     def start(self) -> None:
-        run(self._cluster.start_cluster(self.world_size))
-        self._engine_set = self._cluster.engine_set
+        cluster = self._cluster
+        if cluster.send_engines_connection_env:
+            run(cluster.start_cluster(self.world_size))
+        else:
+            run(self._engines_first())
+        self._engine_set = cluster.engine_set
+
+    async def _engines_first(self) -> None:
+        """mpiexec first: its ranks take longest to start, and wait for the controller."""
+        await self._cluster.start_engines(self.world_size)
+        await self._cluster.start_controller()
 
     def connect(self) -> Client:
         return run(self._cluster.connect_client())
@@ -271,6 +307,11 @@ class LocalCluster:
         return text[since:]
 
 
+def engine_connection_file(profile_dir: str, cluster_id: str) -> str:
+    """Where the controller of ``cluster_id`` writes the engines' connection."""
+    return os.path.join(profile_dir, "security", f"ipcontroller-{cluster_id}-engine.json")
+
+
 # -- clients ----------------------------------------------------------------------------
 def connect(timeout: float, **connection: str) -> Client:
     """A client of a running cluster (``profile``, ``profile_dir``, ``cluster_id``)."""
@@ -309,27 +350,31 @@ def send_signal(client: Client, sig: int, ids: list[int]) -> None:
 
 class RankReply:
     """One engine's share of an ``execute``: its reply, and whether its output is complete
-    (its output itself comes through :meth:`Execution.listen`)."""
+    (the output itself comes through :meth:`Execution.listen`).
 
-    def __init__(self, part: AsyncResult):
-        self._part = part
+    Read from ipyparallel's future of that engine's request (``MessageFuture``; its
+    ``output`` future carries the output as it arrives), not from an AsyncResult per engine:
+    a cell makes one of those per rank, with futures and callbacks of its own.
+    """
+
+    def __init__(self, future: Any):
+        self._future = future
 
     def on_reply(self, callback: Callable[[], None]) -> None:
         """``callback()`` in ipyparallel's thread when the reply arrives."""
-        self._part.add_done_callback(lambda _: callback())
+        self._future.add_done_callback(lambda _: callback())
 
     def replied(self) -> bool:
-        return bool(self._part.ready())
+        return bool(self._future.done())
 
     def output_complete(self) -> bool:
-        return bool(self._part.wait_for_output(0))
+        return bool(self._future.output.done())
 
     def outcome(self) -> Any:
         """The reply's value, or the error (a RemoteError, an EngineError) the engine sent."""
-        if not self.replied():
+        if not self._future.done():
             return None
-        value = self._part.get(0, return_exceptions=True)
-        return value[0] if isinstance(value, list) and len(value) == 1 else value
+        return self._future.result()
 
 
 HISTORY_KEPT = 1000  # msg_ids in Client.history (ints index it; nothing of ours does)
@@ -350,9 +395,7 @@ class Execution:
         # a kernel runs cells for days: keep ipyparallel's per-message records bounded
         del client.history[:-HISTORY_KEPT]
         client.session.digest_history_size = min(client.session.digest_history_size, DIGESTS_KEPT)
-        # split() unmemoized: its lru_cache would keep the last 128 cells' results and output
-        parts = type(self.result).split.__wrapped__(self.result)
-        self.replies = [RankReply(part) for part in parts]
+        self.replies = [RankReply(future) for future in self.result._children]
 
     def listen(self, on_message: Callable[[int, str, dict], None], timeout: float = 30) -> bool:
         """``on_message(index, msg_type, content)`` in ipyparallel's thread for each output

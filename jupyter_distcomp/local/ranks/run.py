@@ -148,7 +148,12 @@ class CellRun:
         """ipyparallel's thread: the rank answered (maybe long after the cell ended)."""
         self._replied_at.setdefault(rank, time.monotonic())
         self.world.set_state([rank], RankState.IDLE)
-        self.wake.set()
+        # the loop wakes for the last reply and for a failure (fail-fast); the other replies
+        # wait for its next look, so that the busy ranks keep the processor
+        if len(self._replied_at) >= len(self.ranks) or isinstance(
+            self.futures[rank].outcome(), BaseException
+        ):
+            self.wake.set()
 
     def _loop(self) -> None:
         deadline = time.monotonic() + self.timeout if self.timeout else None
