@@ -101,9 +101,17 @@ def test_misspelt_keys_get_marks_at_their_lines(lab, page):
     assert (
         error.locator("xpath=ancestor::div[@class='cm-line']").inner_text().strip() == "defualt: 2"
     )
-    # the run cell is Python: no spec diagnostics there
+    # a sign in the gutter beside each marked line, and a count under the editor
+    assert spec.locator(".cm-gutter-lint .cm-lint-marker-error").count() == 1
+    assert spec.locator(".cm-gutter-lint .cm-lint-marker-warning").count() == 1
+    assert spec.locator(".distcomp-diagnostic-count").inner_text() == (
+        "1 error, 1 warning in this spec"
+    )
+    # the run cell is Python: no spec diagnostics there, no gutter, no count
     assert wait_linted(page, 1) == 0
     assert cell(page, 1).locator("[class*='cm-lintRange']").count() == 0
+    assert not cell(page, 1).locator(".cm-gutter-lint").is_visible()
+    assert not cell(page, 1).locator(".distcomp-diagnostic-count").is_visible()
 
     error.hover()
     tooltip = page.locator(".cm-tooltip-lint")

@@ -75,6 +75,26 @@ def test_invalid_spec_fails_the_cell_with_the_message_only(ip):
     assert "demo_bad" not in ip.user_ns
 
 
+def test_every_mistake_of_a_spec_fails_the_cell_once_with_all_of_them(ip):
+    """Three mistakes: one run names all three, at the lines the cell shows, in the editor's
+    words (tests/data/bad_specs.json holds the same words for the editor's tests)."""
+    bad = (
+        SPEC.replace("type: mpi", "type: mpii")
+        .replace("min: 1}", "min: 1, optional: maybe}")
+        .replace("{inputs.n}", "{inputs.m}")
+    )
+    result, captured = run_cell(ip, "demo_three", bad)
+    error = result.error_in_exec
+    assert isinstance(error, SpecError)
+    lines = str(error).splitlines()
+    assert lines[0] == "3 errors in %%distcomp demo_three:"
+    assert [line.split(",")[0].strip() for line in lines[1:]] == ["line 5", "line 9", "line 10"]
+    assert "inputs.n.optional must be true or false, got a string 'maybe'." in lines[1]
+    assert "unknown launcher type 'mpii'. Did you mean 'mpi'?" in lines[2]
+    assert "placeholder {inputs.m} names no declared input." in lines[3]
+    assert "Traceback" not in captured.stdout + captured.stderr
+
+
 def test_redefinition_keeps_user_settings(ip):
     run_cell(ip, "keep", SPEC)
     ip.user_ns["keep"].runsettings.resource_layout.configure(
