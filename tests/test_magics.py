@@ -134,9 +134,8 @@ def test_env_table_per_rank(ip):
     assert result.success, result.error_in_exec
     caption, *text = captured.outputs[0].data["text/plain"].splitlines()
     # no ranks yet: the ports are shown as chosen when the ranks start
-    assert (
-        caption == "mpi: 2 node(s) x 2 process(es) = 4 rank(s); ports chosen when the ranks start"
-    )
+    assert caption.startswith("mpi: 2 node(s) x 2 process(es) = 4 rank(s); ")
+    assert caption.endswith("; ports chosen when the ranks start")
     # what every rank shares, once; then a row per rank with what varies
     shared = text[text.index("on every rank:") + 1 : -5]
     assert [line.split()[0] for line in shared if "OMPI_COMM_WORLD_SIZE" in line] == [
@@ -154,9 +153,18 @@ def test_env_table_per_rank(ip):
         ["3", "1", "1"],
     ]
     assert "OMPI_COMM_WORLD_LOCAL_RANK" in header
-    # the flags changed the one settings object
+    assert "a preview: the settings of envdemo and its ranks are unchanged" in caption
+    # the flags previewed that layout: the settings are as they were
     layout = ip.user_ns["envdemo"].runsettings.resource_layout
+    assert (layout.instance_count, layout.process_count_per_node) == (1, 1)
+    # `layout` sets them, and shows the table of the layout set
+    result, captured = run_cell(ip, "layout envdemo --instance-count 2 --process-count-per-node 2")
+    assert result.success, result.error_in_exec
     assert (layout.instance_count, layout.process_count_per_node) == (2, 2)
+    caption = captured.outputs[0].data["text/plain"].splitlines()[0]
+    assert (
+        caption == "mpi: 2 node(s) x 2 process(es) = 4 rank(s); ports chosen when the ranks start"
+    )
 
 
 def test_config_defaults_apply_to_new_definitions(ip):

@@ -121,7 +121,7 @@ def test_layout_controls_and_configure_are_one_state(panel):
     assert "launcher <b>mpi</b>" in by_class(p, "distcomp-launcher").value
 
 
-def test_env_flags_and_config_defaults_write_the_settings_the_panel_shows(ip):
+def test_config_defaults_and_the_panel_write_the_settings_env_shows(ip):
     try:
         ip.run_line_magic("config", "DistComp.default_instance_count = 3")
         ip.run_cell_magic("distcomp", "wflags", spec_text())
@@ -134,12 +134,13 @@ def test_env_flags_and_config_defaults_write_the_settings_the_panel_shows(ip):
         assert "application/vnd.jupyter.widget-view+json" in bundle
         assert "world size 3 = 3 node(s) x 1 process(es)" in bundle["text/plain"]
 
-        with capture_output():
+        with capture_output():  # a preview: the settings and the panel stay at 3 x 1
             ip.run_line_magic(
                 "distcomp", "env wflags --instance-count 2 --process-count-per-node 2"
             )
-        assert p.layout_fields.instance_count.value == 2
-        assert p.layout_fields.process_count.value == 2
+        assert p.layout_fields.instance_count.value == 3
+        assert p.layout_fields.process_count.value == 1
+        p.layout_fields.instance_count.value = 2
         p.layout_fields.process_count.value = 4
         with capture_output() as captured:
             ip.run_line_magic("distcomp", "env wflags")

@@ -225,7 +225,9 @@ class RunSettingsPanel(PanelActions, w.VBox):
             counts[rank["state"]] = counts.get(rank["state"], 0) + 1
         states = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
         layout = f"{event.get('instance_count')}x{event.get('process_count_per_node')}"
-        self.ranks_line.value = f"<small>ranks ({layout}): {escape(states)}</small>"
+        pending = event.get("pending")
+        note = f"<div class='distcomp-pending'>{escape(pending)}</div>" if pending else ""
+        self.ranks_line.value = f"<small>ranks ({layout}): {escape(states)}</small>{note}"
         if not self.worker.busy:
             ready = counts.get(RankState.IDLE, 0) + counts.get(RankState.BUSY, 0)
             what = "ranks ready" if ready == len(ranks) else "ranks starting"
