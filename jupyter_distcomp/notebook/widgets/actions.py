@@ -126,7 +126,7 @@ class PanelActions:
 
     def _run_command(self) -> None:
         total = self.component.world_size
-        self.worker.show_progress(0, total, "ranks done")
+        self.worker.show_progress(0, total, "runs finished")
         self.worker.log.clear_output()
         self.worker.write(f"$ {command_line(self.component)}")
         self.worker.say(f"running the command on {total} rank(s); output below", "busy")
@@ -135,7 +135,7 @@ class PanelActions:
             self.worker.write(text, stderr=file is sys.stderr)
 
         result = self.session.run_command(self.name, component=self.component, stream=stream)
-        self.worker.show_progress(total, total, "ranks done")
+        self.worker.show_progress(total, total, "runs finished")
         self.worker.say(
             f"the command ended on {total} rank(s) in {result.seconds:.1f} s, every rank "
             "succeeded; output below",
@@ -187,6 +187,8 @@ class PanelActions:
                 self.worker.say(f"stop failed: {exc}", "error")
                 return
             self.worker.wait(30)
+            if not cancelled:  # the log of a stopped command stays: it says how far it got
+                self.worker.log.outputs = ()
             self.worker.show_progress(0, self.component.world_size)
             said = [f"Stopped the ranks of {self.name}."] if stopped else ["No ranks running."]
             if cancelled:

@@ -78,7 +78,14 @@ class _Field:
     def __init__(self, name: str, settings: RunSettings, control: w.ValueWidget, unsettable: bool):
         self.name, self.settings, self.control = name, settings, control
         control.add_class(f"{self.css_prefix}-{name}")
-        self.toggle = w.Checkbox(value=False, indent=False, layout=w.Layout(width="28px"))
+        self.toggle = w.Checkbox(
+            value=False,
+            indent=False,
+            description="set",
+            tooltip=f"checked: the run settings bind {name} to the value beside; unchecked: "
+            + self.unset_meaning(),
+            layout=w.Layout(width="auto"),
+        )
         self.toggle.add_class(f"{self.css_prefix}-set-{name}")
         self.toggle.layout.visibility = "visible" if unsettable else "hidden"
         self.unsettable = unsettable
@@ -123,6 +130,8 @@ class _Field:
             return
         value = self.control.value
         if value is None or (isinstance(value, str) and self.clears_when_empty() and not value):
+            value = self.value_when_set()
+        if value is None:
             self._refresh()  # nothing to bind yet: the message says what is needed
         else:
             self._write(value)
@@ -167,6 +176,13 @@ class _Field:
     # -- per kind -----------------------------------------------------------------------
     def check(self, value: Any) -> Any:
         return value
+
+    def unset_meaning(self) -> str:
+        return "not set: the spec's default, if any"
+
+    def value_when_set(self) -> Any:
+        """What checking the box binds when the control holds nothing (None: nothing)."""
+        return None
 
     def show_unset(self) -> None:
         if isinstance(self.control, w.Text):
@@ -247,3 +263,9 @@ class OutputField(_Field):
 
     def hint(self, value: Any, is_set: bool) -> str:
         return "" if is_set else f"default ./{self.default}"
+
+    def unset_meaning(self) -> str:
+        return "the default folder"
+
+    def value_when_set(self) -> Any:
+        return self.default

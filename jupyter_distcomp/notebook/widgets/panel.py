@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ...local.ranks.backend import RankBackend
 
 #: status lines of a stop, cleared when the ranks run again
-STOP_SAYINGS = ("Stopped the", "No ranks running")
+STOP_SAYINGS = ("Stopped the", "No ranks running", "The ranks of")
 #: at most one update of the rank states per this many seconds
 RANK_UPDATE_SECONDS = 0.2
 BUTTONS = (
@@ -217,6 +217,9 @@ class RunSettingsPanel(PanelActions, w.VBox):
             self.ranks_line.value = "<small>ranks: stopped</small>"
             if not self.worker.busy:
                 self.worker.show_progress(0, len(ranks))
+                if not self.worker.text.startswith(STOP_SAYINGS):
+                    # stopped elsewhere (a magic, the ranks panel): "ready" is no longer true
+                    self.worker.say(f"The ranks of {self.name} stopped.")
             return
         if not self.worker.busy and self.worker.text.startswith(STOP_SAYINGS):
             self.worker.say("")  # the ranks run again: "Stopped the ranks" is no longer true
