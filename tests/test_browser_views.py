@@ -250,3 +250,84 @@ def test_every_layout_field_shows_its_whole_value(lab, page):
         assert scroll <= client, sizes
         assert client >= 50, sizes
     screenshot(page, "tf-layout-fields")
+
+
+WIDE_SPEC = """\
+name: mpi_quickstart
+display_name: MPI quickstart
+type: DistributedComponent
+description: every input kind and two outputs, on 2 nodes x 2 processes
+inputs:
+  scale: {type: Integer, default: 1, min: 1, description: every rank contributes (rank + 1) * scale}
+  learning_rate: {type: Float, default: 0.01}
+  optimizer: {type: Enum, enum: [sgd, adam, adamw], default: adam}
+  use_checkpointing: {type: Boolean, default: true}
+  training_data: {type: path, optional: true}
+outputs:
+  model_dir: {type: path}
+  metrics_and_logs_dir: {type: path}
+launcher:
+  type: mpi
+  additional_arguments: >-
+    python train.py --scale {inputs.scale} --learning-rate {inputs.learning_rate}
+    --optimizer {inputs.optimizer} --use-checkpointing {inputs.use_checkpointing}
+    [--training-data {inputs.training_data}] --model-dir {outputs.model_dir}
+    --metrics-and-logs-dir {outputs.metrics_and_logs_dir}
+"""
+
+#: what of an element sticks out of ``panel`` or is cut inside itself
+OVERFLOW = """([panel, selector]) => {
+    const box = panel.getBoundingClientRect();
+    return [...panel.querySelectorAll(selector)].filter(el => el.offsetParent !== null)
+        .map(el => {
+            const r = el.getBoundingClientRect();
+            return {
+                text: (el.innerText || el.value || el.className).slice(0, 40),
+                out: Math.round(Math.max(r.right - box.right, box.left - r.left)),
+                cut: el.scrollWidth - el.clientWidth,
+            };
+        }).filter(found => found.out > 1 || found.cut > 1);
+}"""
+
+
+def test_the_panel_fits_1280x800_with_both_sidebars_open(lab, page):
+    url = lab.write_notebook(
+        "fits.ipynb",
+        [
+            "%load_ext jupyter_distcomp\n%config DistComp.prestart = False\n"
+            "%config DistComp.default_instance_count = 2\n"
+            "%config DistComp.default_process_count_per_node = 2",
+            f"%%distcomp quickstart\n{WIDE_SPEC}",
+        ],
+    )
+    page.set_viewport_size({"width": 1280, "height": 800})
+    open_notebook(page, url)
+    command(page, "filebrowser:activate")
+    command(page, "distcomp:show-ranks")
+    page.locator(".distcomp-ranks-panel").wait_for(timeout=30_000)
+    page.locator(".jp-FileBrowser").wait_for(timeout=30_000)
+    run_cell_at(page, 0)
+    wait_kernel_idle(page)
+    run_cell_at(page, 1)
+    panel = cell(page, 1).locator(".distcomp-panel")
+    panel.locator(".distcomp-rank-table").wait_for(timeout=60_000)
+    time.sleep(0.5)  # the widgets' layout settles
+    panel.scroll_into_view_if_needed()
+    screenshot(page, "panel-1280x800")
+    handle = panel.element_handle()
+    # the panel itself never scrolls sideways: what is wide scrolls inside it, visibly
+    width, room = panel.evaluate("el => [el.scrollWidth, el.clientWidth]")
+    assert width <= room + 1, (width, room)
+    # every control whole and inside the panel: buttons, text boxes, labels
+    assert page.evaluate(OVERFLOW, [handle, "button, input, select, .widget-label"]) == []
+    labels = panel.locator("button").all_inner_texts()
+    assert {"start ranks", "run command", "stop ranks", "export YAML", "submit to Azure ML"} <= {
+        label.strip() for label in labels
+    }, labels
+    # the per-rank table (7 variable columns) scrolls in its own box when it is wider
+    scroller = panel.locator(".distcomp-table-scroll").first
+    style = scroller.evaluate("el => getComputedStyle(el).overflowX")
+    assert style == "auto", style
+    # rank 0's command wraps: all of it is on screen
+    command_line = panel.locator(".distcomp-command").first
+    assert command_line.evaluate("el => el.scrollWidth <= el.clientWidth + 1")

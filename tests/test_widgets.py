@@ -652,8 +652,13 @@ def test_stop_interrupts_a_running_command(panel, tmp_path):
         time.sleep(0.1)
     running = [q for q in our_processes() if q.pid not in before]
     assert running
+    p.buttons["stop"].click()  # code runs: the first click asks, as JupyterLab does
+    assert p.buttons["stop"].description == "confirm stop"
+    assert "Stop ends the command running on every rank" in p.worker.text
+    assert p.worker.busy and all(q.is_running() for q in running)
     p.buttons["stop"].click()
     assert p.wait(30), "the ranks sleep 60 s: stop must end them long before"
+    assert p.buttons["stop"].description == "stop ranks"
     assert "Stopped the command on every rank" in p.worker.text
     assert not gone(running)
 

@@ -21,6 +21,7 @@ from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ...contracts import RankState
 from ...errors import AzureMLError
 from ..views.preview import command_line
 from .worker import Cancelled, Worker
@@ -70,6 +71,11 @@ class PanelSession(Protocol):
     ) -> Submission: ...
 
 
+#: the stop button's own words; how long its "confirm stop" waits for the second click
+STOP_LABEL, STOP_TIP = "stop ranks", "Stop the ranks (and a running command)"
+CONFIRM_SECONDS = 10.0
+
+
 class PanelActions:
     """The buttons' actions, mixed into RunSettingsPanel, which sets these attributes."""
 
@@ -83,6 +89,9 @@ class PanelActions:
     last_job: Any
     _stop_requested: bool
     _stopper: threading.Thread | None
+    _confirming: bool = False
+
+    def _update_stop(self) -> None: ...
 
     # -- wiring ------------------------------------------------------------------------
     def _wire_buttons(self) -> None:
@@ -96,7 +105,47 @@ class PanelActions:
             self.buttons[key].on_click(
                 lambda _b, label=label, func=func: self.worker.run(label, func)
             )
-        self.buttons["stop"].on_click(lambda _b: self.stop())
+        self.buttons["stop"].on_click(lambda _b: self._stop_clicked())
+
+    # -- stop, asked first when it ends running code ---------------------------------------
+    def _running_code(self) -> str:
+        """What a stop would end ("" when nothing runs): a command, or busy ranks' cells."""
+        if self.worker.busy and self.worker.action == "run the command":
+            return "the command running on every rank"
+        world = self.session.backend.world(self.name) if self.worker.action is None else None
+        working = [
+            r
+            for r in (world.ranks if world else [])
+            if r.state in (RankState.BUSY, RankState.DEBUGGING)
+        ]
+        return f"the code running on {len(working)} rank(s)" if working else ""
+
+    def _stop_clicked(self) -> None:
+        """Stop at once, unless code runs: then the button asks for a second click, as
+        JupyterLab asks before it restarts a busy kernel."""
+        button = self.buttons["stop"]
+        running = self._running_code()
+        if running and not self._confirming:
+            self._confirming = True
+            button.description, button.button_style = "confirm stop", "danger"
+            button.tooltip = f"Stopping ends {running} and the ranks' variables: click to stop"
+            self.worker.say(
+                f"Stop ends {running}, and the variables the ranks hold are lost. "
+                "Click 'confirm stop' to go ahead.",
+                "busy" if self.worker.busy else "info",
+            )
+            timer = threading.Timer(CONFIRM_SECONDS, self._end_confirming)
+            timer.daemon = True
+            timer.start()
+            return
+        self._end_confirming()
+        self.stop()
+
+    def _end_confirming(self) -> None:
+        self._confirming = False
+        button = self.buttons["stop"]
+        button.description, button.tooltip = STOP_LABEL, STOP_TIP
+        self._update_stop()
 
     def _start(self) -> None:
         self._stop_requested = False

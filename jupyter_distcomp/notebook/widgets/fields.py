@@ -31,7 +31,7 @@ UNBOUNDED = 2**53 - 1
 
 def _value_widget(inp: Input) -> w.ValueWidget:
     kind = inp.param_type
-    wide = w.Layout(width="260px")
+    wide = w.Layout(width="260px", max_width="100%")
     if kind == "integer":
         low = -UNBOUNDED if inp.min is None else int(inp.min)
         high = UNBOUNDED if inp.max is None else int(inp.max)
@@ -47,7 +47,7 @@ def _value_widget(inp: Input) -> w.ValueWidget:
     if kind == "enum":
         return w.Dropdown(options=list(inp.enum or ()), value=None, layout=wide)
     hint = "local path or azureml:// URI" if inp.is_data else (inp.description or "text")
-    return w.Text(placeholder=hint, layout=w.Layout(width="360px"))
+    return w.Text(placeholder=hint, layout=w.Layout(width="360px", max_width="100%"))
 
 
 def _shows(control: w.ValueWidget, value: Any) -> bool:
@@ -98,7 +98,10 @@ class _Field:
         settings.observe(self._from_settings, names=self.trait)
 
     def row(self, label: w.HTML) -> w.HBox:
-        box = w.HBox([label, self.toggle, self.control, self.message])
+        box = w.HBox(
+            [label, self.toggle, self.control, self.message],
+            layout=w.Layout(flex_flow="row wrap", align_items="center"),
+        )
         box.add_class("distcomp-field")
         return box
 
@@ -255,7 +258,7 @@ class OutputField(_Field):
     def __init__(self, out: Output, component_name: str, settings: RunSettings):
         self.out = out
         self.default = str(default_output(component_name, out.name))
-        control = w.Text(placeholder=self.default, layout=w.Layout(width="360px"))
+        control = w.Text(placeholder=self.default, layout=w.Layout(width="360px", max_width="100%"))
         super().__init__(out.name, settings, control, unsettable=True)
         tip = (out.description or "") + f" (default: ./{self.default})"
         self.box = self.row(_label(out.name, f"output ({out.data_type})", tip))
