@@ -172,6 +172,19 @@ def test_ranks_panel_follows_a_running_cell_and_stops_ranks(lab, page):
     page.locator(".distcomp-ranks-message", has_text="Interrupted.").wait_for(timeout=5_000)
     screenshot(page, "panel-interrupted")
 
+    # Restart asks first, as JupyterLab does before a kernel restart: Cancel keeps the ranks
+    page.locator(".distcomp-world[data-name='panel_demo'] .distcomp-ranks-restart").click()
+    dialog = page.locator(".jp-Dialog")
+    dialog.wait_for(timeout=10_000)
+    assert "Restart the ranks of panel_demo?" in dialog.inner_text()
+    assert "the variables the ranks hold are lost" in dialog.inner_text()
+    dialog.locator(".jp-mod-reject").click()
+    dialog.wait_for(state="detached", timeout=10_000)
+    time.sleep(1.0)
+    assert [int(p) for p in page.locator(".distcomp-rank-pid").all_inner_texts()] == pids
+    assert all(_alive(pid) for pid in pids)
+
+    # idle ranks stop at once
     page.locator(".distcomp-world[data-name='panel_demo'] .distcomp-ranks-stop").click()
     page.wait_for_selector(".distcomp-ranks-panel .distcomp-ranks-empty", timeout=60_000)
     assert page.locator(".distcomp-ranks-status").inner_text() == "distcomp: 0 ranks"
@@ -310,6 +323,11 @@ def test_ranks_panel_shows_a_debugging_rank_and_where_for_a_background_cell(lab,
     assert "in load_batch" in text and "time.sleep(120)" in text
     screenshot(page, "panel-where")
 
+    # a stop of busy ranks asks first
     page.locator(".distcomp-world[data-name='bg_demo'] .distcomp-ranks-stop").click()
+    dialog = page.locator(".jp-Dialog")
+    dialog.wait_for(timeout=10_000)
+    assert "Stop the ranks of bg_demo?" in dialog.inner_text()
+    dialog.locator(".jp-mod-accept").click()
     page.wait_for_selector(".distcomp-ranks-panel .distcomp-ranks-empty", timeout=60_000)
     assert not page.locator(".distcomp-ranks-where").count()
