@@ -8,7 +8,9 @@ here, so they stay current.
 from __future__ import annotations
 
 import re
+import shutil
 import time
+from pathlib import Path
 
 import pytest
 
@@ -331,3 +333,80 @@ def test_the_panel_fits_1280x800_with_both_sidebars_open(lab, page):
     # rank 0's command wraps: all of it is on screen
     command_line = panel.locator(".distcomp-command").first
     assert command_line.evaluate("el => el.scrollWidth <= el.clientWidth + 1")
+
+
+SHIPPED = Path(__file__).resolve().parent.parent / "notebooks"
+#: each shipped notebook, and how long its command may take on two shared cores
+SHIPPED_NOTEBOOKS = [
+    ("mpi_quickstart.ipynb", 180),
+    ("azureml_export.ipynb", 180),
+    ("tensorflow_layout.ipynb", 600),
+    ("pytorch_ddp.ipynb", 600),
+    ("debugging.ipynb", 600),
+    ("deepspeed_zero.ipynb", 900),
+]
+
+
+def status_of(panel) -> str:
+    return panel.locator(".distcomp-status").inner_text()
+
+
+def wait_status(panel, pattern: str, timeout: float, before: str = "") -> str:
+    """The panel's status line once it matches ``pattern``; a failure other than the
+    status ``before`` the click fails the test."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = status_of(panel)
+        if re.search(pattern, text):
+            return text
+        if text != before and re.search(r"failed|Traceback", text):
+            raise AssertionError(text)
+        time.sleep(0.2)
+    raise AssertionError(f"the status never matched {pattern!r}: {status_of(panel)!r}")
+
+
+@pytest.mark.parametrize(
+    ("name", "seconds"), SHIPPED_NOTEBOOKS, ids=[n for n, _ in SHIPPED_NOTEBOOKS]
+)
+def test_every_button_of_every_shipped_notebook_works(lab, page, name, seconds):
+    """Opened in a folder of its own under the server's root, as shipped: the cells up to
+    its definition, then each of the panel's buttons."""
+    folder = lab.root / f"shipped-{Path(name).stem}"
+    shutil.copytree(SHIPPED, folder, ignore=shutil.ignore_patterns("outputs", ".ipynb_*"))
+    open_notebook(page, f"{lab.url}/lab/tree/{folder.name}/{name}?reset&token={lab.token}")
+    sources = page.evaluate(
+        "() => window.jupyterapp.shell.currentWidget.content.model.sharedModel.cells"
+        ".map(c => c.cell_type === 'code' ? c.source : '')"
+    )
+    definition = next(
+        i for i, s in enumerate(sources) if s.startswith("%%distcomp ") and " run " not in s
+    )
+    for index in range(definition + 1):
+        if sources[index]:
+            wait_kernel_idle(page)
+            run_cell_at(page, index)
+    panel = cell(page, definition).locator(".distcomp-panel")
+    panel.wait_for(timeout=120_000)
+    wait_kernel_idle(page)
+
+    panel.locator(".distcomp-btn-start").click()
+    wait_status(panel, r"ranks ready", 300)
+    panel.locator(".distcomp-btn-run-command").click()
+    wait_status(panel, r"every rank succeeded", seconds)
+    panel.locator(".distcomp-btn-export").click()
+    text = wait_status(panel, r"Wrote the Azure ML job", 120)
+    written = Path(re.search(r" to (\S+)\. Create it", text).group(1))
+    assert written.is_file() and "type: command" in written.read_text()
+    # without an Azure account: a message that says why, no traceback
+    panel.locator(".distcomp-compute input").fill("cpu-cluster")
+    panel.locator(".distcomp-btn-submit").click()
+    deadline = time.monotonic() + 120
+    while not re.match(r"submit(ted| failed)", status_of(panel)):
+        assert time.monotonic() < deadline, status_of(panel)
+        time.sleep(0.2)
+    said = status_of(panel)
+    assert "Traceback" not in said and "unexpected" not in said, said
+    assert panel.locator(".distcomp-log").inner_text().strip() == "", "a traceback in the log"
+    panel.locator(".distcomp-btn-stop").click()
+    wait_status(panel, r"Stopped the ranks", 120, before=said)
+    screenshot(page, f"shipped-{Path(name).stem}")
