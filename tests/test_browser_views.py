@@ -304,10 +304,11 @@ def test_the_panel_fits_1280x800_with_both_sidebars_open(lab, page):
     )
     page.set_viewport_size({"width": 1280, "height": 800})
     open_notebook(page, url)
-    command(page, "filebrowser:activate")
+    # the ranks panel on the left, the debugger's sidebar on the right: both in view
     command(page, "distcomp:show-ranks")
+    command(page, "debugger:show-panel")
     page.locator(".distcomp-ranks-panel").wait_for(timeout=30_000)
-    page.locator(".jp-FileBrowser").wait_for(timeout=30_000)
+    page.locator(".jp-DebuggerSidebar").wait_for(timeout=30_000)
     run_cell_at(page, 0)
     wait_kernel_idle(page)
     run_cell_at(page, 1)
@@ -330,6 +331,10 @@ def test_the_panel_fits_1280x800_with_both_sidebars_open(lab, page):
     scroller = panel.locator(".distcomp-table-scroll").first
     style = scroller.evaluate("el => getComputedStyle(el).overflowX")
     assert style == "auto", style
+    # small things: the title names the component once; headings above their column
+    assert panel.locator(".distcomp-header").inner_text().strip() == "run settings of quickstart"
+    heading = output_of(page, 1).locator(".distcomp-summary th", has_text="inputs")
+    assert heading.evaluate("el => getComputedStyle(el).textAlign") in ("left", "start")
     # rank 0's command wraps: all of it is on screen
     command_line = panel.locator(".distcomp-command").first
     assert command_line.evaluate("el => el.scrollWidth <= el.clientWidth + 1")

@@ -41,6 +41,20 @@ BUTTONS = (
 )
 
 
+def panel_title(name: str, component: Component) -> str:
+    """ "run settings of quickstart", and the display name when it says something else
+    ("MPI quickstart"), each once."""
+    title = component.display_name or component.name
+    shown = f"<b>run settings</b> of <code>{escape(name)}</code>"
+    if _words(title) not in (_words(name), _words(component.name)):
+        shown += f" &middot; {escape(title)}"
+    return shown
+
+
+def _words(text: str) -> str:
+    return " ".join(text.replace("_", " ").replace("-", " ").lower().split())
+
+
 def _row(children: list[w.Widget]) -> w.HBox:
     return w.HBox(children, layout=w.Layout(flex_flow="row wrap", align_items="center"))
 
@@ -109,8 +123,7 @@ class RunSettingsPanel(PanelActions, w.VBox):
         )
         self._wire_buttons()
 
-        title = escape(component.display_name or component.name)
-        header = w.HTML(f"<b>{title}</b> <code>{escape(name)}</code>: run settings")
+        header = w.HTML(panel_title(name, component))
         header.add_class("distcomp-header")
         # rows wrap at any width: a narrow notebook stacks the controls, none is cut
         actions = _row([self.buttons[k] for k in ("start", "run-command", "stop")])
