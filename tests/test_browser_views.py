@@ -181,6 +181,11 @@ def test_states_errors_and_views_a_person_sees(lab, page):
     nodes.fill("1")
     nodes.press("Enter")
     summary.filter(has_text="1 node(s) x 2 process(es) = 2 rank(s)").wait_for(timeout=30_000)
+    # the ranks ran cells: they stay as they are until the next run, and both panels say so
+    pending = "running mpi, 2 node(s) x 2 process(es); next run restarts as mpi, 1 node(s) x 2"
+    panel.locator(".distcomp-pending", has_text=pending).wait_for(timeout=30_000)
+    page.locator(".distcomp-world-pending", has_text=pending).wait_for(timeout=30_000)
+    assert page.locator(".distcomp-world-layout").inner_text().startswith("2 nodes x 2")
 
     # after a stop: no "4 of 4 ready", nothing left to stop
     run_cell_at(page, 6)
