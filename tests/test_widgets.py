@@ -663,6 +663,27 @@ def test_stop_interrupts_a_running_command(panel, tmp_path):
     assert not gone(running)
 
 
+def test_an_unanswered_stop_question_goes_away(panel, monkeypatch):
+    import threading
+
+    from jupyter_distcomp.notebook.widgets import actions
+
+    monkeypatch.setattr(actions, "CONFIRM_SECONDS", 0.3)
+    p = panel(component(), name="wask")
+    release = threading.Event()
+    assert p.worker.run("run the command", lambda: release.wait(30))  # as a long command
+    try:
+        before = p.worker.text
+        p.buttons["stop"].click()
+        assert p.buttons["stop"].description == "confirm stop"
+        assert p.worker.text.startswith("Stop ends the command running on every rank")
+        assert eventually(lambda: p.buttons["stop"].description == "stop ranks")
+        assert p.worker.text == before and p.worker.busy  # nothing was stopped
+    finally:
+        release.set()
+        p.wait(30)
+
+
 def test_panel_for_reuses_the_panel_of_the_same_component():
     comp, session = component(), Session()
     first = panel_for("wreuse", comp, session)

@@ -90,6 +90,8 @@ class PanelActions:
     _stop_requested: bool
     _stopper: threading.Thread | None
     _confirming: bool = False
+    _asking: threading.Timer | None = None
+    _before_asking: tuple[str, str, str] = ("", "", "idle")
 
     def _update_stop(self) -> None: ...
 
@@ -129,23 +131,34 @@ class PanelActions:
             self._confirming = True
             button.description, button.button_style = "confirm stop", "danger"
             button.tooltip = f"Stopping ends {running} and the ranks' variables: click to stop"
-            self.worker.say(
+            worker = self.worker
+            self._before_asking = (worker.status.value, worker.text, worker.state)
+            worker.say(
                 f"Stop ends {running}, and the variables the ranks hold are lost. "
                 "Click 'confirm stop' to go ahead.",
-                "busy" if self.worker.busy else "info",
+                "busy" if worker.busy else "info",
             )
-            timer = threading.Timer(CONFIRM_SECONDS, self._end_confirming)
-            timer.daemon = True
-            timer.start()
+            self._asking = threading.Timer(CONFIRM_SECONDS, self._end_confirming, (True,))
+            self._asking.daemon = True
+            self._asking.start()
             return
         self._end_confirming()
         self.stop()
 
-    def _end_confirming(self) -> None:
+    def _end_confirming(self, unanswered: bool = False) -> None:
+        """The stop button as it was; ``unanswered``: the question timed out, so the status
+        line says again what it said before it."""
+        if self._asking is not None:
+            self._asking.cancel()
+            self._asking = None
+        question = self._confirming and self.worker.text.startswith("Stop ends ")
         self._confirming = False
         button = self.buttons["stop"]
         button.description, button.tooltip = STOP_LABEL, STOP_TIP
         self._update_stop()
+        if unanswered and question:
+            worker = self.worker
+            worker.status.value, worker.text, worker.state = self._before_asking
 
     def _start(self) -> None:
         self._stop_requested = False
