@@ -315,6 +315,15 @@ def test_ranks_panel_shows_a_debugging_rank_and_where_for_a_background_cell(lab,
     assert "debugging" in world.locator(".distcomp-state-debugging").inner_text()
     status = page.locator(".distcomp-ranks-status").inner_text()
     assert status == "distcomp: 2 ranks (1 busy, 1 debugging)"
+    # "debugging" beside its pid: both whole, nothing clipped
+    cells = world.locator(".distcomp-rank-state, .distcomp-rank-pid").evaluate_all(
+        """cells => cells.map(c => {
+            const panel = c.closest('.distcomp-ranks-panel').getBoundingClientRect();
+            const r = c.getBoundingClientRect();
+            return [c.innerText, c.scrollWidth - c.clientWidth, r.right - panel.right];
+        })"""
+    )
+    assert all(cut <= 0 and out <= 0 for _, cut, out in cells), cells
     world.locator(".distcomp-ranks-where").click()
     where = world.locator(".distcomp-where")
     where.wait_for(timeout=15_000)

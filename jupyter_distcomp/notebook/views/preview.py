@@ -103,10 +103,13 @@ def preview_html(component: Component, envs: Envs | None = None) -> str:
         parts.append(
             f"<div class='distcomp-command'>rank 0 runs: <code>{escape(command)}</code></div>"
         )
-    # a wide table scrolls in its own box; long lines wrap: the panel never grows sideways
+    # a wide table scrolls in its own box; long lines wrap: the panel never grows sideways.
+    # Scoped to the preview: the ranks panel has a table of the same class
     style = (
-        "<style>.distcomp-rank-table{border-collapse:collapse;font-size:90%;width:auto}"
-        ".distcomp-rank-table td,.distcomp-rank-table th{padding:1px 8px;white-space:nowrap;"
+        "<style>.distcomp-preview .distcomp-rank-table{border-collapse:collapse;font-size:90%;"
+        "width:auto}"
+        ".distcomp-preview .distcomp-rank-table td,.distcomp-preview .distcomp-rank-table th"
+        "{padding:1px 8px;white-space:nowrap;"
         "line-height:1.4}"
         ".distcomp-table-scroll{overflow-x:auto;max-width:100%}"
         ".distcomp-preview>.widget-html-content{min-width:0;max-width:100%;line-height:1.4}"
