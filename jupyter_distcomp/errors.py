@@ -39,6 +39,10 @@ class SpecError(DistcompError, ValueError):
     value (None when the error is not about a place in the text); ``path`` is the dotted key
     path such as ``inputs.lr.default``. ``offset`` is the 0-based character offset in the
     command template for template errors (core/spec_parsing/loader.py maps it to a YAML line).
+
+    A spec with several mistakes raises one SpecError for all of them: the first (by line)
+    gives ``message``, ``line``, ``column`` and ``path``; ``errors`` lists every one of them,
+    and ``str()`` has a line for each, as the editor marks them.
     """
 
     def __init__(
@@ -50,6 +54,7 @@ class SpecError(DistcompError, ValueError):
         path: str | None = None,
         source_name: str | None = None,
         offset: int | None = None,
+        others: Iterable[SpecError] = (),
     ):
         self.message = message
         self.offset = offset  # 0-based character offset in a command template, if about one
@@ -57,11 +62,35 @@ class SpecError(DistcompError, ValueError):
         self.column = column
         self.path = path
         self.source_name = source_name
-        super().__init__(self._format())
+        self.errors: list[SpecError] = [self, *others]
+        if len(self.errors) == 1:
+            super().__init__(self._format())
+        else:
+            where = f" in {source_name}" if source_name else ""
+            lines = [f"{len(self.errors)} errors{where}:"]
+            lines += [f"  {e._format(with_source=False)}" for e in self.errors]
+            super().__init__("\n".join(lines))
 
-    def _format(self) -> str:
+    @classmethod
+    def of(cls, errors: list[SpecError]) -> SpecError:
+        """One error for ``errors`` (not empty): the first by line, carrying the others."""
+        unique = list({(e.line, e.message): e for e in errors}.values())
+        unique.sort(key=lambda e: (e.line or 0, e.column or 0))
+        first = unique[0]
+        if len(unique) == 1:
+            return first
+        return cls(
+            first.message,
+            line=first.line,
+            column=first.column,
+            path=first.path,
+            source_name=first.source_name,
+            others=unique[1:],
+        )
+
+    def _format(self, with_source: bool = True) -> str:
         where = []
-        if self.source_name:
+        if self.source_name and with_source:
             where.append(self.source_name)
         if self.line is not None:
             where.append(f"line {self.line}" + (f", column {self.column}" if self.column else ""))

@@ -101,9 +101,17 @@ def test_misspelt_keys_get_marks_at_their_lines(lab, page):
     assert (
         error.locator("xpath=ancestor::div[@class='cm-line']").inner_text().strip() == "defualt: 2"
     )
-    # the run cell is Python: no spec diagnostics there
+    # a sign in the gutter beside each marked line, and a count under the editor
+    assert spec.locator(".cm-gutter-lint .cm-lint-marker-error").count() == 1
+    assert spec.locator(".cm-gutter-lint .cm-lint-marker-warning").count() == 1
+    assert spec.locator(".distcomp-diagnostic-count").inner_text() == (
+        "1 error, 1 warning in this spec"
+    )
+    # the run cell is Python: no spec diagnostics there, no gutter, no count
     assert wait_linted(page, 1) == 0
     assert cell(page, 1).locator("[class*='cm-lintRange']").count() == 0
+    assert not cell(page, 1).locator(".cm-gutter-lint").is_visible()
+    assert not cell(page, 1).locator(".distcomp-diagnostic-count").is_visible()
 
     error.hover()
     tooltip = page.locator(".cm-tooltip-lint")
@@ -164,6 +172,19 @@ def test_ranks_panel_follows_a_running_cell_and_stops_ranks(lab, page):
     page.locator(".distcomp-ranks-message", has_text="Interrupted.").wait_for(timeout=5_000)
     screenshot(page, "panel-interrupted")
 
+    # Restart asks first, as JupyterLab does before a kernel restart: Cancel keeps the ranks
+    page.locator(".distcomp-world[data-name='panel_demo'] .distcomp-ranks-restart").click()
+    dialog = page.locator(".jp-Dialog")
+    dialog.wait_for(timeout=10_000)
+    assert "Restart the ranks of panel_demo?" in dialog.inner_text()
+    assert "the variables the ranks hold are lost" in dialog.inner_text()
+    dialog.locator(".jp-mod-reject").click()
+    dialog.wait_for(state="detached", timeout=10_000)
+    time.sleep(1.0)
+    assert [int(p) for p in page.locator(".distcomp-rank-pid").all_inner_texts()] == pids
+    assert all(_alive(pid) for pid in pids)
+
+    # idle ranks stop at once
     page.locator(".distcomp-world[data-name='panel_demo'] .distcomp-ranks-stop").click()
     page.wait_for_selector(".distcomp-ranks-panel .distcomp-ranks-empty", timeout=60_000)
     assert page.locator(".distcomp-ranks-status").inner_text() == "distcomp: 0 ranks"
@@ -294,6 +315,15 @@ def test_ranks_panel_shows_a_debugging_rank_and_where_for_a_background_cell(lab,
     assert "debugging" in world.locator(".distcomp-state-debugging").inner_text()
     status = page.locator(".distcomp-ranks-status").inner_text()
     assert status == "distcomp: 2 ranks (1 busy, 1 debugging)"
+    # "debugging" beside its pid: both whole, nothing clipped
+    cells = world.locator(".distcomp-rank-state, .distcomp-rank-pid").evaluate_all(
+        """cells => cells.map(c => {
+            const panel = c.closest('.distcomp-ranks-panel').getBoundingClientRect();
+            const r = c.getBoundingClientRect();
+            return [c.innerText, c.scrollWidth - c.clientWidth, r.right - panel.right];
+        })"""
+    )
+    assert all(cut <= 0 and out <= 0 for _, cut, out in cells), cells
     world.locator(".distcomp-ranks-where").click()
     where = world.locator(".distcomp-where")
     where.wait_for(timeout=15_000)
@@ -302,6 +332,11 @@ def test_ranks_panel_shows_a_debugging_rank_and_where_for_a_background_cell(lab,
     assert "in load_batch" in text and "time.sleep(120)" in text
     screenshot(page, "panel-where")
 
+    # a stop of busy ranks asks first
     page.locator(".distcomp-world[data-name='bg_demo'] .distcomp-ranks-stop").click()
+    dialog = page.locator(".jp-Dialog")
+    dialog.wait_for(timeout=10_000)
+    assert "Stop the ranks of bg_demo?" in dialog.inner_text()
+    dialog.locator(".jp-mod-accept").click()
     page.wait_for_selector(".distcomp-ranks-panel .distcomp-ranks-empty", timeout=60_000)
     assert not page.locator(".distcomp-ranks-where").count()

@@ -8,7 +8,9 @@ here, so they stay current.
 from __future__ import annotations
 
 import re
+import shutil
 import time
+from pathlib import Path
 
 import pytest
 
@@ -179,6 +181,11 @@ def test_states_errors_and_views_a_person_sees(lab, page):
     nodes.fill("1")
     nodes.press("Enter")
     summary.filter(has_text="1 node(s) x 2 process(es) = 2 rank(s)").wait_for(timeout=30_000)
+    # the ranks ran cells: they stay as they are until the next run, and both panels say so
+    pending = "running mpi, 2 node(s) x 2 process(es); next run restarts as mpi, 1 node(s) x 2"
+    panel.locator(".distcomp-pending", has_text=pending).wait_for(timeout=30_000)
+    page.locator(".distcomp-world-pending", has_text=pending).wait_for(timeout=30_000)
+    assert page.locator(".distcomp-world-layout").inner_text().startswith("2 nodes x 2")
 
     # after a stop: no "4 of 4 ready", nothing left to stop
     run_cell_at(page, 6)
@@ -250,3 +257,166 @@ def test_every_layout_field_shows_its_whole_value(lab, page):
         assert scroll <= client, sizes
         assert client >= 50, sizes
     screenshot(page, "tf-layout-fields")
+
+
+WIDE_SPEC = """\
+name: mpi_quickstart
+display_name: MPI quickstart
+type: DistributedComponent
+description: every input kind and two outputs, on 2 nodes x 2 processes
+inputs:
+  scale: {type: Integer, default: 1, min: 1, description: every rank contributes (rank + 1) * scale}
+  learning_rate: {type: Float, default: 0.01}
+  optimizer: {type: Enum, enum: [sgd, adam, adamw], default: adam}
+  use_checkpointing: {type: Boolean, default: true}
+  training_data: {type: path, optional: true}
+outputs:
+  model_dir: {type: path}
+  metrics_and_logs_dir: {type: path}
+launcher:
+  type: mpi
+  additional_arguments: >-
+    python train.py --scale {inputs.scale} --learning-rate {inputs.learning_rate}
+    --optimizer {inputs.optimizer} --use-checkpointing {inputs.use_checkpointing}
+    [--training-data {inputs.training_data}] --model-dir {outputs.model_dir}
+    --metrics-and-logs-dir {outputs.metrics_and_logs_dir}
+"""
+
+#: what of an element sticks out of ``panel`` or is cut inside itself
+OVERFLOW = """([panel, selector]) => {
+    const box = panel.getBoundingClientRect();
+    return [...panel.querySelectorAll(selector)].filter(el => el.offsetParent !== null)
+        .map(el => {
+            const r = el.getBoundingClientRect();
+            return {
+                text: (el.innerText || el.value || el.className).slice(0, 40),
+                out: Math.round(Math.max(r.right - box.right, box.left - r.left)),
+                cut: el.scrollWidth - el.clientWidth,
+            };
+        }).filter(found => found.out > 1 || found.cut > 1);
+}"""
+
+
+def test_the_panel_fits_1280x800_with_both_sidebars_open(lab, page):
+    url = lab.write_notebook(
+        "fits.ipynb",
+        [
+            "%load_ext jupyter_distcomp\n%config DistComp.prestart = False\n"
+            "%config DistComp.default_instance_count = 2\n"
+            "%config DistComp.default_process_count_per_node = 2",
+            f"%%distcomp quickstart\n{WIDE_SPEC}",
+        ],
+    )
+    page.set_viewport_size({"width": 1280, "height": 800})
+    open_notebook(page, url)
+    # the ranks panel on the left, the debugger's sidebar on the right: both in view
+    command(page, "distcomp:show-ranks")
+    command(page, "debugger:show-panel")
+    page.locator(".distcomp-ranks-panel").wait_for(timeout=30_000)
+    page.locator(".jp-DebuggerSidebar").wait_for(timeout=30_000)
+    run_cell_at(page, 0)
+    wait_kernel_idle(page)
+    run_cell_at(page, 1)
+    panel = cell(page, 1).locator(".distcomp-panel")
+    panel.locator(".distcomp-rank-table").wait_for(timeout=60_000)
+    time.sleep(0.5)  # the widgets' layout settles
+    panel.scroll_into_view_if_needed()
+    screenshot(page, "panel-1280x800")
+    handle = panel.element_handle()
+    # the panel itself never scrolls sideways: what is wide scrolls inside it, visibly
+    width, room = panel.evaluate("el => [el.scrollWidth, el.clientWidth]")
+    assert width <= room + 1, (width, room)
+    # every control whole and inside the panel: buttons, text boxes, labels
+    assert page.evaluate(OVERFLOW, [handle, "button, input, select, .widget-label"]) == []
+    labels = panel.locator("button").all_inner_texts()
+    assert {"start ranks", "run command", "stop ranks", "export YAML", "submit to Azure ML"} <= {
+        label.strip() for label in labels
+    }, labels
+    # the per-rank table (7 variable columns) scrolls in its own box when it is wider
+    scroller = panel.locator(".distcomp-table-scroll").first
+    style = scroller.evaluate("el => getComputedStyle(el).overflowX")
+    assert style == "auto", style
+    # small things: the title names the component once; headings above their column
+    assert panel.locator(".distcomp-header").inner_text().strip() == "run settings of quickstart"
+    heading = output_of(page, 1).locator(".distcomp-summary th", has_text="inputs")
+    assert heading.evaluate("el => getComputedStyle(el).textAlign") in ("left", "start")
+    # rank 0's command wraps: all of it is on screen
+    command_line = panel.locator(".distcomp-command").first
+    assert command_line.evaluate("el => el.scrollWidth <= el.clientWidth + 1")
+
+
+SHIPPED = Path(__file__).resolve().parent.parent / "notebooks"
+#: each shipped notebook, and how long its command may take on two shared cores
+SHIPPED_NOTEBOOKS = [
+    ("mpi_quickstart.ipynb", 180),
+    ("azureml_export.ipynb", 180),
+    ("tensorflow_layout.ipynb", 600),
+    ("pytorch_ddp.ipynb", 600),
+    ("debugging.ipynb", 600),
+    ("deepspeed_zero.ipynb", 900),
+]
+
+
+def status_of(panel) -> str:
+    return panel.locator(".distcomp-status").inner_text()
+
+
+def wait_status(panel, pattern: str, timeout: float, before: str = "") -> str:
+    """The panel's status line once it matches ``pattern``; a failure other than the
+    status ``before`` the click fails the test."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = status_of(panel)
+        if re.search(pattern, text):
+            return text
+        if text != before and re.search(r"failed|Traceback", text):
+            raise AssertionError(text)
+        time.sleep(0.2)
+    raise AssertionError(f"the status never matched {pattern!r}: {status_of(panel)!r}")
+
+
+@pytest.mark.parametrize(
+    ("name", "seconds"), SHIPPED_NOTEBOOKS, ids=[n for n, _ in SHIPPED_NOTEBOOKS]
+)
+def test_every_button_of_every_shipped_notebook_works(lab, page, name, seconds):
+    """Opened in a folder of its own under the server's root, as shipped: the cells up to
+    its definition, then each of the panel's buttons."""
+    folder = lab.root / f"shipped-{Path(name).stem}"
+    shutil.copytree(SHIPPED, folder, ignore=shutil.ignore_patterns("outputs", ".ipynb_*"))
+    open_notebook(page, f"{lab.url}/lab/tree/{folder.name}/{name}?reset&token={lab.token}")
+    sources = page.evaluate(
+        "() => window.jupyterapp.shell.currentWidget.content.model.sharedModel.cells"
+        ".map(c => c.cell_type === 'code' ? c.source : '')"
+    )
+    definition = next(
+        i for i, s in enumerate(sources) if s.startswith("%%distcomp ") and " run " not in s
+    )
+    for index in range(definition + 1):
+        if sources[index]:
+            wait_kernel_idle(page)
+            run_cell_at(page, index)
+    panel = cell(page, definition).locator(".distcomp-panel")
+    panel.wait_for(timeout=120_000)
+    wait_kernel_idle(page)
+
+    panel.locator(".distcomp-btn-start").click()
+    wait_status(panel, r"ranks ready", 300)
+    panel.locator(".distcomp-btn-run-command").click()
+    wait_status(panel, r"every rank succeeded", seconds)
+    panel.locator(".distcomp-btn-export").click()
+    text = wait_status(panel, r"Wrote the Azure ML job", 120)
+    written = Path(re.search(r" to (\S+)\. Create it", text).group(1))
+    assert written.is_file() and "type: command" in written.read_text()
+    # without an Azure account: a message that says why, no traceback
+    panel.locator(".distcomp-compute input").fill("cpu-cluster")
+    panel.locator(".distcomp-btn-submit").click()
+    deadline = time.monotonic() + 120
+    while not re.match(r"submit(ted| failed)", status_of(panel)):
+        assert time.monotonic() < deadline, status_of(panel)
+        time.sleep(0.2)
+    said = status_of(panel)
+    assert "Traceback" not in said and "unexpected" not in said, said
+    assert panel.locator(".distcomp-log").inner_text().strip() == "", "a traceback in the log"
+    panel.locator(".distcomp-btn-stop").click()
+    wait_status(panel, r"Stopped the ranks", 120, before=said)
+    screenshot(page, f"shipped-{Path(name).stem}")

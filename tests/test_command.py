@@ -425,7 +425,7 @@ def test_through_the_magic_in_a_real_shell(tmp_path, ip, capsys, monkeypatch):
 
     with pytest.raises(SpecError, match="input 'count' is Integer: 'abc' is not a number"):
         ip.run_line_magic("distcomp", "command probe --input count=abc")
-    ip.run_line_magic("distcomp", "env probe --process-count-per-node 2")
+    ip.run_line_magic("distcomp", "layout probe --process-count-per-node 2")
     with pytest.raises(RankError, match=r"failed on rank 1:\nrank 1: exit code 3") as caught:
         ip.run_line_magic("distcomp", "command probe --input mode=fail")
     shown = "\n".join(caught.value._render_traceback_())  # what the notebook shows

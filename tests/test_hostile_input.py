@@ -166,7 +166,7 @@ def test_a_huge_rank_range_is_refused_without_building_it():
     [
         ('environment_variables:\n  A: "a\\0b"\n', 13, "NUL"),
         ('environment_variables:\n  "A=B": x\n', 13, "cannot be the name"),
-        ("environment: {docker: 5}\n", 12, "environment.docker must be a mapping, got number 5"),
+        ("environment: {docker: 5}\n", 12, "environment.docker must be a mapping, got a number 5"),
         ("environment: 5\n", 12, "environment must be a string or a mapping"),
     ],
 )

@@ -75,6 +75,26 @@ def test_invalid_spec_fails_the_cell_with_the_message_only(ip):
     assert "demo_bad" not in ip.user_ns
 
 
+def test_every_mistake_of_a_spec_fails_the_cell_once_with_all_of_them(ip):
+    """Three mistakes: one run names all three, at the lines the cell shows, in the editor's
+    words (tests/data/bad_specs.json holds the same words for the editor's tests)."""
+    bad = (
+        SPEC.replace("type: mpi", "type: mpii")
+        .replace("min: 1}", "min: 1, optional: maybe}")
+        .replace("{inputs.n}", "{inputs.m}")
+    )
+    result, captured = run_cell(ip, "demo_three", bad)
+    error = result.error_in_exec
+    assert isinstance(error, SpecError)
+    lines = str(error).splitlines()
+    assert lines[0] == "3 errors in %%distcomp demo_three:"
+    assert [line.split(",")[0].strip() for line in lines[1:]] == ["line 5", "line 9", "line 10"]
+    assert "inputs.n.optional must be true or false, got a string 'maybe'." in lines[1]
+    assert "unknown launcher type 'mpii'. Did you mean 'mpi'?" in lines[2]
+    assert "placeholder {inputs.m} names no declared input." in lines[3]
+    assert "Traceback" not in captured.stdout + captured.stderr
+
+
 def test_redefinition_keeps_user_settings(ip):
     run_cell(ip, "keep", SPEC)
     ip.user_ns["keep"].runsettings.resource_layout.configure(
@@ -114,9 +134,8 @@ def test_env_table_per_rank(ip):
     assert result.success, result.error_in_exec
     caption, *text = captured.outputs[0].data["text/plain"].splitlines()
     # no ranks yet: the ports are shown as chosen when the ranks start
-    assert (
-        caption == "mpi: 2 node(s) x 2 process(es) = 4 rank(s); ports chosen when the ranks start"
-    )
+    assert caption.startswith("mpi: 2 node(s) x 2 process(es) = 4 rank(s); ")
+    assert caption.endswith("; ports chosen when the ranks start")
     # what every rank shares, once; then a row per rank with what varies
     shared = text[text.index("on every rank:") + 1 : -5]
     assert [line.split()[0] for line in shared if "OMPI_COMM_WORLD_SIZE" in line] == [
@@ -134,9 +153,18 @@ def test_env_table_per_rank(ip):
         ["3", "1", "1"],
     ]
     assert "OMPI_COMM_WORLD_LOCAL_RANK" in header
-    # the flags changed the one settings object
+    assert "a preview: the settings of envdemo and its ranks are unchanged" in caption
+    # the flags previewed that layout: the settings are as they were
     layout = ip.user_ns["envdemo"].runsettings.resource_layout
+    assert (layout.instance_count, layout.process_count_per_node) == (1, 1)
+    # `layout` sets them, and shows the table of the layout set
+    result, captured = run_cell(ip, "layout envdemo --instance-count 2 --process-count-per-node 2")
+    assert result.success, result.error_in_exec
     assert (layout.instance_count, layout.process_count_per_node) == (2, 2)
+    caption = captured.outputs[0].data["text/plain"].splitlines()[0]
+    assert (
+        caption == "mpi: 2 node(s) x 2 process(es) = 4 rank(s); ports chosen when the ranks start"
+    )
 
 
 def test_config_defaults_apply_to_new_definitions(ip):

@@ -78,6 +78,8 @@ def test_mpi_quickstart_shows_the_allreduce_on_four_ranks(tmp_path_factory):
     for rank in range(4):
         label = f"[node {rank // 2} rank {rank}]"
         assert f"{label} rank {rank} of 4 (local rank {rank % 2}): allreduce sum = 10" in text
+    # its command, quickstart/train.py beside the notebook, ran on the same four ranks
+    assert text.count("allreduce sum = 10") == 8, text
     assert "rank 0 still has total = 10.0" in text
 
 

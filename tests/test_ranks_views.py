@@ -5,6 +5,7 @@ refused before any rank starts; spec warnings as a message with the cell's line.
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -150,3 +151,63 @@ def test_interrupting_a_collective_hang_shows_the_stuck_ranks_stack(kernel):
     assert "rank 0 did not stop" in text and "%distcomp restart views" in text, text
     reply, text, _ = kernel.run("%distcomp restart views")
     assert reply["status"] == "ok", text
+
+
+def test_a_layout_changed_while_ranks_run_is_pending_in_every_view(kernel):
+    """One truth: the ranks run as they are until the next run, and every view says so;
+    the next run's restart is news on stdout, not an error on stderr."""
+    reply, text, _ = kernel.run("%%distcomp run views\nprint('first', mpi_rank)")
+    assert reply["status"] == "ok" and "[rank 1] first 1" in text, text
+    reply, text, _ = kernel.run(
+        "import json\n"
+        "from jupyter_distcomp.notebook.widgets import get_panel\n"
+        "from jupyter_distcomp.local.ranks.backend import get_backend\n"
+        "%distcomp widget views\n"
+        "views.runsettings.resource_layout.configure(instance_count=1, process_count_per_node=3)\n"
+        "import time; time.sleep(0.5)  # the panel coalesces rank events (0.2 s)\n"
+        "world = get_backend().world('views')\n"
+        "print(json.dumps({'panel': get_panel('views').ranks_line.value,"
+        " 'event': get_backend().event(world)['pending']}))"
+    )
+    assert reply["status"] == "ok", text
+    pending = "running mpi, 1 node(s) x 2 process(es); next run restarts as mpi, 1 node(s) x 3 process(es)"
+    shown = json.loads(text[text.index('{"panel"') :].splitlines()[0])
+    assert pending in shown["panel"] and "distcomp-pending" in shown["panel"]
+    assert shown["event"] == pending  # what the ranks panel shows
+    reply, text, _ = kernel.run("%distcomp status views")
+    assert reply["status"] == "ok" and f"views: {pending}" in text, text
+    assert text.count("idle") >= 2, "the running ranks are still the old two"
+    reply, text, _ = kernel.run("%distcomp env views")
+    assert reply["status"] == "ok" and pending in text, text
+
+    reply, text, _ = kernel.run(
+        "from IPython.utils.capture import capture_output\n"
+        "with capture_output() as seen:\n"
+        "    get_ipython().run_cell_magic('distcomp', 'run views', 'print(mpi_size)')\n"
+        "print(json.dumps({'out': seen.stdout, 'err': seen.stderr}))"
+    )
+    assert reply["status"] == "ok", text
+    seen = json.loads(text[text.index('{"out"') :].splitlines()[0])
+    assert "restarting its ranks" in seen["out"] and "[rank 2] 3" in seen["out"], seen
+    assert "restarting" not in seen["err"], seen
+    reply, text, _ = kernel.run("%distcomp status views")
+    assert "next run" not in text, text
+    kernel.run("views.runsettings.resource_layout.configure(process_count_per_node=2)")
+
+
+def test_env_with_layout_flags_previews_and_changes_nothing(kernel):
+    reply, text, _ = kernel.run(
+        "%%distcomp run views\nprint('ready', mpi_rank)"
+    )  # ranks of the current layout run
+    assert reply["status"] == "ok", text
+    reply, before, _ = kernel.run("%distcomp status views")
+    reply, text, _ = kernel.run("%distcomp env views --instance-count 2 --process-count-per-node 2")
+    assert reply["status"] == "ok", text
+    assert "2 node(s) x 2 process(es) = 4 rank(s); a preview: the settings of views" in text, text
+    reply, text, _ = kernel.run(
+        "layout = views.runsettings.resource_layout\n"
+        "print(layout.instance_count, layout.process_count_per_node)"
+    )
+    assert text.split()[-2:] == ["1", "2"], text
+    reply, after, _ = kernel.run("%distcomp status views")
+    assert after == before and "next run" not in after, (before, after)

@@ -205,7 +205,7 @@ ERRORS = {
     "default not in enum": (("default: a", "default: c"), 14, 14, "inputs.mode.default", ["one of a, b"]),
     "min above max": (("min: 0", "min: 5"), 7, 10, "inputs.lr.min", ["greater than max", "swap"]),
     "misspelt param type": (("type: Float", "type: Flaot"), 5, 11, "inputs.lr.type", ["'Float'"]),
-    "wrong value type": (("default: 0.1", "default: [1]"), 6, 14, "inputs.lr.default", ["got list"]),
+    "wrong value type": (("default: 0.1", "default: [1]"), 6, 14, "inputs.lr.default", ["got a list"]),
     "duplicate key": (
         ("    type: path\n  mode", "    type: path\n    type: String\n  mode"), 11, 5,
         "inputs.data.type", ["appears twice", "line 10"],

@@ -121,7 +121,39 @@ def test_layout_controls_and_configure_are_one_state(panel):
     assert "launcher <b>mpi</b>" in by_class(p, "distcomp-launcher").value
 
 
-def test_env_flags_and_config_defaults_write_the_settings_the_panel_shows(ip):
+def test_a_refused_layout_edit_puts_the_control_back_and_says_why(panel):
+    comp = component()
+    p = panel(comp)
+    nodes, per_node = by_class(p, "distcomp-instance-count"), by_class(p, "distcomp-process-count")
+    nodes.value = 2
+    nodes.value = 2000  # more nodes than a layout may have
+    layout = comp.runsettings.resource_layout
+    assert layout.instance_count == 2 and nodes.value == 2  # the control shows the settings
+    message = by_class(p, "distcomp-layout-message").value
+    assert "not applied: instance_count must be at most 1,024, got 2,000" in message
+    assert "world size 2 = 2 node(s) x 1 process(es)" in p.preview.value
+    per_node.value = 40_000
+    assert layout.process_count_per_node == 1 and per_node.value == 1
+    assert "process_count_per_node must be at most 1,024" in p.layout_fields.message.value
+    per_node.value = 3  # an edit the layout takes clears the message
+    assert layout.world_size == 6 and p.layout_fields.message.value == ""
+
+
+def test_the_set_boxes_are_labelled_and_checking_an_output_binds_its_default(panel):
+    comp = component()
+    p = panel(comp)
+    field = p.output_fields["model"]
+    assert field.toggle.description == "set"
+    assert "unchecked: the default folder" in field.toggle.tooltip
+    assert "model" not in comp.runsettings.outputs
+    field.toggle.value = True  # the user ticks the box of an unset output
+    assert comp.runsettings.outputs["model"] == field.default
+    assert field.control.value == field.default and field.toggle.value
+    field.toggle.value = False
+    assert "model" not in comp.runsettings.outputs
+
+
+def test_config_defaults_and_the_panel_write_the_settings_env_shows(ip):
     try:
         ip.run_line_magic("config", "DistComp.default_instance_count = 3")
         ip.run_cell_magic("distcomp", "wflags", spec_text())
@@ -134,12 +166,13 @@ def test_env_flags_and_config_defaults_write_the_settings_the_panel_shows(ip):
         assert "application/vnd.jupyter.widget-view+json" in bundle
         assert "world size 3 = 3 node(s) x 1 process(es)" in bundle["text/plain"]
 
-        with capture_output():
+        with capture_output():  # a preview: the settings and the panel stay at 3 x 1
             ip.run_line_magic(
                 "distcomp", "env wflags --instance-count 2 --process-count-per-node 2"
             )
-        assert p.layout_fields.instance_count.value == 2
-        assert p.layout_fields.process_count.value == 2
+        assert p.layout_fields.instance_count.value == 3
+        assert p.layout_fields.process_count.value == 1
+        p.layout_fields.instance_count.value = 2
         p.layout_fields.process_count.value = 4
         with capture_output() as captured:
             ip.run_line_magic("distcomp", "env wflags")
@@ -563,6 +596,26 @@ def test_start_ranks_then_stop_leaves_no_process(panel):
 
 
 @pytest.mark.slow
+def test_the_panel_shows_the_current_state_only(panel):
+    """Ranks stopped elsewhere (a magic, the ranks panel): "ready" gives way to "stopped";
+    a new action replaces the log of the one before."""
+    from jupyter_distcomp.local.ranks.backend import get_backend
+
+    p = panel(load_component(HELLO), name="wcurrent")
+    try:
+        press(p, "start")
+        assert "1 of 1 ranks ready" in p.worker.text
+        p.worker.write("an earlier action's error", stderr=True)
+        get_backend().stop("wcurrent")  # as `%distcomp stop wcurrent` does
+        assert eventually(lambda: p.worker.text == "The ranks of wcurrent stopped."), p.worker.text
+        assert "ranks: stopped" in p.ranks_line.value
+        press(p, "start")
+        assert "1 of 1 ranks ready" in p.worker.text and p.worker.log.outputs == ()
+    finally:
+        p.stop().join(60)
+
+
+@pytest.mark.slow
 def test_run_command_streams_labelled_output_and_failures(panel, tmp_path):
     (tmp_path / "hello.py").write_text(HELLO_PY)
     comp = load_component(HELLO, base_dir=tmp_path)
@@ -599,10 +652,36 @@ def test_stop_interrupts_a_running_command(panel, tmp_path):
         time.sleep(0.1)
     running = [q for q in our_processes() if q.pid not in before]
     assert running
+    p.buttons["stop"].click()  # code runs: the first click asks, as JupyterLab does
+    assert p.buttons["stop"].description == "confirm stop"
+    assert "Stop ends the command running on every rank" in p.worker.text
+    assert p.worker.busy and all(q.is_running() for q in running)
     p.buttons["stop"].click()
     assert p.wait(30), "the ranks sleep 60 s: stop must end them long before"
+    assert p.buttons["stop"].description == "stop ranks"
     assert "Stopped the command on every rank" in p.worker.text
     assert not gone(running)
+
+
+def test_an_unanswered_stop_question_goes_away(panel, monkeypatch):
+    import threading
+
+    from jupyter_distcomp.notebook.widgets import actions
+
+    monkeypatch.setattr(actions, "CONFIRM_SECONDS", 0.3)
+    p = panel(component(), name="wask")
+    release = threading.Event()
+    assert p.worker.run("run the command", lambda: release.wait(30))  # as a long command
+    try:
+        before = p.worker.text
+        p.buttons["stop"].click()
+        assert p.buttons["stop"].description == "confirm stop"
+        assert p.worker.text.startswith("Stop ends the command running on every rank")
+        assert eventually(lambda: p.buttons["stop"].description == "stop ranks")
+        assert p.worker.text == before and p.worker.busy  # nothing was stopped
+    finally:
+        release.set()
+        p.wait(30)
 
 
 def test_panel_for_reuses_the_panel_of_the_same_component():

@@ -169,6 +169,19 @@ class RunSettings(HasTraits):
         super().__init__(**kwargs)
         self.resource_layout = ResourceLayout()
 
+    def copy(self) -> RunSettings:
+        """Settings equal to these, unbound from them (a preview changes the copy only)."""
+        other = RunSettings(inputs=dict(self.inputs), outputs=dict(self.outputs))
+        other.compute = self.compute
+        layout = self.resource_layout
+        other.resource_layout.configure(
+            layout.instance_count,
+            layout.process_count_per_node,
+            worker_count=layout.worker_count,
+            parameter_server_count=layout.parameter_server_count,
+        )
+        return other
+
     def set_input(self, name: str, value: Any) -> None:
         """Bind (or with None, unbind) one input; observers see a new dict."""
         updated = dict(self.inputs)

@@ -78,6 +78,14 @@ def layout_caption(component: Component) -> str:
     )
 
 
+def pending_text(running: str, upcoming: str) -> str:
+    """How every view says that the settings changed while ranks run (their layout, or their
+    hosts or connection): the ranks keep running as they are until the next run."""
+    if running == upcoming:
+        return f"running {running}; next run restarts them (other hosts or connection)"
+    return f"running {running}; next run restarts as {upcoming}"
+
+
 def type_text(value: Any) -> str:
     """A port type as written; a list of types joined with ``|``."""
     return " | ".join(value) if isinstance(value, tuple) else str(value)
@@ -118,4 +126,4 @@ def environment_text(component: Component) -> str:
     return ", ".join(bits) + f" ({env.os})"
 
 
-__all__ = ["ComponentSummary", "PortRow", "component_summary", "layout_caption"]
+__all__ = ["ComponentSummary", "PortRow", "component_summary", "layout_caption", "pending_text"]

@@ -8,7 +8,8 @@ Forms::
     %distcomp wait NAME [--timeout S] | where NAME [--ranks ...]
     %distcomp compare NAME EXPR [--ranks ...] [--rtol X] [--timeout S]
     %distcomp debug NAME [--rank R]
-    %distcomp env NAME [--instance-count N] [--process-count-per-node P]
+    %distcomp env NAME [--instance-count N] [--process-count-per-node P]   (flags: a preview)
+    %distcomp layout NAME [--instance-count N] [--process-count-per-node P]
     %distcomp command NAME [--input k=v ...] [--output k=path ...] [--timeout S] [--background]
     %distcomp status [NAME] | stop [NAME] | restart NAME [--hosts H] | interrupt NAME | list
     %distcomp connect NAME [--profile P] [--profile-dir D] [--cluster-id C] [--local]
@@ -100,12 +101,16 @@ def _build_parser() -> _Parser:
     debug.add_argument("name")
     debug.add_argument("--rank", type=int, default=None, help="default: the lowest failed rank")
 
-    env = sub.add_parser("env", help="table of the variables each rank sees")
-    env.add_argument("name")
-    env.add_argument("--instance-count", "--node-count", type=int, dest="instance_count")
-    env.add_argument("--process-count-per-node", type=int, dest="process_count_per_node")
-    env.add_argument("--worker-count", type=int, dest="worker_count")
-    env.add_argument("--parameter-server-count", type=int, dest="parameter_server_count")
+    env = sub.add_parser(
+        "env", help="table of the variables each rank sees (layout flags: a preview only)"
+    )
+    layout = sub.add_parser("layout", help="set the layout of NAME, then show its env table")
+    for flags in (env, layout):
+        flags.add_argument("name")
+        flags.add_argument("--instance-count", "--node-count", type=int, dest="instance_count")
+        flags.add_argument("--process-count-per-node", type=int, dest="process_count_per_node")
+        flags.add_argument("--worker-count", type=int, dest="worker_count")
+        flags.add_argument("--parameter-server-count", type=int, dest="parameter_server_count")
 
     command = sub.add_parser("command", help="run the spec's command on every rank")
     command.add_argument("name")
@@ -295,6 +300,17 @@ class DistCompMagics(Magics):
             )
         )
 
+    def _handle_layout(self, args: argparse.Namespace, cell: str | None) -> None:
+        from IPython.display import display
+
+        self.session.component(args.name).runsettings.resource_layout.configure(
+            instance_count=args.instance_count,
+            process_count_per_node=args.process_count_per_node,
+            worker_count=args.worker_count,
+            parameter_server_count=args.parameter_server_count,
+        )
+        display(self.session.env_table(args.name))
+
     def _handle_list(self, args: argparse.Namespace, cell: str | None) -> None:
         from .views.component import component_line
 
@@ -356,7 +372,8 @@ class DistCompMagics(Magics):
 
         from .views.status import StatusTable
 
-        display(StatusTable(self.session.status(args.name)))
+        records = self.session.status(args.name)
+        display(StatusTable(records, self.session.pending_changes(args.name)))
         for line in self.session.background(args.name):
             print(line)
 

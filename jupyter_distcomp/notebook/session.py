@@ -163,18 +163,40 @@ class Session:
         worker_count: int | None = None,
         parameter_server_count: int | None = None,
     ) -> EnvTable:
-        """The variables each rank of ``name`` sees, after applying the given layout."""
+        """The variables each rank of ``name`` sees. A layout given here is a preview: the
+        settings and any running ranks stay as they are."""
+        from dataclasses import replace
+
         from .views.env import EnvTable
 
         component = self.component(name)
-        component.runsettings.resource_layout.configure(
-            instance_count=instance_count,
-            process_count_per_node=process_count_per_node,
-            worker_count=worker_count,
-            parameter_server_count=parameter_server_count,
-        )
+        flags = {
+            "instance_count": instance_count,
+            "process_count_per_node": process_count_per_node,
+            "worker_count": worker_count,
+            "parameter_server_count": parameter_server_count,
+        }
+        if any(value is not None for value in flags.values()):
+            settings = component.runsettings.copy()
+            settings.resource_layout.configure(**flags)
+            preview = replace(component, runsettings=settings)
+            placement = self._placement_of(component)
+            envs = placement.rank_environments(preview, self.master_addr, chosen_at_start=True)
+            return EnvTable(preview, envs, preview_of=name)
         envs, held = self.rank_values(name, component)
-        return EnvTable(component, envs, held=held)
+        return EnvTable(component, envs, held=held, pending=self.pending(name))
+
+    def pending(self, name: str) -> str | None:
+        """What the next run of ``name`` changes, while its running ranks no longer match its
+        settings (``core/summary.py`` ``pending_text``); None while they match or none run."""
+        from ..local.ranks.backend import existing_backend
+
+        component = self.component(name)
+        backend = self._backend or existing_backend()
+        if backend is None:
+            return None
+        backend.master_addr = self.master_addr
+        return backend.pending(name, component)
 
     def rank_values(
         self, name: str, component: Component | None = None
@@ -380,6 +402,13 @@ class Session:
         if name is not None:
             self.component(name)
         return self.backend.status(name)
+
+    def pending_changes(self, name: str | None = None) -> dict[str, str]:
+        """:meth:`pending` of ``name``, or of every component: name -> what the next run
+        changes, for those whose running ranks no longer match their settings."""
+        names = [name] if name is not None else list(self.components)
+        found = {n: self.pending(n) for n in names}
+        return {n: text for n, text in found.items() if text}
 
     def stop(self, name: str | None = None) -> list[str]:
         if name is not None:

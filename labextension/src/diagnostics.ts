@@ -89,7 +89,7 @@ export function specDiagnostics(
     found.add(
       found.valueRange([]),
       'error',
-      'The spec must be a YAML mapping (key: value lines).',
+      `a spec must be a YAML mapping of keys (name:, type:, ...), not a ${kindName(data)}.`,
       ''
     );
     return found.sorted();
@@ -110,10 +110,38 @@ export function specDiagnostics(
   return found.sorted();
 }
 
-/** What the schema cannot say: a DistributedComponent needs a launcher (the kernel's spec_parsing/loader.py rule). */
+/** What the schema cannot say about a component's kind (the kernel's spec_parsing/loader.py `_kind`). */
 function componentRules(data: Record<string, unknown>, found: Collector): void {
   const type =
     typeof data.type === 'string' ? data.type.split('@')[0].toLowerCase() : '';
+  if (
+    type === 'command' &&
+    (data.command === undefined || data.command === null)
+  ) {
+    found.add(
+      found.valueRange(['type']),
+      'error',
+      'a v2 command component needs `command:`. Fix: add `command: python train.py ...`.',
+      'type'
+    );
+  }
+  if (type === 'commandcomponent' && !('command' in data)) {
+    found.add(
+      found.valueRange(['type']),
+      'error',
+      'a CommandComponent needs a `command:` (the command template). ' +
+        'Fix: add `command: python script.py --arg {inputs.x}`.',
+      'type'
+    );
+  } else if (type === 'commandcomponent' && 'launcher' in data) {
+    found.add(
+      found.keyRange(['launcher']),
+      'error',
+      'a CommandComponent runs one process and takes no launcher. ' +
+        'Fix: use `type: DistributedComponent`, or remove the launcher.',
+      'launcher'
+    );
+  }
   if (type === 'distributedcomponent' && !('launcher' in data)) {
     const hint =
       'command' in data
@@ -158,9 +186,23 @@ function schemaErrors(
   if (validate(data)) {
     return;
   }
-  for (const error of validate.errors ?? []) {
+  const errors = validate.errors ?? [];
+  for (let error of errors) {
     if (/\/(anyOf|oneOf)\/\d+\//.test(error.schemaPath)) {
-      continue; // a branch of an alternative: the anyOf/oneOf error itself says it better
+      continue; // a branch of an alternative: the anyOf/oneOf error says it, below
+    }
+    if (error.keyword === 'anyOf' || error.keyword === 'oneOf') {
+      // the value has the right kind when a branch fails deeper inside it: say that
+      const deeper = errors.filter(
+        e =>
+          e.schemaPath.startsWith(`${error.schemaPath}/`) &&
+          e.instancePath.length > error.instancePath.length
+      );
+      if (deeper.length) {
+        error = deeper.reduce((a, b) =>
+          b.instancePath.length > a.instancePath.length ? b : a
+        );
+      }
     }
     const path = pointerToPath(error.instancePath);
     describe(error, path, found);
@@ -217,9 +259,10 @@ function describe(error: ErrorObject, path: Segment[], found: Collector): void {
           (error.schema as unknown[]).map(o => String(o).toLowerCase())
         )
       ];
-      if (options.some(o => LAUNCHERS.includes(o))) {
-        options = options.filter(o => !(o in LAUNCHER_ALIASES)); // name launchers, not aliases
-      }
+      // name launchers, not their aliases, when the canonical name is allowed too
+      options = options.filter(
+        o => !(o in LAUNCHER_ALIASES && options.includes(LAUNCHER_ALIASES[o]))
+      );
       found.add(
         found.valueRange(path),
         'error',
@@ -238,7 +281,7 @@ function describe(error: ErrorObject, path: Segment[], found: Collector): void {
       found.add(
         found.valueRange(path),
         'error',
-        `${where} must be ${expected}, got ${kindOf(error.data)}.`,
+        `${where} must be ${expected}, got ${got(error.data)}.`,
         where
       );
       return;
@@ -249,7 +292,18 @@ function describe(error: ErrorObject, path: Segment[], found: Collector): void {
         found.add(
           found.valueRange(path),
           'error',
-          `unknown component type '${String(error.data)}'.${didYouMean(value, COMPONENT_TYPES)} Use DistributedComponent (with a launcher), CommandComponent (with a command), or v2 'command'.`,
+          `unknown component type '${String(error.data)}'.${didYouMean(value, COMPONENT_TYPES)} Use DistributedComponent (with a launcher), CommandComponent (with a command), or v2 'command' (with an optional distribution).`,
+          where
+        );
+        return;
+      }
+      if (path.length === 1 && last === 'name') {
+        const fixed =
+          String(error.data).replace(/[^A-Za-z0-9_.-]+/g, '_') || 'component';
+        found.add(
+          found.valueRange(path),
+          'error',
+          `name ${short(String(error.data))} may only contain letters, digits and '-', '_', '.'. Fix: name: ${fixed}`,
           where
         );
         return;
@@ -260,7 +314,26 @@ function describe(error: ErrorObject, path: Segment[], found: Collector): void {
       found.add(
         found.valueRange(path),
         'error',
-        `${where} '${String(error.data)}' is not valid: ${hint}.`,
+        `${where} ${short(String(error.data))} is not valid: ${hint}.`,
+        where
+      );
+      return;
+    }
+    case 'minimum': {
+      found.add(
+        found.valueRange(path),
+        'error',
+        `${where} must be at least ${String(error.schema)}, got ${got(error.data)}.`,
+        where
+      );
+      return;
+    }
+    case 'minLength':
+    case 'minItems': {
+      found.add(
+        found.valueRange(path),
+        'error',
+        `${where} must not be empty.`,
         where
       );
       return;
@@ -454,8 +527,18 @@ function typeNames(type: unknown): string {
   const names = (Array.isArray(type) ? type : [type])
     .map(String)
     .filter(t => t !== 'null');
-  return names.map(article).join(' or ');
+  return names.map(t => TYPE_NAMES[t] ?? article(t)).join(' or ');
 }
+
+/** What a kind of value is called in messages (spec_parsing/schema.py `_TYPE_NAMES`). */
+const TYPE_NAMES: Record<string, string> = {
+  string: 'a string',
+  object: 'a mapping',
+  array: 'a list',
+  number: 'a number',
+  integer: 'a whole number',
+  boolean: 'true or false'
+};
 
 function alternatives(branches: JSONSchema[]): string {
   const names = branches.map(branch => {
@@ -470,21 +553,21 @@ function alternatives(branches: JSONSchema[]): string {
   return [...new Set(names)].join(' or ');
 }
 
-function article(type: string): string {
-  const noun =
-    (
-      {
-        object: 'mapping',
-        array: 'list',
-        integer: 'integer',
-        number: 'number'
-      } as Record<string, string>
-    )[type] ?? type;
+function article(noun: string): string {
   return /^[aeiou]/.test(noun) ? `an ${noun}` : `a ${noun}`;
 }
 
-function kindOf(value: unknown): string {
-  if (value === null) {
+/** The kind of a value, as the kernel's `kind_of` names it. */
+function kindName(value: unknown): string {
+  if (Array.isArray(value)) {
+    return 'list';
+  }
+  return typeof value === 'object' ? 'mapping' : typeof value;
+}
+
+/** A wrong value as the messages say it (spec_parsing/schema.py `got`): "a string 'x'". */
+function got(value: unknown): string {
+  if (value === null || value === undefined) {
     return 'nothing (null)';
   }
   if (Array.isArray(value)) {
@@ -493,8 +576,16 @@ function kindOf(value: unknown): string {
   if (typeof value === 'object') {
     return 'a mapping';
   }
-  const shown = JSON.stringify(value);
-  return `${article(typeof value === 'number' && Number.isInteger(value) ? 'integer' : typeof value)} ${shown.length > 40 ? shown.slice(0, 37) + '...' : shown}`;
+  if (typeof value === 'string') {
+    return `a string ${short(value)}`;
+  }
+  return `a ${typeof value} ${String(value)}`;
+}
+
+/** A string quoted as the kernel's messages quote it, cut to 40 characters. */
+function short(value: string): string {
+  const quoted = `'${value}'`;
+  return quoted.length <= 40 ? quoted : quoted.slice(0, 37) + '...';
 }
 
 /** "a, b or c" */

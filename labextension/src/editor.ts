@@ -9,10 +9,13 @@
  * next tick.
  *
  * Diagnostics are a CodeMirror lint source added to every editor through JupyterLab's
- * editor-extension registry; it returns nothing unless the editor holds a spec cell.
+ * editor-extension registry; it returns nothing unless the editor holds a spec cell. Each
+ * marked line gets a sign in a lint gutter (shown only while it holds one, style/base.css)
+ * and a line under the editor counts them ("2 errors, 1 warning in this spec").
  */
-import { linter } from '@codemirror/lint';
-import { EditorView } from '@codemirror/view';
+import { forEachDiagnostic, lintGutter, linter } from '@codemirror/lint';
+import { EditorState } from '@codemirror/state';
+import { EditorView, Panel, showPanel } from '@codemirror/view';
 import {
   EditorExtensionRegistry,
   IEditorExtensionRegistry,
@@ -22,7 +25,7 @@ import { ICellModel } from '@jupyterlab/cells';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 
 import { isSpecCell } from './detection';
-import { editorDiagnostics } from './editorDiagnostics';
+import { diagnosticCount, editorDiagnostics } from './editorDiagnostics';
 
 export const YAML_MIMETYPE = 'text/x-yaml';
 
@@ -40,7 +43,9 @@ export function registerDiagnostics(
   registry.addExtension({
     name: 'jupyter-distcomp:diagnostics',
     factory: () =>
-      EditorExtensionRegistry.createImmutableExtension(
+      EditorExtensionRegistry.createImmutableExtension([
+        lintGutter(),
+        showPanel.of(countPanel),
         linter(
           (view: EditorView) => {
             const found = settings.diagnostics
@@ -55,8 +60,24 @@ export function registerDiagnostics(
             delay: settings.diagnosticsDelay
           }
         )
-      )
+      ])
   });
+}
+
+/** The line under a spec cell's editor that counts its errors and warnings. */
+function countPanel(view: EditorView): Panel {
+  const dom = document.createElement('div');
+  dom.className = 'distcomp-diagnostic-count';
+  const render = (state: EditorState) => {
+    const severities: string[] = [];
+    forEachDiagnostic(state, d => severities.push(d.severity));
+    const text = diagnosticCount(severities);
+    dom.textContent = text;
+    dom.hidden = !text;
+    dom.classList.toggle('distcomp-has-errors', severities.includes('error'));
+  };
+  render(view.state);
+  return { dom, top: false, update: update => render(update.state) };
 }
 
 /** Keeps each code cell's mimetype YAML exactly while it is a spec cell. */

@@ -22,3 +22,14 @@ export function editorDiagnostics(text: string): Diagnostic[] {
     source: 'distcomp'
   }));
 }
+
+/** "2 errors, 1 warning in this spec"; "" when there are none. */
+export function diagnosticCount(severities: readonly string[]): string {
+  const errors = severities.filter(s => s === 'error').length;
+  const warnings = severities.length - errors;
+  const parts = [
+    errors ? `${errors} error${errors === 1 ? '' : 's'}` : '',
+    warnings ? `${warnings} warning${warnings === 1 ? '' : 's'}` : ''
+  ].filter(Boolean);
+  return parts.length ? `${parts.join(', ')} in this spec` : '';
+}

@@ -105,7 +105,8 @@ const ranksPlugin: JupyterFrontEndPlugin<void> = {
   ) => {
     const service = new RanksService(tracker);
     const panel = new RanksPanel(service);
-    app.shell.add(panel, 'right', { rank: 900 });
+    // the left area: the debugger's sidebar opens on the right and would hide it there
+    app.shell.add(panel, 'left', { rank: 900 });
     app.commands.addCommand(CommandIDs.showRanks, {
       label: 'Show distcomp ranks panel',
       caption:

@@ -40,6 +40,10 @@ export interface IWorld {
    */
   stopped: boolean;
   /**
+   * what the next run changes, while the settings no longer match the running ranks (core/summary.py pending_text); null while they match
+   */
+  pending: string | null;
+  /**
    * a `%%distcomp run NAME --background` cell runs on them
    */
   background: boolean;

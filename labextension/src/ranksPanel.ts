@@ -3,9 +3,11 @@
  * Plain DOM: the panel is a few tables redrawn on each change, a handful of times a second
  * at most, so React would add weight and nothing else.
  */
+import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
+import { confirmation } from './confirm';
 import { RANK_ACTION, RANK_STATE } from './contracts';
 import { IWorld, RankAction } from './messages';
 import { KernelRanks, RanksService } from './ranks';
@@ -101,6 +103,12 @@ export class RanksPanel extends Widget {
         `${world.instance_count} node${world.instance_count === 1 ? '' : 's'} x ${world.process_count_per_node} process${world.process_count_per_node === 1 ? '' : 'es'} per node = ${size} rank${size === 1 ? '' : 's'}`
       )
     );
+    if (world.pending) {
+      // the settings changed while these ranks run: news, not an error
+      section.appendChild(
+        element('div', 'distcomp-world-pending', world.pending)
+      );
+    }
     const buttons = element('div', 'distcomp-world-actions');
     for (const [action, label, caption] of ACTIONS) {
       const button = element(
@@ -109,7 +117,8 @@ export class RanksPanel extends Widget {
         label
       ) as HTMLButtonElement;
       button.title = caption;
-      button.onclick = () => ranks.request(action, world.name);
+      button.setAttribute('aria-label', `${label} the ranks of ${world.name}`);
+      button.onclick = () => void confirmThen(action, world, ranks);
       buttons.appendChild(button);
     }
     if (world.background) {
@@ -165,6 +174,29 @@ export class RanksPanel extends Widget {
     }
     return section;
   }
+}
+
+/** Ask first when `action` would lose the ranks' state (confirm.ts), then request it. */
+async function confirmThen(
+  action: RankAction,
+  world: IWorld,
+  ranks: KernelRanks
+): Promise<void> {
+  const question = confirmation(action, world);
+  if (question) {
+    const result = await showDialog({
+      title: question.title,
+      body: question.body,
+      buttons: [
+        Dialog.cancelButton(),
+        Dialog.warnButton({ label: question.label })
+      ]
+    });
+    if (!result.button.accept) {
+      return;
+    }
+  }
+  ranks.request(action, world.name);
 }
 
 /** "distcomp: N ranks" in the status bar; a click shows the panel. */

@@ -1,5 +1,8 @@
 import { LAUNCHERS } from '../src/contracts';
-import { editorDiagnostics as editorDiagnosticsFor } from '../src/editorDiagnostics';
+import {
+  diagnosticCount,
+  editorDiagnostics as editorDiagnosticsFor
+} from '../src/editorDiagnostics';
 import { specDiagnostics } from '../src/diagnostics';
 import { closest } from '../src/suggest';
 import { TEMPLATES, templateSource } from '../src/templates';
@@ -71,7 +74,7 @@ describe('specDiagnostics', () => {
     expect(found.line).toBe(lineOf(text, 'optional: maybe'));
     expect(text.slice(found.from, found.to)).toBe('maybe');
     expect(found.message).toBe(
-      'inputs.data.optional must be a boolean, got a string "maybe".'
+      "inputs.data.optional must be true or false, got a string 'maybe'."
     );
   });
 
@@ -144,5 +147,15 @@ describe('templates', () => {
     for (const template of TEMPLATES) {
       expect(editorDiagnosticsFor(templateSource(template))).toEqual([]);
     }
+  });
+});
+
+describe('the count under a spec cell', () => {
+  it('counts errors and warnings, and says nothing without them', () => {
+    expect(diagnosticCount([])).toBe('');
+    expect(diagnosticCount(['error'])).toBe('1 error in this spec');
+    expect(diagnosticCount(['error', 'warning', 'error'])).toBe(
+      '2 errors, 1 warning in this spec'
+    );
   });
 });

@@ -29,6 +29,7 @@ const world: IWorld = {
   instance_count: 1,
   process_count_per_node: 2,
   stopped: false,
+  pending: null,
   background: false,
   ranks: [
     rank,

@@ -20,7 +20,7 @@ import yaml
 from ...contracts import LAUNCHERS, V2_DATA_TYPES, V2_DISTRIBUTIONS, launcher_name
 from ...errors import LayoutError, SpecError, closest, did_you_mean
 from ..model import Component, Environment, Input, Launcher, Output
-from ..template import check_azureml, check_template, from_azureml
+from ..template import check_azureml, from_azureml, undeclared_placeholders
 from ..values import PARAM_TYPE_NAMES, PARAM_TYPES, coerce_value
 from .positions import Context, DuplicateKey, Positions, TooComplex, compose_positions
 from .schema import kind_of, validate
@@ -44,7 +44,18 @@ def load_component(
     data, pos = _parse(text, source_name)
     ctx = Context(pos, source_name, [])
     validate(data, ctx)
-    component = _build(data, ctx, text, Path(base_dir))
+    component = None
+    try:
+        component = _build(data, ctx, text, Path(base_dir))
+    except SpecError as exc:
+        ctx.report(exc)
+    except (KeyError, TypeError, AttributeError, ValueError):
+        # a part the schema rejected (a list where a mapping goes, ...): its errors say it
+        if not ctx.errors:
+            raise
+    if ctx.errors:
+        raise SpecError.of(ctx.errors)
+    assert component is not None  # _build returns None only with an error reported
     return component
 
 
@@ -138,73 +149,51 @@ def _yaml_hint(problem: str) -> str:
 
 
 # -- model ----------------------------------------------------------------------------------
-def _build(data: dict, ctx: Context, text: str, base_dir: Path) -> Component:
+def _build(data: dict, ctx: Context, text: str, base_dir: Path) -> Component | None:
+    """The component of a spec the schema accepted; every error found is reported to
+    ``ctx`` (the build goes on past one) and None returned when there is any."""
     raw_type = str(data["type"]).split("@")[0]
     distribution = data.get("distribution")
     is_v2 = raw_type.lower() == "command"
-    launcher = None
-    if is_v2:
-        template = from_azureml(data.get("command"))
-        if distribution:
-            kind = V2_DISTRIBUTIONS[str(distribution["type"]).lower()]
-            launcher = Launcher(kind, template, str(distribution["type"]))
-        comp_type = "DistributedComponent" if launcher else "CommandComponent"
-    elif raw_type.lower() in ("commandcomponent",):
-        comp_type = "CommandComponent"
-        if "command" not in data:
-            raise ctx.error(
-                "a CommandComponent needs a `command:` (the command template). "
-                "Fix: add `command: python script.py --arg {inputs.x}`.",
-                ("type",),
-            )
-        template = data["command"]
-        if "launcher" in data:
-            raise ctx.error(
-                "a CommandComponent runs one process and takes no launcher. "
-                "Fix: use `type: DistributedComponent`, or remove the launcher.",
-                ("launcher",),
-            )
-    else:
-        comp_type = "DistributedComponent"
-        if "launcher" not in data:
-            hint = (
-                " (move `command:` into launcher.additional_arguments)" if "command" in data else ""
-            )
-            kinds = f"{', '.join(LAUNCHERS[:-1])} or {LAUNCHERS[-1]}"
-            raise ctx.error(
-                f"a DistributedComponent needs a `launcher:` with `type` ({kinds}) and "
-                f"`additional_arguments` (the command){hint}.",
-                ("type",),
-            )
-        section = data["launcher"]
-        raw_launcher = str(section["type"])
-        named = launcher_name(raw_launcher)
-        if named is None:
-            raise ctx.error(
-                f"unknown launcher type {raw_launcher!r}.{did_you_mean(raw_launcher, LAUNCHERS)}"
-                f" Use one of: {', '.join(LAUNCHERS)}.",
-                ("launcher", "type"),
-                at="value",
-            )
-        template = section["additional_arguments"]
-        launcher = Launcher(named, template, raw_launcher)
-    if is_v2 and data.get("command") is None:
-        raise ctx.error(
-            "a v2 command component needs `command:`. Fix: add `command: python train.py ...`.",
-            ("type",),
-        )
+    comp_type, launcher, template = "CommandComponent", None, None
+    try:
+        comp_type, launcher, template = _kind(data, ctx, raw_type, is_v2)
+    except SpecError as exc:
+        ctx.report(exc)
+        section = data.get("launcher")
+        written = section.get("additional_arguments") if isinstance(section, dict) else None
+        if not is_v2 and isinstance(written or data.get("command"), str):
+            template = written or data.get("command")  # its placeholders are checked still
 
-    inputs = {
-        str(name): _input(str(name), spec, ctx, is_v2)
-        for name, spec in (data.get("inputs") or {}).items()
-    }
-    outputs = {
-        str(name): _output(str(name), spec, ctx)
-        for name, spec in (data.get("outputs") or {}).items()
-    }
+    inputs = {}
+    for name, spec in _section(data, "inputs").items():
+        try:
+            inputs[str(name)] = _input(str(name), spec, ctx, is_v2)
+        except SpecError as exc:
+            if not _reported(ctx, f"inputs.{name}"):
+                ctx.report(exc)
+            inputs[str(name)] = Input(str(name), "")  # still declared, for the template check
+    outputs = {}
+    for name, spec in _section(data, "outputs").items():
+        try:
+            outputs[str(name)] = _output(str(name), spec, ctx)
+        except SpecError as exc:
+            if not _reported(ctx, f"outputs.{name}"):
+                ctx.report(exc)
+            outputs[str(name)] = Output(str(name), "")
     template_key = ("launcher", "additional_arguments") if "launcher" in data else ("command",)
     raw_template = data.get(template_key[0]) if is_v2 else template
-    _check_template(template, inputs, outputs, ctx, template_key, text, raw_template)
+    if isinstance(template, str):
+        try:
+            _check_template(template, inputs, outputs, ctx, template_key, text, raw_template)
+        except SpecError as exc:
+            ctx.report(exc)
+    try:
+        variables = _environment_variables(data.get("environment_variables"), ctx)
+    except SpecError as exc:
+        ctx.report(exc)
+    if ctx.errors or template is None:
+        return None
 
     component = Component(
         name=str(data["name"]),
@@ -221,7 +210,7 @@ def _build(data: dict, ctx: Context, text: str, base_dir: Path) -> Component:
         tags=dict(data.get("tags") or {}),
         is_deterministic=data.get("is_deterministic"),
         successful_return_code=data.get("successful_return_code"),
-        environment_variables=_environment_variables(data.get("environment_variables"), ctx),
+        environment_variables=variables,
         schema=data.get("$schema"),
         spec_format="v2" if is_v2 else "v1.5",
         source=text,
@@ -237,6 +226,68 @@ def _build(data: dict, ctx: Context, text: str, base_dir: Path) -> Component:
         culprits = [key for key in given if message.startswith(key[-1])] or given
         raise ctx.error(message, culprits[0], at="value") from None
     return component
+
+
+def _kind(data: dict, ctx: Context, raw_type: str, is_v2: bool) -> tuple[str, Launcher | None, str]:
+    """The component's type, its launcher (None for one process) and its command template."""
+    launcher = None
+    if is_v2:
+        if data.get("command") is None:
+            raise ctx.error(
+                "a v2 command component needs `command:`. Fix: add `command: python train.py ...`.",
+                ("type",),
+            )
+        template = from_azureml(data.get("command"))
+        distribution = data.get("distribution")
+        if distribution:
+            kind = V2_DISTRIBUTIONS[str(distribution["type"]).lower()]
+            launcher = Launcher(kind, template, str(distribution["type"]))
+        return ("DistributedComponent" if launcher else "CommandComponent"), launcher, template
+    if raw_type.lower() in ("commandcomponent",):
+        if "command" not in data:
+            raise ctx.error(
+                "a CommandComponent needs a `command:` (the command template). "
+                "Fix: add `command: python script.py --arg {inputs.x}`.",
+                ("type",),
+            )
+        if "launcher" in data:
+            raise ctx.error(
+                "a CommandComponent runs one process and takes no launcher. "
+                "Fix: use `type: DistributedComponent`, or remove the launcher.",
+                ("launcher",),
+            )
+        return "CommandComponent", None, data["command"]
+    if "launcher" not in data:
+        hint = " (move `command:` into launcher.additional_arguments)" if "command" in data else ""
+        kinds = f"{', '.join(LAUNCHERS[:-1])} or {LAUNCHERS[-1]}"
+        raise ctx.error(
+            f"a DistributedComponent needs a `launcher:` with `type` ({kinds}) and "
+            f"`additional_arguments` (the command){hint}.",
+            ("type",),
+        )
+    section = data["launcher"]
+    raw_launcher = str(section["type"])
+    named = launcher_name(raw_launcher)
+    if named is None:
+        raise ctx.error(
+            f"unknown launcher type {raw_launcher!r}.{did_you_mean(raw_launcher, LAUNCHERS)}"
+            f" Allowed: {', '.join(LAUNCHERS)}.",
+            ("launcher", "type"),
+            at="value",
+        )
+    template = section["additional_arguments"]
+    return "DistributedComponent", Launcher(named, template, raw_launcher), template
+
+
+def _reported(ctx: Context, path: str) -> bool:
+    """Whether an error about ``path`` or a key inside it is reported already."""
+    return any(e.path == path or str(e.path or "").startswith(f"{path}.") for e in ctx.errors)
+
+
+def _section(data: dict, key: str) -> dict:
+    """``data[key]`` when it is a mapping; else empty (the schema reports what it is)."""
+    section = data.get(key)
+    return section if isinstance(section, dict) else {}
 
 
 _SPEC_LAYOUT_KEYS = {
@@ -398,26 +449,30 @@ def _check_template(
     first, so its errors quote and point at what the user wrote.
     """
     if raw is not template and isinstance(raw, str):
-        _locate_template_error(lambda: check_azureml(raw), raw, ctx, key, text)
-    _locate_template_error(
-        lambda: check_template(template, inputs, outputs), template, ctx, key, text
-    )
-
-
-def _locate_template_error(check: Any, checked: str, ctx: Context, key: tuple, text: str) -> None:
-    """Run ``check``; a SpecError at an offset of ``checked`` gets the YAML line and column."""
+        try:
+            check_azureml(raw)
+        except SpecError as exc:
+            raise _located(exc, raw, ctx, key, text) from None
     try:
-        check()
+        v2 = raw is not template and isinstance(raw, str)
+        errors = undeclared_placeholders(template, inputs, outputs, v2=v2)
     except SpecError as exc:
-        if exc.offset is None:
-            raise
-        needle = checked[exc.offset :].split(None, 1)
-        word = needle[0] if needle else ""
-        before = _occurrences(checked, word, exc.offset)
-        line, column = ctx.pos.find_in_value(key, word, text, before)
-        raise SpecError(
-            exc.message, line=line, column=column, path=".".join(key), source_name=ctx.source_name
-        ) from None
+        errors = [exc]
+    for error in errors:
+        ctx.report(_located(error, template, ctx, key, text))
+
+
+def _located(error: SpecError, checked: str, ctx: Context, key: tuple, text: str) -> SpecError:
+    """``error``, at an offset of ``checked``, with the YAML line and column of that place."""
+    if error.offset is None:
+        return error
+    needle = checked[error.offset :].split(None, 1)
+    word = needle[0] if needle else ""
+    before = _occurrences(checked, word, error.offset)
+    line, column = ctx.pos.find_in_value(key, word, text, before)
+    return SpecError(
+        error.message, line=line, column=column, path=".".join(key), source_name=ctx.source_name
+    )
 
 
 def _occurrences(text: str, word: str, end: int) -> int:

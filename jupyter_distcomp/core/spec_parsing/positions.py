@@ -264,6 +264,12 @@ class Context:
     pos: Positions
     source_name: str | None
     warnings: list[str]
+    #: the errors found so far: the loader reports every one at once
+    errors: list[SpecError] = field(default_factory=list)
+
+    def report(self, error: SpecError) -> None:
+        """Keep ``error`` and go on checking the rest of the spec."""
+        self.errors.append(error)
 
     def error(self, message: str, path: tuple, *, at: str = "key") -> SpecError:
         line, column = self.pos.locate(path, at=at)

@@ -2,7 +2,9 @@
 
 The schema file is shipped in the package and bundled by the JupyterLab extension, so the
 editor and the kernel check the same rules. A compiled validator (fastjsonschema) passes a
-valid spec quickly; jsonschema runs only to explain a failure, listing every error.
+valid spec quickly; jsonschema runs only to explain a failure, listing every error. The
+messages are word for word those of labextension/src/diagnostics.ts (tests/data/bad_specs.json
+holds them for both sides' tests).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ...contracts import COMPONENT_TYPES
+from ...contracts import COMPONENT_TYPES, LAUNCHERS
 from ...errors import SpecError, did_you_mean
 from .positions import Context
 
@@ -67,6 +69,7 @@ def kind_of(value: Any) -> str:
 
 # -- schema ---------------------------------------------------------------------------------
 def validate(data: dict, ctx: Context) -> None:
+    """Warn about unknown top-level keys; report every schema error to ``ctx``."""
     known = schema()["properties"]
     for key in data:
         if key not in known:
@@ -78,23 +81,8 @@ def validate(data: dict, ctx: Context) -> None:
         return
     except fastjsonschema.JsonSchemaException:
         pass
-    errors = list(_validator().iter_errors(data))
-    if not errors:
-        return
-    located = [(_describe(e, ctx), e) for e in errors]
-    located.sort(key=lambda item: (item[0].line or 0, item[0].column or 0))
-    first = located[0][0]
-    if len(located) > 1:
-        others = "; ".join(f"line {e.line}: {e.message[:200]}" for e, _ in located[1:4])
-        more = f" (+{len(located) - 4} more)" if len(located) > 4 else ""
-        first = SpecError(
-            f"{first.message}\nAlso: {others}{more}",
-            line=first.line,
-            column=first.column,
-            path=first.path,
-            source_name=ctx.source_name,
-        )
-    raise first
+    for error in _validator().iter_errors(data):
+        ctx.report(_describe(error, ctx))
 
 
 def _describe(error: Any, ctx: Context) -> SpecError:
@@ -118,6 +106,14 @@ def _describe(error: Any, ctx: Context) -> SpecError:
         return ctx.error(
             f"missing required key '{key}' in {where}. Fix: add `{key}: {example}`.", path
         )
+    if validator == "enum" and path == ("launcher", "type"):
+        value = str(error.instance)
+        return ctx.error(
+            f"unknown launcher type {value!r}.{did_you_mean(value, LAUNCHERS)}"
+            f" Allowed: {', '.join(LAUNCHERS)}.",
+            path,
+            at="value",
+        )
     if validator == "enum":
         options = list(dict.fromkeys(str(o).lower() for o in error.validator_value))
         if path[-1:] == ("type",) and "torch.distributed" in options:
@@ -135,18 +131,14 @@ def _describe(error: Any, ctx: Context) -> SpecError:
         kinds = [_SCHEMA_KINDS.get(str(e.schema.get("type")), "") for e in error.context]
         expected = " or ".join(dict.fromkeys(k for k in kinds if k)) or "another kind of value"
         return ctx.error(
-            f"{where} must be {expected}, got {kind_of(error.instance)} {_short(error.instance)}.",
-            path,
-            at="value",
+            f"{where} must be {expected}, got {got(error.instance)}.", path, at="value"
         )
     if validator == "type":
         expected = error.schema.get("type")
         names = expected if isinstance(expected, list) else [expected]
         expected = " or ".join(_TYPE_NAMES.get(t, _article(t)) for t in names if t != "null")
         return ctx.error(
-            f"{where} must be {expected}, got {kind_of(error.instance)} {_short(error.instance)}.",
-            path,
-            at="value",
+            f"{where} must be {expected}, got {got(error.instance)}.", path, at="value"
         )
     if validator == "pattern" and path and path[-1] == "type":
         return ctx.error(
@@ -164,8 +156,19 @@ def _describe(error: Any, ctx: Context) -> SpecError:
             path,
             at="value",
         )
-    if validator in ("minimum", "minLength", "minItems"):
-        return ctx.error(f"{where}: {_short_message(error)}.", path, at="value")
+    if validator == "minimum":
+        return ctx.error(
+            f"{where} must be at least {error.validator_value}, got {got(error.instance)}.",
+            path,
+            at="value",
+        )
+    if validator in ("minLength", "minItems"):
+        return ctx.error(f"{where} must not be empty.", path, at="value")
+    if validator == "pattern":
+        hint = error.schema.get("description") or f"match {error.validator_value}"
+        return ctx.error(
+            f"{where} {_short(error.instance)} is not valid: {hint}.", path, at="value"
+        )
     return ctx.error(f"{where}: {_short_message(error)}", path, at="value")
 
 
@@ -187,6 +190,21 @@ _REPR.maxlevel = 2
 def _article(noun: Any) -> str:
     noun = str(noun)
     return ("an " if noun[:1] in "aeiou" else "a ") + noun
+
+
+def got(value: Any) -> str:
+    """What a wrong value is, as the messages say it: "a string 'x'", "a list", "a number 3"."""
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return f"a boolean {str(value).lower()}"
+    if isinstance(value, (int, float)):
+        return f"a number {value}"
+    if isinstance(value, str):
+        return f"a string {_short(value)}"
+    if isinstance(value, list):
+        return "a list"
+    return "a mapping" if isinstance(value, dict) else _article(type(value).__name__)
 
 
 def _short(value: Any) -> str:

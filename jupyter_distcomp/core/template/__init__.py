@@ -14,6 +14,7 @@ from .render import (
     placeholders,
     render_command,
     to_azureml,
+    undeclared_placeholders,
 )
 
 __all__ = [
@@ -25,4 +26,5 @@ __all__ = [
     "placeholders",
     "render_command",
     "to_azureml",
+    "undeclared_placeholders",
 ]

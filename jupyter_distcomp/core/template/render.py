@@ -283,13 +283,26 @@ def render_command(
 def check_template(template: str, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> None:
     """Raise SpecError (with ``.offset``) if the template is malformed or names an input or
     output that is not declared."""
-    for ph in placeholders(template):
-        if ph.name not in (inputs if ph.kind == "inputs" else outputs):
-            raise _undeclared(ph, inputs, outputs)
+    errors = undeclared_placeholders(template, inputs, outputs)
+    if errors:
+        raise errors[0]
+
+
+def undeclared_placeholders(
+    template: str, inputs: Mapping[str, Any], outputs: Mapping[str, Any], *, v2: bool = False
+) -> list[SpecError]:
+    """A SpecError (with ``.offset``) for each placeholder that names an input or output not
+    declared; raises SpecError if the template is malformed. ``v2``: the spec wrote the
+    template as an Azure ML v2 command, so its messages quote ``${{inputs.x}}``."""
+    return [
+        _undeclared(ph, inputs, outputs, f"${{{{{ph.text[1:-1]}}}}}" if v2 else ph.text)
+        for ph in placeholders(template)
+        if ph.name not in (inputs if ph.kind == "inputs" else outputs)
+    ]
 
 
 def _undeclared(
-    ph: Placeholder, inputs: Mapping[str, Any], outputs: Mapping[str, Any]
+    ph: Placeholder, inputs: Mapping[str, Any], outputs: Mapping[str, Any], shown: str = ""
 ) -> SpecError:
     declared = inputs if ph.kind == "inputs" else outputs
     other_kind = "outputs" if ph.kind == "inputs" else "inputs"
@@ -304,7 +317,8 @@ def _undeclared(
             else f" Fix: declare '{ph.name}' under {ph.kind}:, or correct the name."
         )
     return SpecError(
-        f"placeholder {ph.text} names no declared {ph.kind[:-1]}.{fix}", offset=ph.offset
+        f"placeholder {shown or ph.text} names no declared {ph.kind[:-1]}.{fix}",
+        offset=ph.offset,
     )
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ...contracts import RankState
 from ...core.layout import layout_text
 from ...core.ranges import format_ranks, parse_ranks
+from ...core.summary import pending_text
 from ...errors import RankError
 from ...machine.hosts import Placement
 from .background import BackgroundCell, BackgroundJobs
@@ -79,14 +80,16 @@ class RankBackend:
         if callback in self._listeners:
             self._listeners.remove(callback)
 
-    @staticmethod
-    def event(world: World, stopped: bool = False) -> dict:
+    def event(self, world: World, stopped: bool = False) -> dict:
         """The world as the ranks panel sees it: contracts.json's ``World``."""
+        component = self._components.get(world.name)
+        pending = None if stopped or component is None else self.pending(world.name, component)
         return {
             "name": world.name,
             "instance_count": world.instance_count,
             "process_count_per_node": world.process_count_per_node,
             "stopped": stopped,
+            "pending": pending,
             "background": world.background,
             "ranks": [
                 {
@@ -201,7 +204,7 @@ class RankBackend:
             self._follow_layout(name, component)
         self._notify(world)  # the views show "starting 0 of N" at once, not "no ranks"
         if reason:
-            print(reason, file=sys.stderr)
+            print(reason)  # news of the settings the user changed, not an error
         if wait:
             self._wait(world)
         return world
@@ -223,9 +226,11 @@ class RankBackend:
 
         def changed(change: Any) -> None:
             world = self.worlds.get(name)
-            if world is None or world.used or self._components.get(name) is not component:
+            if world is None or self._components.get(name) is not component:
                 return
-            if self._signatures.get(name) != self._signature(name, component):
+            if world.used:
+                self._notify(world)  # the views say what the next run changes
+            elif self._signatures.get(name) != self._signature(name, component):
                 self.start(name, component, wait=False)
 
         layout.observe(changed)
@@ -259,6 +264,21 @@ class RankBackend:
         self.worlds[name] = world
         self._signatures[name] = signature
         return world
+
+    def pending(self, name: str, component: Component) -> str | None:
+        """What the next run changes, while the running ranks of ``name`` no longer match its
+        settings ("running mpi, 2 node(s) x 2 process(es); next run restarts as ..."); None
+        while they match or none run."""
+        world = self.worlds.get(name)
+        if world is None or world.error is not None:
+            return None
+        signature = self._signature(name, component)
+        if self._signatures.get(name) == signature:
+            return None
+        running = (
+            f"{world.launcher}, {layout_text(world.instance_count, world.process_count_per_node)}"
+        )
+        return pending_text(running, _describe(signature))
 
     def current_envs(self, name: str, component: Component) -> list[dict[str, str]] | None:
         """The variables the ranks of ``name`` hold, while they match the current settings."""

@@ -17,7 +17,8 @@ STYLE = (
     ".distcomp-summary td,.distcomp-summary th{padding:2px 8px;text-align:left;"
     "border-bottom:1px solid #ddd;vertical-align:top}"
     ".distcomp-env code{white-space:pre-wrap;word-break:break-all}"
-    ".jp-RenderedHTMLCommon .distcomp-env td,.jp-RenderedHTMLCommon .distcomp-env th"
+    # JupyterLab right-aligns table cells of rendered HTML: headings stay above their column
+    ".jp-RenderedHTMLCommon .distcomp-summary td,.jp-RenderedHTMLCommon .distcomp-summary th"
     "{text-align:left}"
     ".distcomp-summary code{white-space:pre-wrap}</style>"
 )

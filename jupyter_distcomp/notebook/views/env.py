@@ -25,21 +25,40 @@ class EnvTable:
     rank (rank, node, local rank and what varies); TF_CONFIG in readable parts.
 
     ``envs`` come from ``Session.rank_values``; ``held`` says they are the running ranks' own
-    (else the ports read ``PORT_AT_START``).
+    (else the ports read ``PORT_AT_START``). ``pending``: what the next run changes (the
+    settings no longer match the running ranks). ``preview_of``: the name of the component
+    whose settings ``component`` previews another layout of, unchanged.
     """
 
-    def __init__(self, component: Component, envs: list[dict[str, str]], held: bool = False):
+    def __init__(
+        self,
+        component: Component,
+        envs: list[dict[str, str]],
+        held: bool = False,
+        pending: str | None = None,
+        preview_of: str | None = None,
+    ):
         self.component = component
         self.envs = envs
         self.held = held
+        self.pending = pending
+        self.preview_of = preview_of
         self.view = rank_view(component.launcher_type or "mpi", envs)
 
     @property
     def caption(self) -> str:
         source = "held by the running ranks" if self.held else "ports chosen when the ranks start"
-        return (
-            f"{self.component.launcher_type or 'mpi'}: {layout_caption(self.component)}; {source}"
-        )
+        parts = [f"{self.component.launcher_type or 'mpi'}: {layout_caption(self.component)}"]
+        if self.preview_of:
+            parts.append(
+                f"a preview: the settings of {self.preview_of} and its ranks are unchanged"
+                " (set the layout in its panel or with "
+                f"{self.preview_of}.runsettings.resource_layout.configure(...))"
+            )
+        parts.append(source)
+        if self.pending:
+            parts.append(self.pending)
+        return "; ".join(parts)
 
     def __repr__(self) -> str:
         return "\n".join([self.caption, *text_lines(self.view)])

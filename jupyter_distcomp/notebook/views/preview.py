@@ -86,7 +86,10 @@ def preview_html(component: Component, envs: Envs | None = None) -> str:
             body = "".join(
                 "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in rows
             )
-            parts.append(f"<table class='distcomp-rank-table'><tr>{head}</tr>{body}</table>")
+            parts.append(
+                "<div class='distcomp-table-scroll'>"
+                f"<table class='distcomp-rank-table'><tr>{head}</tr>{body}</table></div>"
+            )
         if same:
             where = "on every rank" if len(rows) > 1 else "rank 0 (node 0, local rank 0) gets"
             shared = ", ".join(f"{k}={v}" for k, v in same.items())
@@ -98,10 +101,21 @@ def preview_html(component: Component, envs: Envs | None = None) -> str:
             f"rendered yet: {escape(problem)}</div>"
         )
     else:
-        parts.append(f"<div>rank 0 runs: <code>{escape(command)}</code></div>")
+        parts.append(
+            f"<div class='distcomp-command'>rank 0 runs: <code>{escape(command)}</code></div>"
+        )
+    # a wide table scrolls in its own box; long lines wrap: the panel never grows sideways.
+    # Scoped to the preview: the ranks panel has a table of the same class
     style = (
-        "<style>.distcomp-rank-table{border-collapse:collapse;font-size:90%;width:auto}"
-        ".distcomp-rank-table td,.distcomp-rank-table th{padding:1px 8px}</style>"
+        "<style>.distcomp-preview .distcomp-rank-table{border-collapse:collapse;font-size:90%;"
+        "width:auto}"
+        ".distcomp-preview .distcomp-rank-table td,.distcomp-preview .distcomp-rank-table th"
+        "{padding:1px 8px;white-space:nowrap;"
+        "line-height:1.4}"
+        ".distcomp-table-scroll{overflow-x:auto;max-width:100%}"
+        ".distcomp-preview>.widget-html-content{min-width:0;max-width:100%;line-height:1.4}"
+        ".distcomp-preview code{white-space:pre-wrap;overflow-wrap:anywhere;line-height:1.4}"
+        "</style>"
     )
     return style + "".join(parts)
 

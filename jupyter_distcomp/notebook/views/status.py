@@ -16,10 +16,14 @@ _COLOURS = {
 
 
 class StatusTable:
+    """``records`` from ``Session.status``; ``pending``: component -> what its next run changes
+    (``Session.pending_changes``), said under the table."""
+
     header = ("component", "rank", "node", "local rank", "state", "pid")
 
-    def __init__(self, records: list[dict]):
+    def __init__(self, records: list[dict], pending: dict[str, str] | None = None):
         self.records = records
+        self.pending = dict(pending or {})
         self.rows = [
             (
                 r["name"],
@@ -32,6 +36,10 @@ class StatusTable:
             for r in records
         ]
 
+    @property
+    def notes(self) -> list[str]:
+        return [f"{name}: {text}" for name, text in self.pending.items()]
+
     def __repr__(self) -> str:
         if not self.rows:
             return "No ranks running."
@@ -39,7 +47,8 @@ class StatusTable:
             max(len(h), *(len(row[i]) for row in self.rows)) for i, h in enumerate(self.header)
         ]
         fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-        return "\n".join([fmt.format(*self.header)] + [fmt.format(*row) for row in self.rows])
+        rows = [fmt.format(*self.header)] + [fmt.format(*row) for row in self.rows]
+        return "\n".join(rows + self.notes)
 
     def _repr_html_(self) -> str:
         if not self.rows:
@@ -51,4 +60,7 @@ class StatusTable:
             cells = [f"<td>{escape(c)}</td>" for c in row]
             cells[4] = f"<td style='color:{colour}'><b>{escape(row[4])}</b></td>"
             body += "<tr>" + "".join(cells) + "</tr>"
-        return f"<table class='distcomp-status'><tr>{head}</tr>{body}</table>"
+        notes = "".join(
+            f"<div class='distcomp-pending'>{escape(note)}</div>" for note in self.notes
+        )
+        return f"<table class='distcomp-status'><tr>{head}</tr>{body}</table>{notes}"

@@ -17,6 +17,7 @@ Stable CSS classes, for browser tests and user styles:
 ``distcomp-worker-count``           TensorFlow workers, 0 = all but ps (BoundedIntText)
 ``distcomp-ps-count``               TensorFlow parameter servers (BoundedIntText)
 ``distcomp-launcher``               the launcher (HTML)
+``distcomp-layout-message``         why the last layout edit was not applied (HTML)
 ``distcomp-field``                  one input or output row
 ``distcomp-input-<name>``           the control of input <name>
 ``distcomp-input-set-<name>``       its set / unset checkbox (hidden when it cannot be unset)
@@ -37,6 +38,7 @@ Stable CSS classes, for browser tests and user styles:
 ``distcomp-progress``               progress bar: ranks ready n of N
 ``distcomp-progress-text``          the same as text, "n of N"
 ``distcomp-ranks``                  live rank states ("ranks (2x2): 4 idle")
+``distcomp-pending``                in it: what the next run changes ("running ...; next ...")
 ``distcomp-log``                    output of the command and unexpected tracebacks
 ==================================  =============================================
 """

@@ -21,6 +21,7 @@ from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ...contracts import RankState
 from ...errors import AzureMLError
 from ..views.preview import command_line
 from .worker import Cancelled, Worker
@@ -70,6 +71,11 @@ class PanelSession(Protocol):
     ) -> Submission: ...
 
 
+#: the stop button's own words; how long its "confirm stop" waits for the second click
+STOP_LABEL, STOP_TIP = "stop ranks", "Stop the ranks (and a running command)"
+CONFIRM_SECONDS = 10.0
+
+
 class PanelActions:
     """The buttons' actions, mixed into RunSettingsPanel, which sets these attributes."""
 
@@ -83,6 +89,11 @@ class PanelActions:
     last_job: Any
     _stop_requested: bool
     _stopper: threading.Thread | None
+    _confirming: bool = False
+    _asking: threading.Timer | None = None
+    _before_asking: tuple[str, str, str] = ("", "", "idle")
+
+    def _update_stop(self) -> None: ...
 
     # -- wiring ------------------------------------------------------------------------
     def _wire_buttons(self) -> None:
@@ -96,7 +107,58 @@ class PanelActions:
             self.buttons[key].on_click(
                 lambda _b, label=label, func=func: self.worker.run(label, func)
             )
-        self.buttons["stop"].on_click(lambda _b: self.stop())
+        self.buttons["stop"].on_click(lambda _b: self._stop_clicked())
+
+    # -- stop, asked first when it ends running code ---------------------------------------
+    def _running_code(self) -> str:
+        """What a stop would end ("" when nothing runs): a command, or busy ranks' cells."""
+        if self.worker.busy and self.worker.action == "run the command":
+            return "the command running on every rank"
+        world = self.session.backend.world(self.name) if self.worker.action is None else None
+        working = [
+            r
+            for r in (world.ranks if world else [])
+            if r.state in (RankState.BUSY, RankState.DEBUGGING)
+        ]
+        return f"the code running on {len(working)} rank(s)" if working else ""
+
+    def _stop_clicked(self) -> None:
+        """Stop at once, unless code runs: then the button asks for a second click, as
+        JupyterLab asks before it restarts a busy kernel."""
+        button = self.buttons["stop"]
+        running = self._running_code()
+        if running and not self._confirming:
+            self._confirming = True
+            button.description, button.button_style = "confirm stop", "danger"
+            button.tooltip = f"Stopping ends {running} and the ranks' variables: click to stop"
+            worker = self.worker
+            self._before_asking = (worker.status.value, worker.text, worker.state)
+            worker.say(
+                f"Stop ends {running}, and the variables the ranks hold are lost. "
+                "Click 'confirm stop' to go ahead.",
+                "busy" if worker.busy else "info",
+            )
+            self._asking = threading.Timer(CONFIRM_SECONDS, self._end_confirming, (True,))
+            self._asking.daemon = True
+            self._asking.start()
+            return
+        self._end_confirming()
+        self.stop()
+
+    def _end_confirming(self, unanswered: bool = False) -> None:
+        """The stop button as it was; ``unanswered``: the question timed out, so the status
+        line says again what it said before it."""
+        if self._asking is not None:
+            self._asking.cancel()
+            self._asking = None
+        question = self._confirming and self.worker.text.startswith("Stop ends ")
+        self._confirming = False
+        button = self.buttons["stop"]
+        button.description, button.tooltip = STOP_LABEL, STOP_TIP
+        self._update_stop()
+        if unanswered and question:
+            worker = self.worker
+            worker.status.value, worker.text, worker.state = self._before_asking
 
     def _start(self) -> None:
         self._stop_requested = False
@@ -126,7 +188,7 @@ class PanelActions:
 
     def _run_command(self) -> None:
         total = self.component.world_size
-        self.worker.show_progress(0, total, "ranks done")
+        self.worker.show_progress(0, total, "runs finished")
         self.worker.log.clear_output()
         self.worker.write(f"$ {command_line(self.component)}")
         self.worker.say(f"running the command on {total} rank(s); output below", "busy")
@@ -135,7 +197,7 @@ class PanelActions:
             self.worker.write(text, stderr=file is sys.stderr)
 
         result = self.session.run_command(self.name, component=self.component, stream=stream)
-        self.worker.show_progress(total, total, "ranks done")
+        self.worker.show_progress(total, total, "runs finished")
         self.worker.say(
             f"the command ended on {total} rank(s) in {result.seconds:.1f} s, every rank "
             "succeeded; output below",
@@ -187,6 +249,8 @@ class PanelActions:
                 self.worker.say(f"stop failed: {exc}", "error")
                 return
             self.worker.wait(30)
+            if not cancelled:  # the log of a stopped command stays: it says how far it got
+                self.worker.log.outputs = ()
             self.worker.show_progress(0, self.component.world_size)
             said = [f"Stopped the ranks of {self.name}."] if stopped else ["No ranks running."]
             if cancelled:

@@ -32,7 +32,7 @@ UNBOUNDED = 2**53 - 1
 
 def _value_widget(inp: Input) -> w.ValueWidget:
     kind = inp.param_type
-    wide = w.Layout(width="260px")
+    wide = w.Layout(width="260px", max_width="100%")
     if kind == "integer":
         low = -UNBOUNDED if inp.min is None else int(inp.min)
         high = UNBOUNDED if inp.max is None else int(inp.max)
@@ -48,7 +48,7 @@ def _value_widget(inp: Input) -> w.ValueWidget:
     if kind == "enum":
         return w.Dropdown(options=list(inp.enum or ()), value=None, layout=wide)
     hint = "local path or azureml:// URI" if inp.is_data else (inp.description or "text")
-    return w.Text(placeholder=hint, layout=w.Layout(width="360px"))
+    return w.Text(placeholder=hint, layout=w.Layout(width="360px", max_width="100%"))
 
 
 def _shows(control: w.ValueWidget, value: Any) -> bool:
@@ -79,7 +79,14 @@ class _Field:
     def __init__(self, name: str, settings: RunSettings, control: w.ValueWidget, unsettable: bool):
         self.name, self.settings, self.control = name, settings, control
         control.add_class(f"{self.css_prefix}-{name}")
-        self.toggle = w.Checkbox(value=False, indent=False, layout=w.Layout(width="28px"))
+        self.toggle = w.Checkbox(
+            value=False,
+            indent=False,
+            description="set",
+            tooltip=f"checked: the run settings bind {name} to the value beside; unchecked: "
+            + self.unset_meaning(),
+            layout=w.Layout(width="auto"),
+        )
         self.toggle.add_class(f"{self.css_prefix}-set-{name}")
         self.toggle.layout.visibility = "visible" if unsettable else "hidden"
         self.unsettable = unsettable
@@ -92,7 +99,10 @@ class _Field:
         settings.observe(self._from_settings, names=self.trait)
 
     def row(self, label: w.HTML) -> w.HBox:
-        box = w.HBox([label, self.toggle, self.control, self.message])
+        box = w.HBox(
+            [label, self.toggle, self.control, self.message],
+            layout=w.Layout(flex_flow="row wrap", align_items="center"),
+        )
         box.add_class("distcomp-field")
         return box
 
@@ -134,6 +144,8 @@ class _Field:
             return
         value = self.control.value
         if value is None or (isinstance(value, str) and self.clears_when_empty() and not value):
+            value = self.value_when_set()
+        if value is None:
             self._refresh()  # nothing to bind yet: the message says what is needed
         else:
             self._write(value)
@@ -178,6 +190,13 @@ class _Field:
     # -- per kind -----------------------------------------------------------------------
     def check(self, value: Any) -> Any:
         return value
+
+    def unset_meaning(self) -> str:
+        return "not set: the spec's default, if any"
+
+    def value_when_set(self) -> Any:
+        """What checking the box binds when the control holds nothing (None: nothing)."""
+        return None
 
     def show_unset(self) -> None:
         if isinstance(self.control, w.Text):
@@ -250,7 +269,7 @@ class OutputField(_Field):
     def __init__(self, out: Output, component_name: str, settings: RunSettings):
         self.out = out
         self.default = str(default_output(component_name, out.name))
-        control = w.Text(placeholder=self.default, layout=w.Layout(width="360px"))
+        control = w.Text(placeholder=self.default, layout=w.Layout(width="360px", max_width="100%"))
         super().__init__(out.name, settings, control, unsettable=True)
         tip = (out.description or "") + f" (default: ./{self.default})"
         self.box = self.row(_label(out.name, f"output ({out.data_type})", tip))
@@ -258,3 +277,9 @@ class OutputField(_Field):
 
     def hint(self, value: Any, is_set: bool) -> str:
         return "" if is_set else f"default ./{self.default}"
+
+    def unset_meaning(self) -> str:
+        return "the default folder"
+
+    def value_when_set(self) -> Any:
+        return self.default

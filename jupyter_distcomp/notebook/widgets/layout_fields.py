@@ -1,15 +1,19 @@
-"""Nodes x processes per node (and TensorFlow's workers / parameter servers), linked to the
-component's ``ResourceLayout`` with ``traitlets.link``: the layout object is the value, the
-controls are only views of it, so ``configure()``, ``%distcomp env --instance-count`` and the
-controls can never disagree."""
+"""Nodes x processes per node (and TensorFlow's workers / parameter servers), bound to the
+component's ``ResourceLayout``: the layout object is the value, the controls are only views
+of it, so ``configure()``, ``%distcomp layout`` and the controls can never disagree. An edit
+the layout refuses (2000 nodes) puts the control back to the value the layout holds and says
+why beside the controls."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from html import escape
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
-from traitlets import link
+from traitlets import TraitError
+
+from ...errors import LayoutError
 
 if TYPE_CHECKING:
     from ...core.model import Component
@@ -37,6 +41,49 @@ def _count(description: str, css: str, minimum: int, tooltip: str) -> w.BoundedI
     return control
 
 
+class _Binding:
+    """``control.value`` shows ``layout.<attr>`` (through ``shown``); an edit of the control
+    sets it (through ``stored``), and one the layout refuses is undone and reported."""
+
+    def __init__(
+        self,
+        layout: Any,
+        attr: str,
+        control: w.ValueWidget,
+        refused: Callable[[str], None],
+        shown: Callable[[Any], Any] = lambda v: v,
+        stored: Callable[[Any], Any] = lambda v: v,
+    ):
+        self.layout, self.attr, self.control = layout, attr, control
+        self.refused, self.shown, self.stored = refused, shown, stored
+        self._syncing = False
+        control.value = shown(getattr(layout, attr))
+        layout.observe(self._from_layout, names=attr)
+        control.observe(self._from_control, names="value")
+
+    def _from_layout(self, change: Any = None) -> None:
+        self._syncing = True
+        try:
+            self.control.value = self.shown(getattr(self.layout, self.attr))
+        finally:
+            self._syncing = False
+
+    def _from_control(self, change: Any) -> None:
+        if self._syncing:
+            return
+        try:
+            setattr(self.layout, self.attr, self.stored(change["new"]))
+        except (LayoutError, TraitError) as exc:
+            self._from_layout()  # the control shows what the settings hold
+            self.refused(str(exc))
+        else:
+            self.refused("")
+
+    def unlink(self) -> None:
+        self.layout.unobserve(self._from_layout, names=self.attr)
+        self.control.unobserve(self._from_control, names="value")
+
+
 class LayoutFields:
     def __init__(self, component: Component):
         self.layout = layout = component.runsettings.resource_layout
@@ -50,9 +97,12 @@ class LayoutFields:
             1,
             "process_count_per_node (Azure ML: process_count_per_instance)",
         )
+        #: why the last edit was refused (empty after one the layout took)
+        self.message = w.HTML("")
+        self.message.add_class("distcomp-layout-message")
         self.links = [
-            link((layout, "instance_count"), (self.instance_count, "value")),
-            link((layout, "process_count_per_node"), (self.process_count, "value")),
+            _Binding(layout, "instance_count", self.instance_count, self._refused),
+            _Binding(layout, "process_count_per_node", self.process_count, self._refused),
         ]
         launcher = component.launcher.raw_type if component.launcher else None
         shown = self.launcher_type or "none: one process (CommandComponent)"
@@ -73,17 +123,30 @@ class LayoutFields:
                 "parameter servers", "distcomp-ps-count", 0, "parameter_server_count"
             )
             self.links += [
-                link(
-                    (layout, "worker_count"),
-                    (self.worker_count, "value"),
-                    transform=(lambda v: 0 if v is None else v, lambda v: v or None),
+                _Binding(
+                    layout,
+                    "worker_count",
+                    self.worker_count,
+                    self._refused,
+                    shown=lambda v: 0 if v is None else v,
+                    stored=lambda v: v or None,
                 ),
-                link((layout, "parameter_server_count"), (self.parameter_server_count, "value")),
+                _Binding(
+                    layout, "parameter_server_count", self.parameter_server_count, self._refused
+                ),
             ]
             # Azure ML lays TensorFlow out in tasks: process_count_per_node does not apply
             controls[1:2] = [self.worker_count, self.parameter_server_count]
+        controls.append(self.message)
         self.box = w.HBox(controls, layout=w.Layout(flex_flow="row wrap", align_items="center"))
         self.box.add_class("distcomp-layout")
+
+    def _refused(self, reason: str) -> None:
+        self.message.value = (
+            f"<span style='color:#c00'>&#10007; not applied: {escape(reason)}</span>"
+            if reason
+            else ""
+        )
 
     def close(self) -> None:
         for each in self.links:

@@ -19,7 +19,7 @@ from traitlets import link
 from ...contracts import RankState
 from ...errors import DistcompError
 from ..views.preview import preview_html, summary_text
-from .actions import PanelActions, PanelSession
+from .actions import STOP_LABEL, STOP_TIP, PanelActions, PanelSession
 from .fields import InputField, OutputField
 from .layout_fields import LayoutFields
 from .worker import Worker
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ...local.ranks.backend import RankBackend
 
 #: status lines of a stop, cleared when the ranks run again
-STOP_SAYINGS = ("Stopped the", "No ranks running")
+STOP_SAYINGS = ("Stopped the", "No ranks running", "The ranks of")
 #: at most one update of the rank states per this many seconds
 RANK_UPDATE_SECONDS = 0.2
 BUTTONS = (
@@ -37,8 +37,26 @@ BUTTONS = (
     ("run-command", "run command", "terminal", "Run the spec's command on local ranks"),
     ("export", "export YAML", "download", "Write the Azure ML job YAML to the path"),
     ("submit", "submit to Azure ML", "cloud-upload", "Submit the job to the compute target"),
-    ("stop", "stop ranks", "stop", "Stop the ranks (and a running command)"),
+    ("stop", STOP_LABEL, "stop", STOP_TIP),
 )
+
+
+def panel_title(name: str, component: Component) -> str:
+    """ "run settings of quickstart", and the display name when it says something else
+    ("MPI quickstart"), each once."""
+    title = component.display_name or component.name
+    shown = f"<b>run settings</b> of <code>{escape(name)}</code>"
+    if _words(title) not in (_words(name), _words(component.name)):
+        shown += f" &middot; {escape(title)}"
+    return shown
+
+
+def _words(text: str) -> str:
+    return " ".join(text.replace("_", " ").replace("-", " ").lower().split())
+
+
+def _row(children: list[w.Widget]) -> w.HBox:
+    return w.HBox(children, layout=w.Layout(flex_flow="row wrap", align_items="center"))
 
 
 def _section(title: str, rows: list[w.Widget]) -> list[w.Widget]:
@@ -64,7 +82,8 @@ class RunSettingsPanel(PanelActions, w.VBox):
         self.output_fields = {
             n: OutputField(o, component.name, settings) for n, o in component.outputs.items()
         }
-        self.preview = w.HTML()
+        # as wide as the panel, no wider: its wide table scrolls inside
+        self.preview = w.HTML(layout=w.Layout(width="100%", margin="2px 0"))
         self.preview.add_class("distcomp-preview")
         self.ranks_line = w.HTML("<small>ranks: not started</small>")
         self.ranks_line.add_class("distcomp-ranks")
@@ -79,20 +98,22 @@ class RunSettingsPanel(PanelActions, w.VBox):
         self.worker.buttons = [b for k, b in self.buttons.items() if k != "stop"]
         self.worker.on_busy = lambda busy: self._update_stop()
         self.export_path = w.Text(
-            value=f"{name}_job.yml", description="YAML path", layout=w.Layout(width="300px")
+            value=f"{name}_job.yml",
+            description="YAML path",
+            layout=w.Layout(width="300px", max_width="100%"),
         )
         self.export_path.add_class("distcomp-export-path")
         self.compute = w.Text(
             placeholder=self.session.resolve_compute() or "compute cluster name",
             description="compute",
-            layout=w.Layout(width="260px"),
+            layout=w.Layout(width="260px", max_width="100%"),
         )
         self.compute.add_class("distcomp-compute")
         self.interactive = w.Text(
             placeholder="jupyterlab,vscode,ssh",
             description="interactive",
             tooltip="Azure ML's interactive services on every node of the job (ssh: ~/.ssh key)",
-            layout=w.Layout(width="260px"),
+            layout=w.Layout(width="260px", max_width="100%"),
         )
         self.interactive.add_class("distcomp-interactive")
         self._compute_link = link(
@@ -102,13 +123,13 @@ class RunSettingsPanel(PanelActions, w.VBox):
         )
         self._wire_buttons()
 
-        title = escape(component.display_name or component.name)
-        header = w.HTML(f"<b>{title}</b> <code>{escape(name)}</code>: run settings")
+        header = w.HTML(panel_title(name, component))
         header.add_class("distcomp-header")
-        actions = w.HBox([self.buttons[k] for k in ("start", "run-command", "stop")])
-        azure = w.HBox([self.export_path, self.buttons["export"]])
-        submit = w.HBox([self.compute, self.interactive, self.buttons["submit"]])
-        progress = w.HBox([self.worker.progress, self.worker.progress_text, self.ranks_line])
+        # rows wrap at any width: a narrow notebook stacks the controls, none is cut
+        actions = _row([self.buttons[k] for k in ("start", "run-command", "stop")])
+        azure = _row([self.export_path, self.buttons["export"]])
+        submit = _row([self.compute, self.interactive, self.buttons["submit"]])
+        progress = _row([self.worker.progress, self.worker.progress_text, self.ranks_line])
         super().__init__(
             [
                 header,
@@ -207,7 +228,8 @@ class RunSettingsPanel(PanelActions, w.VBox):
         live = has_ranks or self.worker.busy
         stop = self.buttons["stop"]
         stop.disabled = not live
-        stop.button_style = "warning" if live else ""
+        if not self._confirming:
+            stop.button_style = "warning" if live else ""
 
     def _show_ranks(self, event: dict) -> None:
         self.preview.value = preview_html(self.component, self._rank_values())
@@ -217,6 +239,9 @@ class RunSettingsPanel(PanelActions, w.VBox):
             self.ranks_line.value = "<small>ranks: stopped</small>"
             if not self.worker.busy:
                 self.worker.show_progress(0, len(ranks))
+                if not self.worker.text.startswith(STOP_SAYINGS):
+                    # stopped elsewhere (a magic, the ranks panel): "ready" is no longer true
+                    self.worker.say(f"The ranks of {self.name} stopped.")
             return
         if not self.worker.busy and self.worker.text.startswith(STOP_SAYINGS):
             self.worker.say("")  # the ranks run again: "Stopped the ranks" is no longer true
@@ -225,7 +250,9 @@ class RunSettingsPanel(PanelActions, w.VBox):
             counts[rank["state"]] = counts.get(rank["state"], 0) + 1
         states = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
         layout = f"{event.get('instance_count')}x{event.get('process_count_per_node')}"
-        self.ranks_line.value = f"<small>ranks ({layout}): {escape(states)}</small>"
+        pending = event.get("pending")
+        note = f"<div class='distcomp-pending'>{escape(pending)}</div>" if pending else ""
+        self.ranks_line.value = f"<small>ranks ({layout}): {escape(states)}</small>{note}"
         if not self.worker.busy:
             ready = counts.get(RankState.IDLE, 0) + counts.get(RankState.BUSY, 0)
             what = "ranks ready" if ready == len(ranks) else "ranks starting"

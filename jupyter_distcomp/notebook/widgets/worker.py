@@ -95,6 +95,7 @@ class Worker:
             self.say(f"busy: {self.action} is still running. Wait, or press stop.", "error")
             return False
         self.action = action
+        self.log.outputs = ()  # the log of an earlier action is not this one's
         self._done.clear()
         self._set_buttons(disabled=True)
         if self.on_busy is not None:

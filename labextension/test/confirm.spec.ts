@@ -1,0 +1,41 @@
+import { confirmation } from '../src/confirm';
+import type { IWorld, RankState } from '../src/messages';
+
+function world(states: RankState[], background = false): IWorld {
+  return {
+    name: 'demo',
+    instance_count: 1,
+    process_count_per_node: states.length,
+    stopped: false,
+    pending: null,
+    background,
+    ranks: states.map((state, rank) => ({
+      rank,
+      node: 0,
+      local_rank: rank,
+      state,
+      pid: 100 + rank
+    }))
+  };
+}
+
+describe('a destructive rank action asks first', () => {
+  it('a restart always asks: the variables of the ranks are lost', () => {
+    const asked = confirmation('restart', world(['idle', 'idle']));
+    expect(asked?.title).toBe('Restart the ranks of demo?');
+    expect(asked?.body).toContain('the variables the ranks hold are lost');
+    expect(asked?.label).toBe('Restart');
+  });
+
+  it('a stop of idle ranks goes ahead; of busy or debugging ones it asks', () => {
+    expect(confirmation('stop', world(['idle', 'idle']))).toBeNull();
+    const asked = confirmation('stop', world(['busy', 'debugging', 'idle']));
+    expect(asked?.body).toContain('2 of them are running code, which ends.');
+    expect(confirmation('stop', world(['idle'], true))?.label).toBe('Stop');
+  });
+
+  it('interrupt and refresh never ask', () => {
+    expect(confirmation('interrupt', world(['busy']))).toBeNull();
+    expect(confirmation('refresh', world(['busy']))).toBeNull();
+  });
+});
