@@ -20,9 +20,19 @@ from dataclasses import dataclass
 
 from ..core.ranges import format_ranks
 from ..machine.remote import on_hosts
+from ..rank_side.ledger import CELL_FILE, HOOKS_FILE
 
-#: the file a rank's IPython runs a cell as
-CELL_FILE = re.compile(r"(/tmp/ipykernel_\d+/\d+\.py|<ipython-input-[^>]+>)")
+__all__ = [
+    "CELL_FILE",
+    "RemoteRank",
+    "collect_stacks",
+    "file_size",
+    "main_thread_stack",
+    "remote_stacks",
+    "render_stack",
+    "stack_script",
+    "stack_sections",
+]
 _STACK_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>.*)$')
 _THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)", re.M)
 
@@ -43,6 +53,8 @@ def render_stack(stack: str, code: str, cell: str = "Cell") -> list[str]:
                 frames.append([raw.strip()])
             continue
         path, number = match["file"], int(match["line"])
+        if path.endswith(HOOKS_FILE):  # the ledger's wrapper around the user's call
+            continue
         if CELL_FILE.search(path):
             outer_cell = len(frames)
             where = f"  {cell}, line {number}, in {match['func']}"

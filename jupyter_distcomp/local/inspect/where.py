@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from ...contracts import RankState
 from ...core.ranges import format_ranks
 from ...errors import strip_ansi
+from ..ranks.ledgers import verdict_sections
 from ..stacks import collect_stacks, stack_sections
 
 if TYPE_CHECKING:
@@ -62,6 +63,8 @@ def where(world: World, ranks: list[int] | None = None) -> WhereReport:
             rest.setdefault(states[rank], []).append(rank)
     for state_name, group in rest.items():
         sections.append((f"{format_ranks(group)}: {state_name}", []))
+    busy = [r for r in ranks if states[r] in _LABELS]
+    sections = verdict_sections(world, busy) + sections  # what the collectives say, first
     title = f"{world.name}: where {format_ranks(ranks)} are"
     if world.background:
         title += " (a background cell runs)"

@@ -22,6 +22,8 @@ from ...errors import RankError
 from ...machine.hosts import Placement
 from .background import BackgroundCell
 from .connection import Connection
+from .ledgers import busy_message
+from .replay import Replayed, ReplayLog
 from .world import World
 
 if TYPE_CHECKING:
@@ -65,6 +67,7 @@ class RankBackend:
         # name -> (component, its layout, our observer): one observer per name at a time
         self._watched: dict[str, tuple[Component, ResourceLayout, Callable[[Any], None]]] = {}
         self.background: dict[str, BackgroundCell] = {}  # name -> its latest background cell
+        self.replays = ReplayLog()  # the cells `restart --replay` runs again
         #: ``progress(name, world size)``: shows a start the caller waits for
         self.progress: Callable[[str, int], Progress] = lambda name, total: _Quiet()
 
@@ -262,13 +265,18 @@ class RankBackend:
         background: bool = False,
         debug_ranks: str | None = None,
         shell: Any = None,
+        check_collectives: bool = False,
+        hang_notice: float | None = None,
     ) -> Any:
         """Run ``code`` on the ranks of ``name`` (all, or ``ranks`` such as ``"0,2-3"``);
         ``first_line`` is the line of the cell where ``code`` starts (tracebacks count so);
         ``background``: return a started :class:`BackgroundCell` at once;
         ``breakpoint()`` stops only ``debug_ranks`` (default: every rank); ``shell``: the
-        IPython shell whose cell this is (its rich output and cell numbers)."""
-        from .run import CellRun
+        IPython shell whose cell this is (its rich output and cell numbers);
+        ``check_collectives``: the ranks compare each collective before it runs;
+        ``hang_notice``: seconds in collectives without progress before a foreground cell
+        without a time-out says so."""
+        from .run import CellRun, cell_name
 
         # a bad rank list is refused before any rank starts
         parse_ranks(ranks, component.runsettings.resource_layout.world_size)
@@ -282,16 +290,7 @@ class RankBackend:
         busy = [r for r in targets if world.ranks[r].state == RankState.BUSY]
         if busy:
             earlier = self.background.get(name)
-            if earlier is not None and earlier.running:
-                raise RankError(
-                    f"{format_ranks(busy)} of {name!r} are busy with a background cell. Fix: "
-                    f"`%distcomp wait {name}` waits for it, `%distcomp interrupt {name}` stops it."
-                )
-            raise RankError(
-                f"{format_ranks(busy)} of {name!r} are still busy with an earlier cell (it "
-                f"timed out or was interrupted). Fix: `%distcomp interrupt {name}` (SIGINT), "
-                f"or `%distcomp restart {name}`."
-            )
+            raise RankError(busy_message(world, busy, earlier is not None and earlier.running))
         try:
             stopping = None if debug_ranks is None else parse_ranks(debug_ranks, world.world_size)
         except RankError as exc:
@@ -306,10 +305,38 @@ class RankBackend:
             first_line=first_line,
             fail_fast=fail_fast,
             debug_ranks=stopping,
+            check_collectives=check_collectives,
+            hang_notice=None if background else hang_notice,
         )
         if not background:
-            return cell.run()
+            result = cell.run()
+            options = {
+                "ranks": targets,
+                "timeout": timeout,
+                "group_output": group_output,
+                "first_line": first_line,
+                "fail_fast": fail_fast,
+                "check_collectives": check_collectives,
+            }
+            self.replays.record(world, Replayed(cell_name(shell, code), code, options))
+            return result
         return self._in_background(world, targets, cell)
+
+    def replay(
+        self, name: str, component: Component | None, announce: Callable[[str], None]
+    ) -> World:
+        """Restart ``name`` and run again, in order, the cells that succeeded on its world
+        since it started; ``announce(text)`` names each before it runs. The first that fails
+        raises its error (the rest do not run)."""
+        cells = self.replays.cells(self.worlds.get(name))
+        world = self.restart(name, component)
+        component = self._components[name]
+        if not cells:
+            announce(f"{name}: no `%%distcomp run` cell succeeded since the last start.")
+        for number, cell in enumerate(cells, 1):
+            announce(f"replaying {number} of {len(cells)}: {cell.headline()}")
+            self.run_cell(name, component, cell.code, **cell.options)
+        return world
 
     def _in_background(self, world: World, targets: list[int], run: CellRun) -> Any:
         def ended() -> None:
@@ -416,6 +443,21 @@ class RankBackend:
             raise RankError(f"No ranks to restart for {name!r}: run a `%%distcomp run` cell first.")
         self.stop(name)
         return self.start(name, component, wait=True)
+
+    def interrupt_and_wait(self, name: str, grace: float = 2.0) -> tuple[list[int], list[int]]:
+        """SIGINT to the busy ranks of ``name``, then up to ``grace`` s for them to stop: the
+        ranks signalled, and those still busy."""
+        import time
+
+        sent = self.interrupt(name)
+        world = self.worlds.get(name)
+        deadline = time.monotonic() + grace
+        still = list(sent)
+        while world is not None and still and time.monotonic() < deadline:
+            time.sleep(0.05)
+            states = world.states()
+            still = [r for r in sent if states[r] in (RankState.BUSY, RankState.DEBUGGING)]
+        return sent, still
 
     def interrupt(self, name: str) -> list[int]:
         """SIGINT to every busy rank of ``name`` (at a breakpoint too); the ranks signalled."""
