@@ -251,3 +251,45 @@ def test_a_replay_that_fails_stops_there_with_its_error(ip):
     assert "if os.path.exists(flag):" in replayed[-1], "the replay stops at the failing cell"
     assert not any("third = 3" in line for line in replayed)
     assert "OSError: gone" in replay.traceback_text()
+
+
+COMMAND_TRAIN = """\
+from mpi4py import MPI
+import numpy as np
+comm = MPI.COMM_WORLD
+if comm.rank != 1:
+    comm.Allreduce(np.ones(2), np.zeros(2))
+comm.Barrier()
+"""
+
+COMMAND_SPEC = """\
+name: stuck
+type: DistributedComponent
+code: {code}
+launcher:
+  type: mpi
+  additional_arguments: python train.py
+"""
+
+
+def test_command_processes_keep_a_ledger_too(ip, tmp_path):
+    import time
+
+    (tmp_path / "train.py").write_text(COMMAND_TRAIN)
+    assert run_cell(ip, f"%%distcomp stuck\n{COMMAND_SPEC.format(code=tmp_path)}").ok
+    ip.user_ns["stuck"].runsettings.resource_layout.configure(
+        instance_count=1, process_count_per_node=3
+    )
+    assert run_cell(ip, "%distcomp command stuck --background --timeout 120").ok
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            text = run_cell(ip, "%distcomp collectives stuck").stdout
+            if "<-- diverges" in text:
+                break
+            time.sleep(0.5)
+        assert "Allreduce #1 ([2] float64, sum, COMM_WORLD): ranks 0, 2 wait since" in text, text
+        assert "rank 1 has not called it: it is in Barrier #1 at train.py:6 in <module>" in text
+    finally:
+        run_cell(ip, "%distcomp interrupt stuck")
+        run_cell(ip, "%distcomp wait stuck --timeout 60")

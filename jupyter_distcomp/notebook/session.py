@@ -416,7 +416,7 @@ class Session:
         self.component(name)
         if running_command(name) is not None:
             sent = self.interrupt(name)
-            return f"Sent SIGINT to the `%distcomp command` processes of {format_ranks(sent)}."
+            return f"Sent SIGINT to {format_ranks(sent)} of {name} (its `%distcomp command` run)."
         sent, still = self.backend.interrupt_and_wait(name)
         if not sent:
             return "No busy rank."

@@ -50,7 +50,15 @@ class Entry:
     file: str = ""
     line: int = 0
     function: str = ""
-    members: tuple[int, ...] = field(default_factory=tuple)  # empty: every rank
+
+    @property
+    def members(self) -> tuple[int, ...]:
+        """The group's ranks, from its label ``... (ranks 0, 2)``; empty: every rank."""
+        group = self.group
+        if not (group.endswith(")") and "(ranks " in group):
+            return ()
+        inside = group[group.rindex("(ranks ") + 7 : -1]
+        return tuple(int(r) for r in inside.split(",") if r.strip().isdigit())
 
     @property
     def running(self) -> bool:
@@ -86,12 +94,19 @@ class Ring:
             os.close(fd)
         self.capacity = capacity
         self.written = 0
+        self._texts: dict[tuple, bytes] = {}  # a loop's calls repeat: encoded once
         _HEADER.pack_into(self.map, 0, MAGIC, SLOT_SIZE, capacity, 0)
 
     def begin(self, seq: int, text: str, file: str, line: int, function: str) -> int:
         """Record a call that starts now; its slot's offset, for :meth:`end`."""
-        raw = f"{text}{SEP}{file}{SEP}{line}{SEP}{function}".encode(errors="replace")
-        raw = raw[: SLOT_SIZE - _SLOT.size]
+        key = (text, file, line, function)
+        raw = self._texts.get(key)
+        if raw is None:
+            raw = f"{text}{SEP}{file}{SEP}{line}{SEP}{function}".encode(errors="replace")
+            raw = raw[: SLOT_SIZE - _SLOT.size]
+            if len(self._texts) > 4096:
+                self._texts.clear()
+            self._texts[key] = raw
         offset = _HEADER.size + SLOT_SIZE * (self.written % self.capacity)
         _SLOT.pack_into(self.map, offset, seq, time.time(), 0.0, len(raw))
         self.map[offset + _SLOT.size : offset + _SLOT.size + len(raw)] = raw
@@ -134,10 +149,6 @@ def _entry(seq: int, started: float, finished: float, text: str) -> Entry | None
     if len(parts) != 9:
         return None  # a slot being written while it was read
     kind, group, op, data, reduce, root, file, line, function = parts
-    members: tuple[int, ...] = ()
-    if group.endswith(")") and "(ranks " in group:
-        inside = group[group.rindex("(ranks ") + 7 : -1]
-        members = tuple(int(r) for r in inside.split(",") if r.strip().isdigit())
     return Entry(
         seq,
         started,
@@ -151,7 +162,6 @@ def _entry(seq: int, started: float, finished: float, text: str) -> Entry | None
         file,
         int(line) if line.isdigit() else 0,
         function,
-        members,
     )
 
 
@@ -217,15 +227,22 @@ class Verdict:
         return verdict_text(self)
 
 
+def _says(ranks: list[int], verb: str) -> str:
+    """``rank 2 waits`` / ``ranks 0-1 wait`` (``verb`` in the plural)."""
+    if len(set(ranks)) != 1:
+        return f"{ranks_text(ranks)} {verb}"
+    return f"{ranks_text(ranks)} " + {"have": "has"}.get(verb, verb + "s")
+
+
 def _wait_words(ranks: list[int], entries: dict[int, Entry], now: float | None) -> str:
     running = [r for r in ranks if entries[r].running]
     if now is None:
-        return f"{ranks_text(ranks)} call it"
+        return f"{_says(ranks, 'call')} it"
     if not running:
         return f"{ranks_text(ranks)} went on (their result may be wrong)"
     since = now - min(entries[r].started for r in running)
     done = [r for r in ranks if r not in running]
-    words = f"{ranks_text(running)} wait since {since:.0f} s"
+    words = f"{_says(running, 'wait')} since {since:.0f} s"
     if done:
         words += f", {ranks_text(done)} went on (their result may be wrong)"
     return words
@@ -258,18 +275,19 @@ def verdict_text(verdict: Verdict, entries: dict[int, Entry] | None = None) -> s
                 text += f"; {ranks_text(went)} went on (their result may be wrong)"
             if waiting:
                 since = verdict.now - min(state[r].started for r in waiting)
-                text += f"; {ranks_text(waiting)} wait since {since:.0f} s"
+                text += f"; {_says(waiting, 'wait')} since {since:.0f} s"
         return text
     text = f"{call_text(call)}: "
     if state and all(r in state for r in verdict.callers):
         text += _wait_words(verdict.callers, state, verdict.now)
     else:
-        text += f"{ranks_text(verdict.callers)} " + ("call it" if verdict.now is None else "wait")
+        text += _says(verdict.callers, "call") + " it" if verdict.now is None else ""
+        text += _says(verdict.callers, "wait") if verdict.now is not None else ""
     for ranks, e in same_op:
-        text += f"; {ranks_text(ranks)} call it with {_shape_text(e)}"
+        text += f"; {_says(ranks, 'call')} it with {_shape_text(e)}"
     for ranks, e in other_op:
         text += (
-            f"; {ranks_text(ranks)} {'has' if len(ranks) == 1 else 'have'} not called it: "
+            f"; {_says(ranks, 'have')} not called it: "
             f"{'it is' if len(ranks) == 1 else 'they are'} in {call_text(e, group=False)} "
             f"at {e.site()}"
         )
@@ -277,7 +295,7 @@ def verdict_text(verdict: Verdict, entries: dict[int, Entry] | None = None) -> s
     for rank, doing in sorted(verdict.missing.items()):
         by_doing.setdefault(doing, []).append(rank)
     for doing, ranks in by_doing.items():
-        text += f"; {ranks_text(ranks)} {'has' if len(ranks) == 1 else 'have'} not called it"
+        text += f"; {_says(ranks, 'have')} not called it"
         text += f": {doing}" if doing else ""
     return text
 

@@ -128,11 +128,20 @@ _TORCH_COLLECTIVES = {
 _TORCH_P2P = {"send": "tensor", "recv": "tensor", "isend": "tensor", "irecv": "tensor"}
 
 
+_SHAPES: dict[tuple, str] = {}
+
+
 def _tensor_text(value) -> str:
     shape = getattr(value, "shape", None)
     if shape is not None:
-        dtype = str(getattr(value, "dtype", "")).replace("torch.", "")
-        return f"[{', '.join(map(str, shape))}] {dtype}"
+        key = (shape, getattr(value, "dtype", ""))
+        text = _SHAPES.get(key)
+        if text is None:
+            if len(_SHAPES) > 4096:
+                _SHAPES.clear()
+            dtype = str(key[1]).replace("torch.", "")
+            text = _SHAPES[key] = f"[{', '.join(map(str, shape))}] {dtype}"
+        return text
     if isinstance(value, (list, tuple)):
         if value and getattr(value[0], "shape", None) is not None:
             return f"{len(value)} x {_tensor_text(value[0])}"

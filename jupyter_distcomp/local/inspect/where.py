@@ -63,8 +63,8 @@ def where(world: World, ranks: list[int] | None = None) -> WhereReport:
             rest.setdefault(states[rank], []).append(rank)
     for state_name, group in rest.items():
         sections.append((f"{format_ranks(group)}: {state_name}", []))
-    busy = [r for r in ranks if states[r] in _LABELS]
-    sections = verdict_sections(world, busy) + sections  # what the collectives say, first
+    if len(ranks) == world.world_size:  # what the collectives say, first (whole world only)
+        sections = verdict_sections(world, working) + sections
     title = f"{world.name}: where {format_ranks(ranks)} are"
     if world.background:
         title += " (a background cell runs)"
