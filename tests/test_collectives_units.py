@@ -87,3 +87,37 @@ def test_groups_are_aligned_separately():
     (verdict,) = ledger.verdicts(ledgers, 3)
     assert verdict.group == pair
     assert "rank 0 root 0, rank 2 root 2" in verdict.text()
+
+
+def test_a_flight_recorder_dump_joins_the_ledger(tmp_path):
+    """The shape torch's NCCL Flight Recorder dumps (``_dump_nccl_trace``), as the kernel
+    reads it beside a rank's ledger."""
+    import pickle
+
+    entry = {
+        "collective_seq_id": 5,
+        "profiling_name": "nccl:all_reduce",
+        "process_group": ("0", "default_pg"),
+        "input_sizes": [[4]],
+        "input_dtypes": ["Float"],
+        "state": "started",
+        "time_created_ns": 1_000_000_000,
+        "time_discovered_started_ns": 2_000_000_000,
+        "time_discovered_completed_ns": None,
+        "is_p2p": False,
+        "frames": [
+            {"name": "all_reduce", "filename": "/x/torch/distributed/c10d.py", "line": 9},
+            {"name": "step", "filename": "/work/train.py", "line": 12},
+        ],
+    }
+    path = tmp_path / "rank-0.ledger"
+    Ring(str(path))
+    (tmp_path / "rank-0.ledger.nccl").write_bytes(pickle.dumps({"entries": [entry]}))
+    (read,) = ledger.read_ledger(str(path))
+    assert (read.seq, read.op, read.data, read.group) == (
+        5,
+        "all_reduce",
+        "[4] Float",
+        "nccl group 0",
+    )
+    assert read.running and read.started == 2.0 and read.site() == "train.py:12 in step"

@@ -144,6 +144,64 @@ def read_ring(path: str) -> list[Entry]:
     return entries
 
 
+def flight_recorder_entries(raw: bytes) -> list[Entry]:
+    """torch's NCCL Flight Recorder dump (pickled, as ``_dump_nccl_trace`` gives it) as
+    ledger entries: one per collective, its group named ``nccl group NAME``, finished once
+    the GPU completed it."""
+    import pickle
+
+    dump = pickle.loads(raw)
+    entries = []
+    for item in dump.get("entries", []):
+        if item.get("is_p2p"):
+            continue
+        data = " ".join(
+            f"[{', '.join(map(str, size))}] {dtype}"
+            for size, dtype in zip(
+                item.get("input_sizes") or [], item.get("input_dtypes") or [], strict=False
+            )
+        )
+        started = item.get("time_discovered_started_ns") or item.get("time_created_ns") or 0
+        completed = item.get("state") == "completed"
+        finished = (item.get("time_discovered_completed_ns") or started) if completed else 0
+        group = item.get("process_group") or ("", "")
+        frames = [
+            f for f in item.get("frames") or [] if "/torch/" not in str(f.get("filename", ""))
+        ]
+        top = frames[0] if frames else {}
+        entries.append(
+            Entry(
+                int(item.get("collective_seq_id", 0)),
+                started / 1e9,
+                finished / 1e9,
+                COLLECTIVE,
+                f"nccl group {group[0]}",
+                str(item.get("profiling_name", "")).replace("nccl:", ""),
+                data,
+                "",
+                "",
+                str(top.get("filename", "")),
+                int(top.get("line", 0) or 0),
+                str(top.get("name", "")),
+            )
+        )
+    return entries
+
+
+def read_ledger(path: str) -> list[Entry]:
+    """A rank's ledger file, with its NCCL Flight Recorder dump (``PATH.nccl``) if any."""
+    entries = read_ring(path)
+    try:
+        with open(path + ".nccl", "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return entries
+    try:
+        return entries + flight_recorder_entries(raw)
+    except Exception:  # a dump torch changed the shape of: the ledger alone
+        return entries
+
+
 def _entry(seq: int, started: float, finished: float, text: str) -> Entry | None:
     parts = text.split(SEP)
     if len(parts) != 9:

@@ -52,6 +52,7 @@ class CollectiveMismatch(RuntimeError):
 
 class _State:
     ring: Any = None
+    path = ""
     check = False
     rank = 0
     seqs: dict = {}
@@ -284,47 +285,40 @@ def _wrap_torch(dist) -> None:
 
 
 def _flight_recorder(dist) -> None:
-    """NCCL: ask torch for its Flight Recorder, whose dump the kernel merges (see
-    ``nccl_entries``); it records only when CUDA and NCCL are in use."""
+    """With CUDA: turn on torch's NCCL Flight Recorder, and keep its dump beside the ledger
+    (``<ledger>.nccl``, rewritten every FLIGHT_EVERY seconds by a daemon thread) where the
+    kernel merges it (``ledger.flight_recorder_entries``): the GPU's own view of each NCCL
+    collective (scheduled, started, completed), which the Python call's return does not
+    give."""
     torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available():
-        os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
+    if torch is None or not torch.cuda.is_available() or STATE.ring is None:
+        return
+    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
+    path = STATE.path + ".nccl"
+
+    def dump_now() -> None:
+        c10d = torch._C._distributed_c10d
+        if not (dist.is_initialized() and hasattr(c10d, "_dump_nccl_trace")):
+            return
+        raw = c10d._dump_nccl_trace(True, True, False)
+        with open(path + ".tmp", "wb") as handle:
+            handle.write(raw)
+        os.replace(path + ".tmp", path)
+
+    def loop() -> None:
+        import time
+
+        while True:
+            time.sleep(FLIGHT_EVERY)
+            try:
+                dump_now()
+            except Exception:
+                pass
+
+    threading.Thread(target=loop, name="distcomp-flight-recorder", daemon=True).start()
 
 
-def nccl_entries(raw: bytes, group_label: str = "default group") -> list:
-    """torch's Flight Recorder dump (``_dump_nccl_trace``, pickled) as ledger entries."""
-    import pickle
-
-    dump = pickle.loads(raw)
-    entries = []
-    for item in dump.get("entries", []):
-        sizes = item.get("input_sizes") or []
-        dtypes = item.get("input_dtypes") or []
-        data = " ".join(
-            f"[{', '.join(map(str, s))}] {d}" for s, d in zip(sizes, dtypes, strict=False)
-        )
-        started = (item.get("time_discovered_started_ns") or item.get("time_created_ns") or 0) / 1e9
-        finished = (item.get("time_discovered_completed_ns") or 0) / 1e9
-        op = str(item.get("profiling_name", "")).replace("nccl:", "")
-        frames = item.get("frames") or []
-        top = frames[0] if frames else {}
-        entries.append(
-            ledger.Entry(
-                int(item.get("collective_seq_id", 0)),
-                started,
-                finished,
-                ledger.COLLECTIVE,
-                group_label,
-                op,
-                data,
-                "",
-                "",
-                str(top.get("filename", "")),
-                int(top.get("line", 0) or 0),
-                str(top.get("name", "")),
-            )
-        )
-    return entries
+FLIGHT_EVERY = 2.0
 
 
 # -- mpi4py --------------------------------------------------------------------------------
@@ -572,6 +566,7 @@ def install(path: str, rank: int = 0, check: bool = False) -> None:
     """Record this process's calls in the ledger file ``path`` (idempotent)."""
     if STATE.ring is None:
         STATE.ring = ledger.Ring(path)
+        STATE.path = path
     STATE.rank = rank
     STATE.check = check
     for name, wrap in _TARGETS.items():

@@ -28,7 +28,7 @@ def read(world: World, ranks: list[int] | None = None) -> dict[int, list[ledger.
     """Each rank's recorded calls, oldest first (ranks on this machine)."""
     chosen = range(world.world_size) if ranks is None else ranks
     return {
-        r: ledger.read_ring(world.ledger_path(r))
+        r: ledger.read_ledger(world.ledger_path(r))
         for r in chosen
         if world.ranks[r].host is None or is_local_host(world.ranks[r].host)
     }
