@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ..core.ranges import format_ranks
 from ..machine.remote import on_hosts
-from ..rank_side.ledger import CELL_FILE, HOOKS_FILE
+from ..rank_side.ledger import CELL_FILE, in_hooks
 
 __all__ = [
     "CELL_FILE",
@@ -53,7 +53,7 @@ def render_stack(stack: str, code: str, cell: str = "Cell") -> list[str]:
                 frames.append([raw.strip()])
             continue
         path, number = match["file"], int(match["line"])
-        if path.endswith(HOOKS_FILE):  # the ledger's wrapper around the user's call
+        if in_hooks(path):  # the ledger's wrapper around the user's call
             continue
         if CELL_FILE.search(path):
             outer_cell = len(frames)

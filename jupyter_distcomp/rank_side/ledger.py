@@ -28,7 +28,17 @@ SLOT_SIZE = 320
 CAPACITY = 1024
 SEP = "\x1f"
 #: the wrappers that record each call (their frames are not the user's)
-HOOKS_FILE = os.path.join("rank_side", "ledger_hooks.py")
+HOOK_FILES = tuple(
+    os.path.join("rank_side", name)
+    for name in ("ledger_hooks.py", "ledger_torch.py", "ledger_mpi.py")
+)
+
+
+def in_hooks(text: str) -> bool:
+    """A stack or traceback line names one of the ledger's wrapper files."""
+    return any(name in text for name in HOOK_FILES)
+
+
 #: the file a rank's IPython runs a cell as
 CELL_FILE = re.compile(r"(/tmp/ipykernel_\d+/\d+\.py|<ipython-input-[^>]+>)")
 COLLECTIVE, P2P = "c", "p"

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from ...core.ranges import format_ranks
 from ...errors import strip_ansi
-from ...rank_side.ledger import HOOKS_FILE
+from ...rank_side.ledger import in_hooks
 from ..stacks import CELL_FILE
 
 _ENGINE_LOG = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[.,]\d+ \[(IPEngine|KernelNanny)")
@@ -88,7 +88,7 @@ def _without_hook_frames(lines: list[str]) -> list[str]:
     for line in lines:
         plain = strip_ansi(line)
         if plain.startswith(("File ", "Cell In[")) or not plain.strip():
-            skipping = HOOKS_FILE in plain
+            skipping = in_hooks(plain)
         if not skipping:
             kept.append(line)
     return kept
