@@ -21,11 +21,9 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-import threading
 from typing import Any
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-MODULE = "distcomp_ledger_hooks"
 
 
 def _load(name: str, file: str):
@@ -55,7 +53,6 @@ class _State:
     check = False
     rank = 0
     seqs: dict = {}
-    lock = threading.Lock()
 
 
 STATE = _State()

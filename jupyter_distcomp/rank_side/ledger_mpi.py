@@ -56,7 +56,6 @@ _MPI_P2P = {
     "Irecv": (0, 1, "from"),
     "irecv": (0, 1, "from"),
 }
-_MPI_KEYWORDS = {"op": "op", "root": "root", "dest": "to", "source": "from"}
 _CREATORS = ("Dup", "Split", "Create", "Create_group", "Split_type")
 
 
