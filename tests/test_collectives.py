@@ -67,6 +67,22 @@ def test_collectives_lists_each_groups_calls_aligned_across_ranks(ip):
     assert text.count("all_reduce") == 2, "--last 3 shows the last three of the group"
 
 
+def test_ddp_gradient_buckets_show_where_a_comm_hook_exposes_them(ip):
+    ready(ip)
+    code = (
+        "%%distcomp run t\n"
+        "from torch.distributed.algorithms.ddp_comm_hooks import default_hooks\n"
+        "torch.manual_seed(0)\n"
+        "model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))\n"
+        "model.register_comm_hook(None, default_hooks.allreduce_hook)\n"
+        "model(torch.ones(2, 4)).sum().backward()"
+    )
+    cell = run_cell(ip, code)
+    assert cell.ok, cell.traceback_text()
+    text = run_cell(ip, "%distcomp collectives t --last 2").stdout
+    assert "all_reduce ([5] float32, sum) at cell line 6: ranks 0-3 done" in text, text
+
+
 def test_a_skipped_collective_is_named_in_the_time_out_with_who_is_missing(ip):
     ready(ip)
     code = (
