@@ -356,8 +356,10 @@ class DistCompMagics(Magics):
         print(f"Stopped the ranks of {', '.join(stopped)}." if stopped else "No ranks running.")
 
     def _handle_restart(self, args: argparse.Namespace, cell: str | None) -> None:
-        replay = _announce if args.replay else None
-        world = self.session.restart(args.name, hosts=args.hosts, replay=replay)
+        if args.replay:  # says the restart, then each cell as it replays
+            self.session.restart(args.name, hosts=args.hosts, replay=_announce)
+            return
+        world = self.session.restart(args.name, hosts=args.hosts)
         print(f"Restarted {args.name}: {world.describe_layout()}.")
 
     def _handle_interrupt(self, args: argparse.Namespace, cell: str | None) -> None:

@@ -308,19 +308,20 @@ class RankBackend:
             check_collectives=check_collectives,
             hang_notice=None if background else hang_notice,
         )
+        options = {
+            "ranks": targets,
+            "timeout": timeout,
+            "group_output": group_output,
+            "first_line": first_line,
+            "fail_fast": fail_fast,
+            "check_collectives": check_collectives,
+        }
+        replayed = Replayed(cell_name(shell, code), code, options)
         if not background:
             result = cell.run()
-            options = {
-                "ranks": targets,
-                "timeout": timeout,
-                "group_output": group_output,
-                "first_line": first_line,
-                "fail_fast": fail_fast,
-                "check_collectives": check_collectives,
-            }
-            self.replays.record(world, Replayed(cell_name(shell, code), code, options))
+            self.replays.record(world, replayed)  # it succeeded: `restart --replay` runs it
             return result
-        return self._in_background(world, targets, cell)
+        return self._in_background(world, targets, cell, replayed)
 
     def replay(
         self, name: str, component: Component | None, announce: Callable[[str], None]
@@ -331,6 +332,7 @@ class RankBackend:
         cells = self.replays.cells(self.worlds.get(name))
         world = self.restart(name, component)
         component = self._components[name]
+        announce(f"Restarted {name}: {world.describe_layout()}.")
         if not cells:
             announce(f"{name}: no `%%distcomp run` cell succeeded since the last start.")
         for number, cell in enumerate(cells, 1):
@@ -338,10 +340,13 @@ class RankBackend:
             self.run_cell(name, component, cell.code, **cell.options)
         return world
 
-    def _in_background(self, world: World, targets: list[int], run: CellRun) -> Any:
+    def _in_background(
+        self, world: World, targets: list[int], run: CellRun, replayed: Replayed
+    ) -> Any:
         def ended() -> None:
             try:
                 run.run()
+                self.replays.record(world, replayed)  # replayed in the foreground
             finally:
                 world.background = False
                 self._notify(world)
