@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ...contracts import RankState
+from ...core.ranges import format_ranks
 from ...rank_side import ledger
 from ..ranks import ledgers as world_ledgers
 from .where import WhereReport
@@ -29,7 +30,13 @@ def collectives(world: World, last: int = 10) -> WhereReport:
     busy = {r for r, state in states.items() if state in (RankState.BUSY, RankState.DEBUGGING)}
     ledgers = world_ledgers.read(world)
     title = f"{world.name}: the last {last} collective(s) of each group, by sequence number"
-    return report(title, ledgers, world.world_size, busy, last)
+    shown = report(title, ledgers, world.world_size, busy, last)
+    away = [r for r in range(world.world_size) if r not in ledgers]
+    if away:  # a ledger is a file on its rank's host
+        shown.sections.append(
+            (f"{format_ranks(away)}: on another host, their ledgers are not read here", [])
+        )
+    return shown
 
 
 def collectives_processes(title: str, run: ActiveRun, last: int = 10) -> WhereReport:
