@@ -176,6 +176,24 @@ def test_check_mode_on_mpi4py_names_both_operations(ip):
     assert "rank 1 has not called it: it is in Barrier #" in text
 
 
+def test_fail_fast_names_the_collective_the_failed_rank_never_entered(ip):
+    ready(ip, "m")
+    code = (
+        "%%distcomp run m\n"
+        "comm = MPI.COMM_WORLD\n"
+        "if comm.rank == 1:\n"
+        "    raise ValueError('bad shard')\n"
+        "comm.Barrier()"
+    )
+    cell = run_cell(ip, code)
+    assert not cell.ok
+    text = cell.traceback_text()
+    assert "ValueError: bad shard" in text
+    assert "Barrier #" in text and "(COMM_WORLD): ranks 0, 2-3 wait since" in text
+    assert "rank 1 has not called it: its cell has ended" in text
+    assert run_cell(ip, "%distcomp restart m").ok
+
+
 def test_mpi4py_calls_are_recorded_upper_and_lower_case_and_point_to_point(ip):
     ready(ip, "m")
     code = (
