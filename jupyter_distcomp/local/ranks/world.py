@@ -242,8 +242,9 @@ class World(WorldHealth):
         self._monitor.start()
 
     def ledger_path(self, rank: int) -> str:
-        """The file where ``rank`` records its collectives (on the rank's host)."""
-        return os.path.join(self._tmp, f"rank-{rank}.ledger")
+        """The file where ``rank`` records its collectives (on the rank's host): in shared
+        memory where there is some, so that writing it never waits for a disk."""
+        return os.path.join(self._segments or self._tmp, f"rank-{rank}.ledger")
 
     def call_each(
         self,
