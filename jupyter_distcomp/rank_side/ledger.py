@@ -19,6 +19,7 @@ import os
 import re
 import struct
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 MAGIC = b"DCL1"
@@ -234,8 +235,9 @@ def _entry(seq: int, started: float, finished: float, text: str) -> Entry | None
 
 
 # -- words ---------------------------------------------------------------------------------
-def ranks_text(ranks) -> str:
-    """``[0, 1, 3]`` -> ``ranks 0-1, 3``; one rank -> ``rank 2``."""
+def ranks_text(ranks: Iterable[int]) -> str:
+    """``[0, 1, 3]`` -> ``ranks 0-1, 3``; one rank -> ``rank 2`` (core.ranges.format_ranks
+    is this, for the kernel)."""
     ordered = sorted(set(ranks))
     if not ordered:
         return "no rank"
