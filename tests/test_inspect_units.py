@@ -48,7 +48,8 @@ def test_the_stack_hook_dumps_on_sigusr1_and_keeps_the_users_sitecustomize(tmp_p
     proc = subprocess.Popen([sys.executable, str(program)], env=env, stdout=subprocess.PIPE)
     try:
         assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
-        (name,) = [n for n in os.listdir(stacks) if n.startswith(f"{proc.pid}-")]
+        (name,) = [n for n in os.listdir(stacks) if n.startswith(f"{proc.pid}-") and ".stack" in n]
+        assert os.path.exists(stacks / name.replace(".stack", ".ledger")), "no ledger beside"
         deadline = time.monotonic() + 10
         dump = ""
         while time.monotonic() < deadline and "line 4 in waiting" not in dump:

@@ -108,3 +108,18 @@ def test_deepspeed_zero_steps_on_two_ranks(tmp_path_factory):
             f"[rank {rank}] rank {rank} of 2 (AZUREML_PROCESS_NAME=rank_{rank}): ZeRO stage 1"
         ) in command
     assert "weights equal on all ranks: False" not in by_cell + command
+
+
+def test_collectives_finds_a_skipped_collective_and_a_shape_mismatch(tmp_path_factory):
+    notebook = executed(NOTEBOOKS / "collectives.ipynb", tmp_path_factory)
+    text = "".join(text_of(c) for c in notebook.cells if c.cell_type == "code")
+    assert "all_reduce #1 ([4] float32, sum, default group): ranks 0-1, 3 wait since" in text, text
+    assert "rank 2 has not called it: it is in barrier #1 at cell line 5" in text
+    assert "could not stop" in text or "blocked inside a collective" in text
+    assert "replaying 1 of 1" in text and "rank 3 of 4" in text
+    mismatch = "all_reduce #1 (sum, default group): ranks 0-1 [4] float32, ranks 2-3 [5] float32"
+    (checked,) = [c for c in notebook.cells if c.source.startswith("%%distcomp run job --check")]
+    shown = text_of(checked)
+    assert shown.count(f"check_collectives: {mismatch}") == 4, "every rank raised at the call"
+    assert "after [" not in shown, "a rank went on with a result"
+    assert f"{mismatch}; ranks 0-1 went on (their result may be wrong)" in text

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..errors import RankError
+from ..rank_side.ledger import ranks_text
 
 
 def parse_ranks(text: str | Iterable[int] | None, world_size: int) -> list[int]:
@@ -57,21 +58,9 @@ def _outside(ranks_text: str, world_size: int) -> RankError:
 
 
 def format_ranks(ranks: Iterable[int]) -> str:
-    """``[1, 2, 3, 5]`` -> ``"ranks 1-3, 5"``; one rank -> ``"rank 4"``."""
-    ordered = sorted(set(ranks))
-    if not ordered:
-        return "no rank"
-    spans: list[str] = []
-    start = prev = ordered[0]
-    for rank in [*ordered[1:], None]:
-        if rank is not None and rank == prev + 1:
-            prev = rank
-            continue
-        spans.append(str(start) if start == prev else f"{start}-{prev}")
-        if rank is not None:
-            start = prev = rank
-    word = "rank" if len(ordered) == 1 else "ranks"
-    return f"{word} {', '.join(spans)}"
+    """``[1, 2, 3, 5]`` -> ``"ranks 1-3, 5"``; one rank -> ``"rank 4"`` (the ranks' own
+    wording, which the collectives ledger uses on the ranks too)."""
+    return ranks_text(ranks)
 
 
 def rank_label(rank: int, node: int, instance_count: int) -> str:

@@ -20,9 +20,19 @@ from dataclasses import dataclass
 
 from ..core.ranges import format_ranks
 from ..machine.remote import on_hosts
+from ..rank_side.ledger import CELL_FILE, in_hooks
 
-#: the file a rank's IPython runs a cell as
-CELL_FILE = re.compile(r"(/tmp/ipykernel_\d+/\d+\.py|<ipython-input-[^>]+>)")
+__all__ = [
+    "CELL_FILE",
+    "RemoteRank",
+    "collect_stacks",
+    "file_size",
+    "main_thread_stack",
+    "remote_stacks",
+    "render_stack",
+    "stack_script",
+    "stack_sections",
+]
 _STACK_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>.*)$')
 _THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)", re.M)
 
@@ -71,6 +81,8 @@ def stack_frames(stack: str, code: str, cell: str = "Cell") -> tuple[list[Frame]
                 frames.append(Frame(raw.strip()))
             continue
         path, number = match["file"], int(match["line"])
+        if in_hooks(path):  # the ledger's wrapper around the user's call
+            continue
         if _DEBUGGER_FILES.search(path):
             debugger_at = len(frames)
         if CELL_FILE.search(path):

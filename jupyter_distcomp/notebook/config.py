@@ -61,6 +61,21 @@ class DistComp(_Settings):
         help="Seconds the other ranks may stay busy after a rank's cell failed before the cell "
         "ends with the failure and where each busy rank waits (None: wait for every rank).",
     )
+    check_collectives = Bool(
+        False,
+        config=True,
+        help="Before each collective of torch.distributed or mpi4py, the ranks compare operation, "
+        "shape and dtype, and raise on every rank at the call when they differ (costs one exchange "
+        "per collective). Per cell: `%%distcomp run NAME --check-collectives`.",
+    )
+    hang_notice = Float(
+        30.0,
+        allow_none=True,
+        config=True,
+        help="Seconds every busy rank of a cell without --timeout may sit in collectives without "
+        "progress before one line says so, with what blocks them (None: never). Nothing is "
+        "stopped.",
+    )
     default_instance_count = Int(1, config=True, help="Nodes for a newly defined component.")
     default_process_count_per_node = Int(
         1, config=True, help="Processes per node for a newly defined component."

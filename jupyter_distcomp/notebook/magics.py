@@ -4,14 +4,16 @@ Forms::
 
     %%distcomp NAME            cell body = YAML spec; binds NAME in the notebook
     %%distcomp run NAME [--ranks 0,2-3] [--timeout S] [--group-output] [--background]
-                                  [--debug-ranks 0,2]
+                                  [--debug-ranks 0,2] [--check-collectives]
     %distcomp wait NAME [--timeout S] | where NAME [--ranks ...]
+    %distcomp collectives NAME [--last N]
     %distcomp compare NAME EXPR [--ranks ...] [--rtol X] [--timeout S]
     %distcomp debug NAME [--rank R]
     %distcomp env NAME [--instance-count N] [--process-count-per-node P]   (flags: a preview)
     %distcomp layout NAME [--instance-count N] [--process-count-per-node P]
     %distcomp command NAME [--input k=v ...] [--output k=path ...] [--timeout S] [--background]
-    %distcomp status [NAME] | stop [NAME] | restart NAME [--hosts H] | interrupt NAME | list
+    %distcomp status [NAME] | stop [NAME] | restart NAME [--hosts H] [--replay] | interrupt NAME
+    %distcomp list
     %distcomp connect NAME [--profile P] [--profile-dir D] [--cluster-id C] [--local]
     %distcomp export NAME PATH [--component] [--input k=v ...]
     %distcomp submit NAME --compute TARGET [--wait] [--interactive jupyterlab,vscode,ssh] [...]
@@ -83,12 +85,24 @@ def _build_parser() -> _Parser:
         default=None,
         help="ranks whose breakpoint() stops, e.g. 0,2 (default: all)",
     )
+    run.add_argument(
+        "--check-collectives",
+        action="store_true",
+        help="compare each collective across ranks before it runs; raise where they differ",
+    )
     wait = sub.add_parser("wait", help="wait for the background cell of NAME, raise its error")
     wait.add_argument("name")
     wait.add_argument("--timeout", type=float, default=None, help="seconds to wait at most")
     where = sub.add_parser("where", help="each rank's current stack, identical ones once")
     where.add_argument("name")
     where.add_argument("--ranks", default=None, help="ranks to show, e.g. 0,2-3 (default: all)")
+    collectives = sub.add_parser(
+        "collectives", help="each group's recent collectives, aligned across ranks"
+    )
+    collectives.add_argument("name")
+    collectives.add_argument(
+        "--last", type=int, default=10, help="sequence numbers per group (default: 10)"
+    )
     compare = sub.add_parser("compare", help="evaluate EXPR on each rank, group equal values")
     compare.add_argument("name")
     compare.add_argument("expr", help="a Python expression: everything after NAME")
@@ -129,6 +143,11 @@ def _build_parser() -> _Parser:
     restart.add_argument("name")
     restart.add_argument(
         "--hosts", default=None, help='node i on host i: "node0,node1", a hostfile, or "local"'
+    )
+    restart.add_argument(
+        "--replay",
+        action="store_true",
+        help="re-run, in order, the run cells that succeeded since the last start",
     )
     interrupt = sub.add_parser("interrupt", help="send SIGINT to the busy ranks of NAME")
     interrupt.add_argument("name")
@@ -338,6 +357,7 @@ class DistCompMagics(Magics):
             first_line=2,  # below the `%%distcomp run` line
             background=args.background,
             debug_ranks=args.debug_ranks,
+            check_collectives=args.check_collectives,
         )
         if args.background:
             _say_background(started)
@@ -391,6 +411,11 @@ class DistCompMagics(Magics):
     def _handle_where(self, args: argparse.Namespace, cell: str | None) -> None:
         print(self.session.where(args.name, args.ranks).text())
 
+    def _handle_collectives(self, args: argparse.Namespace, cell: str | None) -> None:
+        if args.last < 1:
+            raise UsageError(f"--last {args.last}: give a positive count. Fix: --last 10")
+        print(self.session.collectives(args.name, args.last).text())
+
     def _handle_compare(self, args: argparse.Namespace, cell: str | None) -> None:
         table = self.session.compare(args.name, args.expr, args.ranks, args.rtol, args.timeout)
         print(table.text())
@@ -400,14 +425,14 @@ class DistCompMagics(Magics):
         print(f"Stopped the ranks of {', '.join(stopped)}." if stopped else "No ranks running.")
 
     def _handle_restart(self, args: argparse.Namespace, cell: str | None) -> None:
+        if args.replay:  # says the restart, then each cell as it replays
+            self.session.restart(args.name, hosts=args.hosts, replay=_announce)
+            return
         world = self.session.restart(args.name, hosts=args.hosts)
         print(f"Restarted {args.name}: {world.describe_layout()}.")
 
     def _handle_interrupt(self, args: argparse.Namespace, cell: str | None) -> None:
-        from ..core.ranges import format_ranks
-
-        sent = self.session.interrupt(args.name)
-        print(f"Sent SIGINT to {format_ranks(sent)} of {args.name}." if sent else "No busy rank.")
+        print(self.session.interrupt_report(args.name))
 
     def _handle_connect(self, args: argparse.Namespace, cell: str | None) -> None:
         from ..local.ranks.connection import Connection
@@ -473,6 +498,10 @@ class DistCompMagics(Magics):
             print(f"Stopped waiting; job {job.name} keeps running on Azure ML: {job.studio_url}")
             return
         print(f"Job {job.name} completed: {final.studio_url or job.studio_url}")
+
+
+def _announce(text: str) -> None:
+    print(text, flush=True)
 
 
 def _say_background(cell: Any) -> None:

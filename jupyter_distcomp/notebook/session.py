@@ -257,8 +257,10 @@ class Session:
         first_line: int = 1,
         background: bool = False,
         debug_ranks: str | None = None,
+        check_collectives: bool = False,
     ) -> Any:
         """Run ``code`` on the ranks of ``name``; ``timeout`` defaults to the setting;
+        ``check_collectives`` (or the setting) compares each collective before it runs;
         ``first_line``: the cell's line where ``code`` starts. ``background``: return a
         running :class:`~jupyter_distcomp.local.ranks.background.BackgroundCell` at once.
         ``debug_ranks``: the ranks whose ``breakpoint()`` stops (default: all)."""
@@ -275,6 +277,8 @@ class Session:
             background=background,
             debug_ranks=debug_ranks,
             shell=self.shell,
+            check_collectives=check_collectives or self.local.check_collectives,
+            hang_notice=self.local.hang_notice,
         )
 
     def debug(self, name: str, rank: int | None = None) -> None:
@@ -415,9 +419,12 @@ class Session:
             self.component(name)
         return self.backend.stop(name)
 
-    def restart(self, name: str, hosts: str | None = None) -> World:
+    def restart(
+        self, name: str, hosts: str | None = None, replay: Callable[[str], None] | None = None
+    ) -> World:
         """Restart the ranks of ``name``; ``hosts`` (names, or a hostfile) places its nodes
-        on those hosts from now on ("local": back to this machine)."""
+        on those hosts from now on ("local": back to this machine). ``replay(text)``: run
+        again the cells that succeeded since the last start, naming each with it."""
         component = self.component(name)
         if hosts is not None:
             from ..machine.hosts import Placement, check_hosts, read_hostfile
@@ -429,6 +436,8 @@ class Session:
             else:
                 chosen = check_hosts(hosts, "--hosts")
             self.backend.place(name, Placement(tuple(chosen), self.local.ssh_command or "ssh"))
+        if replay is not None:
+            return self.backend.replay(name, component, replay)
         return self.backend.restart(name, component)
 
     def interrupt(self, name: str) -> list[int]:
@@ -441,6 +450,40 @@ class Session:
             command.interrupt()
             return list(range(command.world_size))
         return self.backend.interrupt(name)
+
+    def interrupt_report(self, name: str) -> str:
+        """SIGINT to the busy ranks of ``name``; which stopped, which could not, what to do."""
+        from ..core.ranges import format_ranks
+        from ..local.command.active import running_command
+        from ..local.ranks.ledgers import stuck_fix
+
+        self.component(name)
+        if running_command(name) is not None:
+            sent = self.interrupt(name)
+            return f"Sent SIGINT to {format_ranks(sent)} of {name} (its `%distcomp command` run)."
+        sent, still = self.backend.interrupt_and_wait(name)
+        if not sent:
+            return "No busy rank."
+        stopped = [r for r in sent if r not in still]
+        text = f"Sent SIGINT to {format_ranks(sent)} of {name}: " + (
+            f"{format_ranks(stopped)} stopped" if stopped else "none stopped"
+        )
+        if not still:
+            return text + "; every rank is ready for the next cell."
+        world = self.backend.running_world(name)
+        return f"{text}.\n{stuck_fix(world, still)}"
+
+    def collectives(self, name: str, last: int = 10) -> WhereReport:
+        """The recent collectives of ``name``'s ranks (or of its `%distcomp command` run)."""
+        from ..local.command.active import running_command
+        from ..local.inspect.collectives import collectives, collectives_processes
+
+        self.component(name)
+        command = running_command(name)
+        if command is None:
+            return collectives(self.backend.running_world(name), last)
+        title = f"{name}: the last {last} collective(s) of its `%distcomp command` processes"
+        return collectives_processes(title, command, last)
 
     def connect(self, name: str, connection: Connection | None) -> None:
         """Run ``name`` on ``connection``'s cluster from its next run (``None``: local)."""

@@ -18,9 +18,15 @@ OPEN_MPI_WORLD_KEYS = (
 )
 
 
-def setup_rank(env: dict, drop: list, stack_path: str | None) -> dict:
-    """Apply this rank's variables, arm the stack dump, keep cells that follow a failed one
-    (and give them a working stdout and stderr), and say who we are.
+def setup_rank(
+    env: dict, drop: list, stack_path: str | None, ledger: tuple[str, str] | None = None
+) -> dict:
+    """Apply this rank's variables, arm the stack dump and the collectives ledger, keep cells
+    that follow a failed one (and give them a working stdout and stderr), and say who we are.
+
+    ``ledger`` is ``(ledger_hooks.py, ledger file)``: the rank records its torch.distributed
+    and mpi4py calls there (see ledger_hooks.py); skipped where that file is not on the
+    rank's host.
 
     ``drop`` lists variables to remove unless ``env`` sets them. SIGUSR1 makes faulthandler
     write every thread's Python stack to ``stack_path`` even while the main thread is stuck
@@ -92,6 +98,20 @@ def setup_rank(env: dict, drop: list, stack_path: str | None) -> dict:
             kernel.shell_handlers["execute_request"] = execute_request
     except Exception:  # not an ipykernel engine
         pass
+    if ledger is not None and os.path.exists(ledger[0]):
+        try:  # ledger_hooks.py by path, as ``distcomp_ledger_hooks``: no package needed
+            import importlib.util
+
+            hooks = sys.modules.get("distcomp_ledger_hooks")
+            if hooks is None:
+                spec = importlib.util.spec_from_file_location("distcomp_ledger_hooks", ledger[0])
+                assert spec is not None and spec.loader is not None
+                hooks = importlib.util.module_from_spec(spec)
+                sys.modules["distcomp_ledger_hooks"] = hooks
+                spec.loader.exec_module(hooks)
+            hooks.install(ledger[1])
+        except Exception as exc:
+            print(f"distcomp: no collectives ledger on this rank: {exc!r}", file=sys.stderr)
     mpi_rank = mpi_size = None
     if "mpi4py.MPI" in sys.modules:
         comm = sys.modules["mpi4py.MPI"].COMM_WORLD
@@ -103,3 +123,12 @@ def setup_rank(env: dict, drop: list, stack_path: str | None) -> dict:
         "mpi_rank": mpi_rank,
         "mpi_size": mpi_size,
     }
+
+
+def check_collectives(on: bool) -> None:
+    """Check mode of this rank's ledger on or off (nothing without a ledger)."""
+    import sys
+
+    hooks = sys.modules.get("distcomp_ledger_hooks")
+    if hooks is not None:
+        hooks.configure(on)

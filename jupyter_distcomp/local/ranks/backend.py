@@ -23,6 +23,8 @@ from ...errors import RankError
 from ...machine.hosts import Placement
 from .background import BackgroundCell, BackgroundJobs
 from .connection import Connection
+from .ledgers import busy_message
+from .replay import Replayed, ReplayLog
 from .world import World
 
 if TYPE_CHECKING:
@@ -66,6 +68,7 @@ class RankBackend:
         # name -> (component, its layout, our observer): one observer per name at a time
         self._watched: dict[str, tuple[Component, ResourceLayout, Callable[[Any], None]]] = {}
         self.background = BackgroundJobs()  # of every component, not yet waited for
+        self.replays = ReplayLog()  # the cells `restart --replay` runs again
         #: ``progress(name, world size)``: shows a start the caller waits for
         self.progress: Callable[[str, int], Progress] = lambda name, total: _Quiet()
 
@@ -313,13 +316,18 @@ class RankBackend:
         background: bool = False,
         debug_ranks: str | None = None,
         shell: Any = None,
+        check_collectives: bool = False,
+        hang_notice: float | None = None,
     ) -> Any:
         """Run ``code`` on the ranks of ``name`` (all, or ``ranks`` such as ``"0,2-3"``);
         ``first_line`` is the line of the cell where ``code`` starts (tracebacks count so);
         ``background``: return a started :class:`BackgroundCell` at once;
         ``breakpoint()`` stops only ``debug_ranks`` (default: every rank); ``shell``: the
-        IPython shell whose cell this is (its rich output and cell numbers)."""
-        from .run import CellRun
+        IPython shell whose cell this is (its rich output and cell numbers);
+        ``check_collectives``: the ranks compare each collective before it runs;
+        ``hang_notice``: seconds in collectives without progress before a foreground cell
+        without a time-out says so."""
+        from .run import CellRun, cell_name
 
         # a bad rank list, or a second background job, is refused before any rank starts
         parse_ranks(ranks, component.runsettings.resource_layout.world_size)
@@ -335,16 +343,8 @@ class RankBackend:
         busy = [r for r in targets if world.ranks[r].state == RankState.BUSY]
         if busy:
             earlier = self.background.running(name)
-            if earlier is not None and earlier.kind == "cell":
-                raise RankError(
-                    f"{format_ranks(busy)} of {name!r} are busy with a background cell. Fix: "
-                    f"`%distcomp wait {name}` waits for it, `%distcomp interrupt {name}` stops it."
-                )
-            raise RankError(
-                f"{format_ranks(busy)} of {name!r} are still busy with an earlier cell (it "
-                f"timed out or was interrupted). Fix: `%distcomp interrupt {name}` (SIGINT), "
-                f"or `%distcomp restart {name}`."
-            )
+            background_cell = earlier is not None and earlier.kind == "cell"
+            raise RankError(busy_message(world, busy, background_cell))
         try:
             stopping = None if debug_ranks is None else parse_ranks(debug_ranks, world.world_size)
         except RankError as exc:
@@ -359,15 +359,48 @@ class RankBackend:
             first_line=first_line,
             fail_fast=fail_fast,
             debug_ranks=stopping,
+            check_collectives=check_collectives,
+            hang_notice=None if background else hang_notice,
         )
+        options = {
+            "ranks": targets,
+            "timeout": timeout,
+            "group_output": group_output,
+            "first_line": first_line,
+            "fail_fast": fail_fast,
+            "check_collectives": check_collectives,
+        }
+        replayed = Replayed(cell_name(shell, code), code, options)
         if not background:
-            return cell.run()
-        return self._in_background(world, targets, cell)
+            result = cell.run()
+            self.replays.record(world, replayed)  # it succeeded: `restart --replay` runs it
+            return result
+        return self._in_background(world, targets, cell, replayed)
 
-    def _in_background(self, world: World, targets: list[int], run: CellRun) -> Any:
+    def replay(
+        self, name: str, component: Component | None, announce: Callable[[str], None]
+    ) -> World:
+        """Restart ``name`` and run again, in order, the cells that succeeded on its world
+        since it started; ``announce(text)`` names each before it runs. The first that fails
+        raises its error (the rest do not run)."""
+        cells = self.replays.cells(self.worlds.get(name))
+        world = self.restart(name, component)
+        component = self._components[name]
+        announce(f"Restarted {name}: {world.describe_layout()}.")
+        if not cells:
+            announce(f"{name}: no `%%distcomp run` cell succeeded since the last start.")
+        for number, cell in enumerate(cells, 1):
+            announce(f"replaying {number} of {len(cells)}: {cell.headline()}")
+            self.run_cell(name, component, cell.code, **cell.options)
+        return world
+
+    def _in_background(
+        self, world: World, targets: list[int], run: CellRun, replayed: Replayed
+    ) -> Any:
         def ended() -> None:
             try:
                 run.run()
+                self.replays.record(world, replayed)  # replayed in the foreground
             finally:
                 world.background = False
                 self._notify(world)
@@ -473,6 +506,21 @@ class RankBackend:
             raise RankError(f"No ranks to restart for {name!r}: run a `%%distcomp run` cell first.")
         self.stop(name)
         return self.start(name, component, wait=True)
+
+    def interrupt_and_wait(self, name: str, grace: float = 2.0) -> tuple[list[int], list[int]]:
+        """SIGINT to the busy ranks of ``name``, then up to ``grace`` s for them to stop: the
+        ranks signalled, and those still busy."""
+        import time
+
+        sent = self.interrupt(name)
+        world = self.worlds.get(name)
+        deadline = time.monotonic() + grace
+        still = list(sent)
+        while world is not None and still and time.monotonic() < deadline:
+            time.sleep(0.05)
+            states = world.states()
+            still = [r for r in sent if states[r] in (RankState.BUSY, RankState.DEBUGGING)]
+        return sent, still
 
     def interrupt(self, name: str) -> list[int]:
         """SIGINT to every busy rank of ``name`` (at a breakpoint too); the ranks signalled."""

@@ -20,6 +20,7 @@ from ...contracts import RankState
 from ...core.ranges import format_ranks
 from ...errors import RankError
 from ..stacks import stack_sections
+from . import ledgers
 from .failures import error_sections
 
 if TYPE_CHECKING:
@@ -82,17 +83,14 @@ class FailFast:
         self.settle(self.interrupt_grace, lambda: not (running & set(busy)))
         still = sorted(running & set(busy))
         sections = error_sections(errors, self.cell)
+        sections += ledgers.verdict_sections(world, busy)
         sections += stack_sections(stacks, self.code, "still busy, waiting here", self.cell)
         failed = format_ranks(sorted(set(errors) | quits))
         sections = [(format_ranks([r]), [f"rank {r}: quit in the debugger"]) for r in quits] + (
             sections
         )
         if still:
-            fix = (
-                f"{format_ranks(still)} did not stop on SIGINT (blocked in C code, most likely "
-                f"a collective that {failed} never entered). Recover: `%distcomp restart "
-                f"{world.name}` (variables on the ranks are lost)."
-            )
+            fix = ledgers.stuck_fix(world, still)
         else:
             fix = (
                 f"{format_ranks(busy)} stopped on SIGINT: every rank keeps its state and is "

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from ...core.ranges import format_ranks
 from ...errors import strip_ansi
+from ...rank_side.ledger import in_hooks
 from ..stacks import CELL_FILE
 
 _ENGINE_LOG = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[.,]\d+ \[(IPEngine|KernelNanny)")
@@ -70,13 +71,27 @@ def error_sections(
             ]
             sections.append((format_ranks(ranks), body))
             continue
-        body = (err.traceback or f"{err.ename}: {err.evalue}").splitlines()
+        body = _without_hook_frames((err.traceback or f"{err.ename}: {err.evalue}").splitlines())
         if cell:
             body = [_rename_cell(line, cell) for line in body]
         if not any(err.ename and err.ename in strip_ansi(line) for line in body):
             body.append(f"{err.ename}: {err.evalue}")
         sections.append((format_ranks(ranks), body))
     return sections
+
+
+def _without_hook_frames(lines: list[str]) -> list[str]:
+    """A rank's traceback without the frames of the ledger's wrappers (the user's call and
+    the error it raised stay)."""
+    kept: list[str] = []
+    skipping = False
+    for line in lines:
+        plain = strip_ansi(line)
+        if plain.startswith(("File ", "Cell In[")) or not plain.strip():
+            skipping = in_hooks(plain)
+        if not skipping:
+            kept.append(line)
+    return kept
 
 
 def _rename_cell(line: str, cell: str) -> str:

@@ -24,7 +24,7 @@ from ...core.tf_config import empty_ps_hint
 from ...errors import RankError, RankInterrupt
 from ..debug.cells import CellDebug
 from ..stacks import stack_sections
-from . import ipp
+from . import ipp, ledgers
 from .failfast import FailFast
 from .failures import death_reason, error_sections
 from .feed import OutputFeed
@@ -72,6 +72,8 @@ class CellRun:
         first_line: int = 1,
         fail_fast: float | None = None,
         debug_ranks: list[int] | None = None,
+        check_collectives: bool = False,
+        hang_notice: float | None = None,
     ) -> None:
         self.world = world
         self.ranks = ranks
@@ -101,6 +103,8 @@ class CellRun:
             lambda: self.debug.quits,
         )
         self.debug = CellDebug(world, debug_ranks, self.wake.set)
+        self.check_collectives = check_collectives
+        self.hang = ledgers.HangWatch(world, hang_notice if timeout is None else None)
 
     # -- main ---------------------------------------------------------------------------
     def run(self) -> Any:
@@ -114,6 +118,7 @@ class CellRun:
         try:
             if world.client is None:
                 raise RankError(f"The ranks of {world.name!r} are stopped.")
+            ledgers.set_check(world, self.check_collectives)
             execution = ipp.Execution(
                 world.client, [e for e in engine_ids if e is not None], self.code
             )
@@ -174,6 +179,7 @@ class CellRun:
             if deadline is not None and time.monotonic() > deadline:
                 self._on_timeout()
             self.fail_fast.check(self.running)
+            self.hang.check(self.running)
         if self._engine_died() or set(self.world.dead_ranks) & set(self.ranks):
             self._on_death()
         self._raise_errors()
@@ -289,22 +295,21 @@ class CellRun:
             pass  # a second Ctrl-C: stop waiting
         self.out.finish()
         still = sorted(self.running)
-        message = f"Interrupted: sent SIGINT to {format_ranks(busy)} of {world.name!r}."
+        message = f"Interrupted: sent SIGINT to {format_ranks(busy)} of {world.name!r}"
         if prompt:
-            message = f"Interrupted at {prompt}; sent SIGINT to {format_ranks(busy)}."
+            message = f"Interrupted at {prompt}; sent SIGINT to {format_ranks(busy)}"
+        stopped = [r for r in busy if r not in still]
+        message += f"; {format_ranks(stopped)} stopped." if stopped else "."
+        sections = ledgers.verdict_sections(world, busy)
         if still:
-            fix = (
-                f"{format_ranks(still)} did not stop (blocked in C code, e.g. an MPI collective "
-                f"another rank never entered). Fix: `%distcomp restart {world.name}`."
-            )
+            fix = ledgers.stuck_fix(world, still)
         else:
             fix = "Output printed before the interrupt is kept above. The ranks are ready for the next cell."
             if prompt:
                 fix = f"The debug session ended. {fix}"
         self.running.clear()
-        raise RankInterrupt(
-            message, sections=stack_sections(stacks, self.code, "stopped at", self.cell), fix=fix
-        ) from None
+        sections += stack_sections(stacks, self.code, "stopped at", self.cell)
+        raise RankInterrupt(message, sections=sections, fix=fix) from None
 
     def _on_death(self) -> None:
         world = self.world
@@ -376,13 +381,11 @@ class CellRun:
         world.signal(busy, signal.SIGINT)
         self._settle(INTERRUPT_GRACE, lambda: not self.running)
         still = sorted(self.running)
-        sections = stack_sections(stacks, self.code, "busy, current stack", self.cell)
+        sections = ledgers.verdict_sections(world, busy)
+        sections += stack_sections(stacks, self.code, "busy, current stack", self.cell)
         sections += error_sections(self._errors(skip_interrupts=True), self.cell)
         if still:
-            fix = (
-                f"{format_ranks(still)} did not stop on SIGINT (blocked in C code, e.g. an MPI "
-                f"collective another rank never entered). Fix: `%distcomp restart {world.name}`."
-            )
+            fix = ledgers.stuck_fix(world, still)
         else:
             fix = (
                 f"Interrupted {format_ranks(busy)} (SIGINT); all ranks are ready for the next "

@@ -21,7 +21,7 @@ from ...errors import RankError
 from ...machine import mpi, remote, scratch
 from ...machine.hosts import Placement
 from ...rank_side.rank_setup import OPEN_MPI_WORLD_KEYS, setup_rank
-from . import ipp
+from . import ipp, ledgers
 from .connection import Connection, connect_client
 from .health import RankInfo, WorldHealth
 
@@ -92,6 +92,7 @@ class World(WorldHealth):
         #: where breakpoint() on a rank connects (set by the debugger's start-up hook)
         self.debugger: DebugChannel | None = None
         self.failed_ranks: list[int] = []  # ranks whose last cell failed (post-mortem)
+        self.checking = False  # the ranks compare each collective before it runs
 
     # -- starting -----------------------------------------------------------------------
     def start_async(self, delay: float = 0.0) -> None:
@@ -219,6 +220,7 @@ class World(WorldHealth):
                 self.envs[info.rank],
                 list(OPEN_MPI_WORLD_KEYS),
                 os.path.join(self._tmp, f"rank-{info.rank}.stack"),
+                (ledgers.HOOKS_FILE, self.ledger_path(info.rank)),
             ),
         )
         for info, fact in zip(self.ranks, facts, strict=True):
@@ -238,6 +240,11 @@ class World(WorldHealth):
             target=self._watch, name=f"distcomp-watch-{self.name}", daemon=True
         )
         self._monitor.start()
+
+    def ledger_path(self, rank: int) -> str:
+        """The file where ``rank`` records its collectives (on the rank's host): in shared
+        memory where there is some, so that writing it never waits for a disk."""
+        return os.path.join(self._segments or self._tmp, f"rank-{rank}.ledger")
 
     def call_each(
         self,

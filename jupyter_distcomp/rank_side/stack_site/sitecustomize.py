@@ -1,10 +1,12 @@
-"""Put on ``PYTHONPATH`` of ``%distcomp command`` ranks: `%distcomp where` sees them, and
-``pdb.set_trace()`` prompts in the notebook as ``breakpoint()`` does.
+"""Put on ``PYTHONPATH`` of ``%distcomp command`` ranks: `%distcomp where` sees them, their
+collectives are recorded in a ledger (`%distcomp collectives`), and ``pdb.set_trace()``
+prompts in the notebook as ``breakpoint()`` does.
 
 When ``DISTCOMP_STACK_DIR`` names a folder, every Python process of the run arms
 faulthandler on SIGUSR1 to write its threads' stacks to ``<pid>-<main thread id>.stack``
 there; the file's existence tells the kernel that this process may be sent SIGUSR1 (whose
-default action would end it). Then the next ``sitecustomize`` on ``sys.path``, if any, runs
+default action would end it). Beside it, ``<pid>-<main thread id>.ledger`` is the process's
+collectives ledger (``rank_side/ledger_hooks.py``). Then the next ``sitecustomize`` on ``sys.path``, if any, runs
 as it would without this one. When ``PYTHONBREAKPOINT`` names the debugger hook (the kernel
 set it), the first ``import pdb`` replaces ``pdb.set_trace`` with that module's ``set_trace``;
 processes that never import pdb pay nothing. Standard library only.
@@ -28,6 +30,26 @@ def _arm() -> None:
     stack_file = open(os.path.join(folder, name), "a")  # noqa: SIM115 - must stay open
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     sys._distcomp_stack_file = stack_file  # type: ignore[attr-defined]  # kept alive
+    _arm_ledger(os.path.join(folder, name[: -len(".stack")] + ".ledger"))
+
+
+def _arm_ledger(path: str) -> None:
+    """Record the process's torch.distributed and mpi4py calls in the ledger file ``path``
+    (rank_side/ledger_hooks.py, loaded by path: it wraps those modules only when imported);
+    ``DISTCOMP_CHECK_COLLECTIVES=1`` turns on check mode."""
+    import importlib.util
+    import sys
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location(
+        "distcomp_ledger_hooks", os.path.join(here, "ledger_hooks.py")
+    )
+    if spec is None or spec.loader is None:
+        return
+    hooks = importlib.util.module_from_spec(spec)
+    sys.modules["distcomp_ledger_hooks"] = hooks
+    spec.loader.exec_module(hooks)
+    hooks.install(path, check=os.environ.get("DISTCOMP_CHECK_COLLECTIVES") == "1")
 
 
 class _PdbFinder:

@@ -1,0 +1,116 @@
+"""``%distcomp collectives NAME [--last N]``: each group's recent collectives, aligned by
+sequence number across ranks, divergent ranks marked, and the verdict on top.
+
+The calls come from each rank's ledger file (``rank_side/ledger.py``), read here while the
+ranks run, wait or hang; of a ``%distcomp command`` run, from its processes' ledgers.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING
+
+from ...contracts import RankState
+from ...core.ranges import format_ranks
+from ...rank_side import ledger
+from ..ranks import ledgers as world_ledgers
+from .where import WhereReport
+
+if TYPE_CHECKING:
+    from ..command.active import ActiveRun
+    from ..ranks.world import World
+
+DIVERGES = "<-- diverges"
+
+
+def collectives(world: World, last: int = 10) -> WhereReport:
+    """The recent collectives of every rank of ``world``."""
+    states = world.states()
+    busy = {r for r, state in states.items() if state in (RankState.BUSY, RankState.DEBUGGING)}
+    ledgers = world_ledgers.read(world)
+    title = f"{world.name}: the last {last} collective(s) of each group, by sequence number"
+    shown = report(title, ledgers, world.world_size, busy, last)
+    away = [r for r in range(world.world_size) if r not in ledgers]
+    if away:  # a ledger is a file on its rank's host
+        shown.sections.append(
+            (f"{format_ranks(away)}: on another host, their ledgers are not read here", [])
+        )
+    return shown
+
+
+def collectives_processes(title: str, run: ActiveRun, last: int = 10) -> WhereReport:
+    """The same for the processes of a ``%distcomp command`` run (each rank's first Python
+    process)."""
+    targets = run.targets(list(range(run.world_size)))
+    ledgers = {
+        rank: ledger.read_ledger(os.path.splitext(stack_file)[0] + ".ledger")
+        for rank, (_, stack_file, _) in targets.items()
+    }
+    return report(title, ledgers, run.world_size, None, last)
+
+
+def _state(entries: list[ledger.Entry], now: float) -> str:
+    running = [e for e in entries if e.running]
+    if not running:
+        return "done"
+    return f"waiting {now - min(e.started for e in running):.0f} s"
+
+
+def group_lines(
+    table: dict[int, dict[int, ledger.Entry]], members: list[int], last: int, now: float
+) -> list[str]:
+    """One line per sequence number where the ranks agree; a marked block where not."""
+    lines = []
+    for seq in sorted(table)[-last:]:
+        calls = table[seq]
+        split = ledger.sides(calls)
+        absent = [r for r in members if r not in calls]
+        if len(split) == 1 and not absent:
+            ranks, call = split[0]
+            entries = list(calls.values())
+            lines.append(
+                f"#{seq:<5} {ledger.call_text(call, group=False, seq=False)} at {call.site()}: "
+                f"{ledger.ranks_text(ranks)} {_state(entries, now)}"
+            )
+            continue
+        lines.append(f"#{seq:<5} {DIVERGES}")
+        for ranks, call in split:
+            entries = [calls[r] for r in ranks]
+            lines.append(
+                f"    {ledger.ranks_text(ranks)}: {ledger.call_text(call, group=False, seq=False)} at "
+                f"{call.site()}, {_state(entries, now)}"
+            )
+        if absent:
+            lines.append(f"    {ledger.ranks_text(absent)}: no call")
+    return lines
+
+
+def report(
+    title: str,
+    ledgers: dict[int, list[ledger.Entry]],
+    world_size: int,
+    busy: set[int] | None,
+    last: int,
+) -> WhereReport:
+    now = time.time()
+    sections: list[tuple[str, list[str]]] = []
+    verdict = ledger.report_lines(ledgers, world_size, busy)
+    if not any(ledgers.values()):
+        sections.append(("no collective recorded yet", []))
+        return WhereReport(title, sections)
+    sections.append(("verdict", verdict or ["every group's ranks agree on their calls"]))
+    for group, table in ledger.by_group(ledgers).items():
+        first = next(iter(next(iter(table.values())).values()))
+        members = [r for r in (first.members or range(world_size)) if r in ledgers]
+        sections.append((group, group_lines(table, members, last, now)))
+    p2p = []
+    for rank, entries in sorted(ledgers.items()):
+        for e in [e for e in entries if e.kind == ledger.P2P][-last:]:
+            p2p.append(
+                f"{ledger.ranks_text([rank])}: {e.op} #{e.seq} ({e.data}, {e.root}, {e.group}) "
+                f"at {e.site()}, {_state([e], now)}"
+            )
+    if p2p:
+        sections.append(("point-to-point", p2p))
+    return WhereReport(title, sections)

@@ -1,0 +1,134 @@
+"""The kernel's side of the collectives ledger (rank_side/ledger.py): read each rank's ledger
+file, say what blocks or diverges, switch check mode, and notice a hang.
+
+A rank's ledger is a file of this machine (ranks on other hosts are not read), so it is
+read while the rank is blocked in C code, without a message to the rank.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ...core.ranges import format_ranks
+from ...machine.network import is_local_host
+from ...rank_side import ledger
+from ...rank_side.rank_setup import check_collectives
+
+if TYPE_CHECKING:
+    from .world import World
+
+HOOKS_FILE = str(Path(ledger.__file__).with_name("ledger_hooks.py"))
+HANG_CHECK = 1.0  # seconds between reads of the ledgers while a cell may hang
+
+
+def read(world: World, ranks: list[int] | None = None) -> dict[int, list[ledger.Entry]]:
+    """Each rank's recorded calls, oldest first (ranks on this machine)."""
+    chosen = range(world.world_size) if ranks is None else ranks
+    return {
+        r: ledger.read_ledger(world.ledger_path(r))
+        for r in chosen
+        if world.ranks[r].host is None or is_local_host(world.ranks[r].host)
+    }
+
+
+def verdict_lines(world: World, busy: list[int] | None = None) -> list[str]:
+    """What blocks or diverges in the world's collectives, one line per group."""
+    try:
+        ledgers = read(world)
+        return ledger.report_lines(ledgers, world.world_size, None if busy is None else set(busy))
+    except Exception as exc:  # a report must not fail for want of a ledger
+        return [f"(the collectives ledger could not be read: {exc!r})"]
+
+
+def verdict_sections(world: World, busy: list[int] | None = None) -> list[tuple[str, list[str]]]:
+    """The verdicts as a report section, or none."""
+    lines = verdict_lines(world, busy)
+    return [("collectives", lines)] if lines else []
+
+
+def blocked_ranks(world: World, ranks: list[int]) -> list[int]:
+    """Those of ``ranks`` whose last recorded call has not returned: inside a collective or
+    a point-to-point call (where SIGINT waits until the call returns)."""
+    ledgers = read(world, ranks)
+    return [r for r in ranks if ledgers.get(r) and ledgers[r][-1].running]
+
+
+def set_check(world: World, on: bool) -> None:
+    """Check mode on the ranks of ``world`` (one message, only when it changes)."""
+    if world.checking == on:
+        return
+    world.call_each(list(range(world.world_size)), check_collectives, lambda info: (on,))
+    world.checking = on
+
+
+class HangWatch:
+    """Says once, for a cell without a time-out, that every busy rank has sat in collectives
+    without progress for ``seconds``; kills nothing."""
+
+    def __init__(self, world: World, seconds: float | None) -> None:
+        self.world = world
+        self.seconds = seconds
+        self.said = False
+        self._next = time.monotonic() + (seconds or 0)
+
+    def check(self, running: set[int]) -> None:
+        if self.said or not self.seconds or not running or time.monotonic() < self._next:
+            return
+        self._next = time.monotonic() + HANG_CHECK
+        busy = sorted(running)
+        ledgers = read(self.world, busy)
+        now = time.time()
+        last = [ledgers[r][-1] if ledgers.get(r) else None for r in busy]
+        if any(e is None or not e.running or now - e.started < self.seconds for e in last):
+            return
+        self.said = True
+        name = self.world.name
+        verdict = "; ".join(verdict_lines(self.world, busy)) or "every busy rank waits there"
+        print(
+            f"distcomp: {format_ranks(busy)} of {name!r} have waited in collectives for "
+            f"{self.seconds:g} s: {verdict}. The cell keeps waiting. To get out: interrupt the "
+            f"kernel (ranks blocked in a collective do not stop on it), then `%distcomp restart "
+            f"{name} --replay`; `%config DistComp.hang_notice` sets this wait.",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def stuck_fix(world: World, still: list[int]) -> str:
+    """What to do about ranks that did not stop on SIGINT: the one advice that works."""
+    blocked = blocked_ranks(world, still)
+    where = (
+        "blocked inside a collective or point-to-point call, which SIGINT cannot end"
+        if blocked
+        else "blocked in C code, e.g. a collective another rank never entered"
+    )
+    return (
+        f"{format_ranks(still)} did not stop on SIGINT ({where}). Fix: `%distcomp restart "
+        f"{world.name} --replay` starts fresh ranks and re-runs the cells that succeeded since "
+        f"the last start (`%distcomp restart {world.name}` alone loses the ranks' variables)."
+    )
+
+
+def busy_message(world: World, busy: list[int], background: bool = False) -> str:
+    """Ranks still busy with an earlier cell, and the way out that works for them."""
+    name = world.name
+    blocked = blocked_ranks(world, busy)
+    if background:
+        text = f"{format_ranks(busy)} of {name!r} are busy with a background cell."
+        way = f"`%distcomp wait {name}` waits for it, `%distcomp interrupt {name}` stops it."
+    else:
+        text = (
+            f"{format_ranks(busy)} of {name!r} are still busy with an earlier cell (it timed "
+            "out or was interrupted)."
+        )
+        way = f"`%distcomp interrupt {name}` (SIGINT), or `%distcomp restart {name} --replay`."
+    if blocked:
+        return text + (
+            f" {format_ranks(blocked)} are blocked inside a collective, which SIGINT "
+            f"cannot end. Fix: `%distcomp restart {name} --replay` (fresh ranks, the cells "
+            "that succeeded since the last start run again)."
+        )
+    return f"{text} Fix: {way}"

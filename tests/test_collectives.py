@@ -1,0 +1,358 @@
+"""Collectives made visible: the ledger on every rank, `%distcomp collectives`, the verdict in
+the cell's reports, check mode, the hang notice, honest interrupts and `restart --replay`.
+
+Real worlds: 1x4 torch.distributed ranks on gloo, and 1x4 MPI ranks with mpi4py, driven
+through a real IPython shell; each test checks what the user sees.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .ranks_support import MPI_SPEC, TORCH_SPEC, define, loaded_shell, run_cell
+
+pytestmark = pytest.mark.slow
+
+INIT = (
+    "%%distcomp run t\n"
+    "import torch, torch.distributed as dist\n"
+    "if not dist.is_initialized():\n"
+    "    dist.init_process_group('gloo')\n"
+    "rank = dist.get_rank()"
+)
+
+
+@pytest.fixture(scope="module")
+def ip():
+    with loaded_shell() as shell:
+        define(shell, "t", TORCH_SPEC, nodes=1, per_node=4)
+        define(shell, "m", MPI_SPEC, nodes=1, per_node=4)
+        cell = run_cell(shell, INIT)
+        assert cell.ok, cell.traceback_text()
+        cell = run_cell(shell, "%%distcomp run m\nfrom mpi4py import MPI\nimport numpy as np")
+        assert cell.ok, cell.traceback_text()
+        yield shell
+        run_cell(shell, "%distcomp stop")
+
+
+def ready(ip, name: str = "t") -> None:
+    """A usable world: restarted when an earlier test left it blocked."""
+    probe = INIT if name == "t" else "%%distcomp run m\nfrom mpi4py import MPI\nimport numpy as np"
+    if not run_cell(ip, probe).ok:
+        assert run_cell(ip, f"%distcomp restart {name}").ok
+        assert run_cell(ip, probe).ok
+
+
+def test_collectives_lists_each_groups_calls_aligned_across_ranks(ip):
+    ready(ip)
+    code = (
+        "%%distcomp run t\n"
+        "x = torch.ones(4)\n"
+        "for _ in range(3):\n"
+        "    dist.all_reduce(x)\n"
+        "pair = dist.new_group([0, 2])\n"
+        "if rank in (0, 2):\n"
+        "    dist.broadcast(x, src=0, group=pair)\n"
+        "dist.barrier()"
+    )
+    assert run_cell(ip, code).ok
+    cell = run_cell(ip, "%distcomp collectives t --last 3")
+    assert cell.ok, cell.traceback_text()
+    text = cell.stdout
+    assert "every group's ranks agree on their calls" in text
+    assert "all_reduce ([4] float32, sum) at cell line 4: ranks 0-3 done" in text
+    assert "barrier at cell line 8: ranks 0-3 done" in text
+    assert "--- group 1 (ranks 0, 2) ---" in text
+    assert "broadcast ([4] float32, root 0) at cell line 7: ranks 0, 2 done" in text
+    assert text.count("all_reduce") == 2, "--last 3 shows the last three of the group"
+
+
+def test_ddp_gradient_buckets_show_where_a_comm_hook_exposes_them(ip):
+    ready(ip)
+    code = (
+        "%%distcomp run t\n"
+        "from torch.distributed.algorithms.ddp_comm_hooks import default_hooks\n"
+        "torch.manual_seed(0)\n"
+        "model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))\n"
+        "model.register_comm_hook(None, default_hooks.allreduce_hook)\n"
+        "model(torch.ones(2, 4)).sum().backward()"
+    )
+    cell = run_cell(ip, code)
+    assert cell.ok, cell.traceback_text()
+    text = run_cell(ip, "%distcomp collectives t --last 2").stdout
+    assert "all_reduce ([5] float32, sum) at cell line 6: ranks 0-3 done" in text, text
+
+
+def test_a_skipped_collective_is_named_in_the_time_out_with_who_is_missing(ip):
+    ready(ip)
+    code = (
+        "%%distcomp run t --timeout 6\n"
+        "t = torch.ones(4)\n"
+        "if rank != 2:\n"
+        "    dist.all_reduce(t)\n"
+        "dist.barrier()"
+    )
+    cell = run_cell(ip, code)
+    assert not cell.ok
+    text = cell.traceback_text()
+    assert "--- collectives ---" in text
+    assert (
+        "all_reduce #" in text
+        and "([4] float32, sum, default group): ranks 0-1, 3 wait since" in text
+    )
+    assert "rank 2 has not called it: it is in barrier #" in text and "at cell line 5" in text
+    assert "did not stop on SIGINT" in text and "`%distcomp restart t --replay`" in text
+    listing = run_cell(ip, "%distcomp collectives t").stdout
+    assert "<-- diverges" in listing and "rank 2: barrier at cell line 5" in listing
+    where = run_cell(ip, "%distcomp where t").stdout
+    assert "rank 2 has not called it: it is in barrier" in where
+
+
+def test_a_shape_mismatch_is_named_with_both_sides(ip):
+    ready(ip)
+    code = (
+        "%%distcomp run t --timeout 6\n"
+        "t = torch.ones(4 if rank < 2 else 5)\n"
+        "dist.all_reduce(t)\n"
+        "print('after', t.tolist())"
+    )
+    cell = run_cell(ip, code)
+    assert not cell.ok
+    text = cell.traceback_text()
+    assert "(sum, default group): ranks 0-1 [4] float32, ranks 2-3 [5] float32" in text
+    assert "ranks 0-1 went on (their result may be wrong)" in text
+    assert "ranks 2-3 wait since" in text
+
+
+def test_check_mode_raises_on_every_rank_before_a_wrong_result(ip):
+    ready(ip)
+    code = (
+        "%%distcomp run t --check-collectives\n"
+        "t = torch.ones(4 if rank < 2 else 5)\n"
+        "dist.all_reduce(t)\n"
+        "print('after', t.tolist())"
+    )
+    cell = run_cell(ip, code)
+    assert not cell.ok
+    text = cell.traceback_text()
+    assert "after [" not in cell.stdout, "a rank went on with a result"
+    assert "the cell failed on ranks 0-3" in text
+    assert "CollectiveMismatch: check_collectives: all_reduce #" in text
+    assert "ranks 0-1 [4] float32, ranks 2-3 [5] float32" in text
+    assert "dist.all_reduce(t)" in text
+    assert "ledger_hooks" not in text, "the user sees their own frames only"
+    ok = run_cell(ip, "%%distcomp run t\nt = torch.ones(3)\ndist.all_reduce(t)\nprint(t[0].item())")
+    assert ok.ok and ok.stdout.count("4.0") == 4, "the ranks stay in step after the check"
+
+
+def test_check_mode_setting_catches_a_skipped_collective_on_gloo(ip):
+    ready(ip)
+    ip.run_line_magic("config", "DistComp.check_collectives = True")
+    try:
+        code = "%%distcomp run t\nif rank != 2:\n    dist.all_reduce(torch.ones(4))\ndist.barrier()"
+        cell = run_cell(ip, code)
+    finally:
+        ip.run_line_magic("config", "DistComp.check_collectives = False")
+    assert not cell.ok
+    text = cell.traceback_text()
+    assert "the cell failed on ranks 0-3" in text
+    assert "ranks 0-1, 3 call it; rank 2 has not called it: it is in barrier #" in text
+
+
+def test_check_mode_on_mpi4py_names_both_operations(ip):
+    ready(ip, "m")
+    code = (
+        "%%distcomp run m --check-collectives\n"
+        "comm = MPI.COMM_WORLD\n"
+        "if comm.rank != 1:\n"
+        "    comm.Allreduce(np.ones(3), np.zeros(3))\n"
+        "comm.Barrier()"
+    )
+    cell = run_cell(ip, code)
+    assert not cell.ok
+    text = cell.traceback_text()
+    assert "the cell failed on ranks 0-3" in text
+    assert "Allreduce #" in text and "([3] float64, sum, COMM_WORLD)" in text
+    assert "rank 1 has not called it: it is in Barrier #" in text
+
+
+def test_fail_fast_names_the_collective_the_failed_rank_never_entered(ip):
+    ready(ip, "m")
+    code = (
+        "%%distcomp run m\n"
+        "comm = MPI.COMM_WORLD\n"
+        "if comm.rank == 1:\n"
+        "    raise ValueError('bad shard')\n"
+        "comm.Barrier()"
+    )
+    cell = run_cell(ip, code)
+    assert not cell.ok
+    text = cell.traceback_text()
+    assert "ValueError: bad shard" in text
+    assert "Barrier #" in text and "(COMM_WORLD): ranks 0, 2-3 wait since" in text
+    assert "rank 1 has not called it: its cell has ended" in text
+    assert run_cell(ip, "%distcomp restart m").ok
+
+
+def test_mpi4py_calls_are_recorded_upper_and_lower_case_and_point_to_point(ip):
+    ready(ip, "m")
+    code = (
+        "%%distcomp run m\n"
+        "comm = MPI.COMM_WORLD\n"
+        "comm.Allreduce(np.ones(3), np.zeros(3))\n"
+        "total = comm.allreduce(1)\n"
+        "if comm.rank == 0:\n"
+        "    comm.send('hi', dest=1)\n"
+        "elif comm.rank == 1:\n"
+        "    comm.recv(source=0)\n"
+        "sub = comm.Split(comm.rank % 2)\n"
+        "sub.Barrier()"
+    )
+    assert run_cell(ip, code).ok
+    text = run_cell(ip, "%distcomp collectives m").stdout
+    assert "Allreduce ([3] float64, sum) at cell line 3: ranks 0-3 done" in text
+    assert "allreduce (int, sum) at cell line 4: ranks 0-3 done" in text
+    assert "rank 0: send #" in text and "to rank 1" in text
+    assert "rank 1: recv #" in text and "from rank 0" in text
+    assert "(ranks 0, 2) ---" in text and "Barrier at cell line 10: ranks 0, 2 done" in text
+
+
+def test_the_hang_notice_names_the_verdict_and_kills_nothing(ip):
+    ready(ip)
+    ip.run_line_magic("config", "DistComp.hang_notice = 3")
+    try:
+        # ranks 0-1, 3 wait for rank 2, which never comes; the group's own time-out (gloo's,
+        # 10 s) ends the cell: the notice before it stops nothing
+        code = (
+            "%%distcomp run t\n"
+            "import datetime\n"
+            "short = dist.new_group(timeout=datetime.timedelta(seconds=10))\n"
+            "if rank != 2:\n"
+            "    dist.all_reduce(torch.ones(4), group=short)"
+        )
+        cell = run_cell(ip, code)
+    finally:
+        ip.run_line_magic("config", "DistComp.hang_notice = 30")
+    notice = [line for line in cell.stderr.splitlines() if "have waited in collectives" in line]
+    assert len(notice) == 1, cell.stderr
+    assert "ranks 0-1, 3 of 't' have waited in collectives for 3 s" in notice[0]
+    assert "rank 2 has not called it: its cell has ended" in notice[0]
+    assert "The cell keeps waiting" in notice[0]
+    assert not cell.ok and "the cell failed on ranks 0-1, 3" in cell.traceback_text()
+    assert cell.seconds > 9, "the cell waited for gloo's own time-out"
+
+
+def test_interrupt_says_which_ranks_stopped_and_replay_brings_the_state_back(ip):
+    ready(ip)
+    assert run_cell(ip, "%%distcomp run t\nkept = rank * 10").ok
+    started = run_cell(
+        ip, "%%distcomp run t --background\nif rank != 2:\n    dist.all_reduce(torch.ones(4))"
+    )
+    assert started.ok
+    import time
+
+    time.sleep(2)
+    said = run_cell(ip, "%distcomp interrupt t")
+    assert said.ok
+    assert "Sent SIGINT to ranks 0-1, 3 of t: none stopped." in said.stdout
+    assert "blocked inside a collective" in said.stdout
+    assert "`%distcomp restart t --replay`" in said.stdout
+    busy = run_cell(ip, "%%distcomp run t\nprint(1)")
+    assert not busy.ok
+    assert "are blocked inside a collective" in busy.traceback_text()
+    assert "`%distcomp interrupt t`" not in busy.traceback_text()
+    replay = run_cell(ip, "%distcomp restart t --replay")
+    assert replay.ok, replay.traceback_text()
+    assert "replaying 1 of" in replay.stdout and "kept = rank * 10" in replay.stdout
+    back = run_cell(ip, "%%distcomp run t\nprint('kept', kept, dist.get_world_size())")
+    assert back.ok and "kept 30 4" in back.stdout, "the state and process group came back"
+
+
+def test_a_replay_that_fails_stops_there_with_its_error(ip):
+    ready(ip)
+    assert run_cell(ip, "%%distcomp run t\nimport os\nflag = '/tmp/distcomp-replay-flag'").ok
+    assert run_cell(ip, "%%distcomp run t\nif os.path.exists(flag):\n    raise OSError('gone')").ok
+    assert run_cell(ip, "%%distcomp run t\nthird = 3").ok
+    open("/tmp/distcomp-replay-flag", "w").close()
+    try:
+        replay = run_cell(ip, "%distcomp restart t --replay")
+    finally:
+        import os
+
+        os.remove("/tmp/distcomp-replay-flag")
+    assert not replay.ok
+    replayed = [line for line in replay.stdout.splitlines() if line.startswith("replaying")]
+    assert "if os.path.exists(flag):" in replayed[-1], "the replay stops at the failing cell"
+    assert not any("third = 3" in line for line in replayed)
+    assert "OSError: gone" in replay.traceback_text()
+
+
+COMMAND_TRAIN = """\
+from mpi4py import MPI
+import numpy as np
+comm = MPI.COMM_WORLD
+if comm.rank != 1:
+    comm.Allreduce(np.ones(2), np.zeros(2))
+comm.Barrier()
+"""
+
+COMMAND_SPEC = """\
+name: stuck
+type: DistributedComponent
+code: {code}
+launcher:
+  type: mpi
+  additional_arguments: python train.py
+"""
+
+
+def test_command_processes_keep_a_ledger_too(ip, tmp_path):
+    import time
+
+    (tmp_path / "train.py").write_text(COMMAND_TRAIN)
+    assert run_cell(ip, f"%%distcomp stuck\n{COMMAND_SPEC.format(code=tmp_path)}").ok
+    ip.user_ns["stuck"].runsettings.resource_layout.configure(
+        instance_count=1, process_count_per_node=3
+    )
+    assert run_cell(ip, "%distcomp command stuck --background --timeout 120").ok
+    try:
+        deadline = time.monotonic() + 120  # the command's ranks start under load
+        while time.monotonic() < deadline:
+            text = run_cell(ip, "%distcomp collectives stuck").stdout
+            if "<-- diverges" in text:
+                break
+            time.sleep(0.5)
+        assert "Allreduce #1 ([2] float64, sum, COMM_WORLD): ranks 0, 2 wait since" in text, text
+        assert "rank 1 has not called it: it is in Barrier #1 at train.py:6 in <module>" in text
+    finally:
+        run_cell(ip, "%distcomp interrupt stuck")
+        run_cell(ip, "%distcomp wait stuck --timeout 60")
+
+
+def _has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.device_count() > 0
+
+
+@pytest.mark.skipif(
+    not _has_gpu(),
+    reason="needs a CUDA GPU: NCCL, and so its Flight Recorder, runs only there "
+    "(this machine has none)",
+)
+def test_nccl_flight_recorder_feeds_the_ledger(ip):
+    import time
+
+    code = (
+        "%%distcomp run t\n"
+        "import datetime, os\n"
+        "torch.cuda.set_device(rank % torch.cuda.device_count())\n"
+        "nccl = dist.new_group(backend='nccl')\n"
+        "x = torch.ones(4, device='cuda')\n"
+        "dist.all_reduce(x, group=nccl)\n"
+        "torch.cuda.synchronize()"
+    )
+    assert run_cell(ip, code).ok
+    time.sleep(3)  # the dump is rewritten every 2 s
+    text = run_cell(ip, "%distcomp collectives t").stdout
+    assert "--- nccl group" in text and "all_reduce" in text
