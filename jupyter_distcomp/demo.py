@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "mpi_quickstart.ipynb"
+#: the quickstart spec's `code:` folder (its train.py), next to the notebook
+CODE = "quickstart"
+ALLREDUCE_LINE = r"^(\[node \d+ rank \d+\] .*allreduce sum = .*)$"
 
 
 def _text(cell: Any) -> str:
@@ -42,6 +45,9 @@ def run(notebook_path: Path = NOTEBOOK) -> int:
     tic = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="distcomp-demo-") as workdir:
         shutil.copy(notebook_path, workdir)
+        code = notebook_path.parent / CODE  # the spec's `code:` folder, beside the notebook
+        if code.is_dir():
+            shutil.copytree(code, Path(workdir) / CODE)
         # the kernel's channels are Unix sockets in the demo's folder: nothing listens on a
         # port, and the kernel has no plain-TCP transport to warn about
         ipc = Config({"KernelManager": {"transport": "ipc", "ip": str(Path(workdir) / "kernel")}})
@@ -61,7 +67,11 @@ def run(notebook_path: Path = NOTEBOOK) -> int:
 
     cells = [c for c in notebook.cells if c.cell_type == "code"]
     texts = [_text(c) for c in cells]
-    sums = re.findall(r"^(\[node \d+ rank \d+\] .*allreduce sum = .*)$", "".join(texts), re.M)
+    # the `%%distcomp run` cell's lines (the notebook's command cell prints the same ones)
+    sums = next(
+        (found for t in texts if (found := re.findall(ALLREDUCE_LINE, t, re.M))),
+        [],
+    )
     env_table = next(
         (t for c, t in zip(cells, texts, strict=True) if "%distcomp env" in c.source), ""
     )

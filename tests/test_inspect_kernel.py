@@ -101,8 +101,10 @@ def test_where_shows_the_stacks_of_a_background_command(kernel, tmp_path, launch
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         reply, text, _ = kernel.run("%distcomp where cmd")
-        if "wait_for_data" in text:
+        # both ranks in the user's program, at the same line
+        if "ranks 0-1: running, current stack" in text and "wait_for_data" in text:
             break
+        assert "jupyter_distcomp" not in text, "a process starting up showed our frames"
         time.sleep(0.5)
     assert reply["status"] == "ok", text
     assert "ranks 0-1: running, current stack" in text, text

@@ -268,13 +268,16 @@ def test_a_rank_killed_during_compare_is_named_by_its_rank(cmp):
 
 
 def _engines(kernel) -> int:
-    """The kernel's rank processes (ipyparallel engines, not their nannies or launchers)."""
+    """The kernel's rank processes (ipyparallel engines, started as they are or by
+    engine_start; not their nannies or launchers)."""
     import psutil
 
+    engines = ("ipyparallel.engine", "jupyter_distcomp.rank_side.engine_start")
     count = 0
     for process in kernel.processes():
         try:
-            count += process.cmdline()[1:3] == ["-m", "ipyparallel.engine"]
+            line = process.cmdline()
+            count += line[1:2] == ["-m"] and line[2] in engines
         except psutil.Error:
             pass
     return count

@@ -40,6 +40,10 @@ _THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)", re.M)
 #: files of the debugger a rank at a prompt waits in: shown as "at a debugger prompt"
 _DEBUGGER_FILES = re.compile(r"(^|/)(bdb|pdb|cmd|distcomp_debug_hook|debug_hook)\.py$")
 AT_PROMPT = "at a debugger prompt"
+#: a process still in Python's start-up (site, our sitecustomize): none of its frames are the
+#: user's yet
+_STARTING = re.compile(r'^\s*File "<frozen site>"', re.M)
+STARTING = "starting up: the program's first line has not run yet"
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,8 @@ def stack_frames(stack: str, code: str, cell: str = "Cell") -> tuple[list[Frame]
     below the cell are left out.
     """
     frames: list[Frame] = []
+    if _STARTING.search(stack):
+        return frames, False
     debugger_at: int | None = None  # index of the debugger's outermost frame (read last)
     code_lines = code.splitlines()
     outer_cell = None
@@ -107,6 +113,8 @@ def stack_frames(stack: str, code: str, cell: str = "Cell") -> tuple[list[Frame]
 def render_stack(stack: str, code: str, cell: str = "Cell") -> list[str]:
     """A faulthandler stack as a traceback of the user's frames, with source lines; a rank
     at a debugger prompt ends with ``at a debugger prompt``, not the debugger's frames."""
+    if _STARTING.search(stack):
+        return [f"  ({STARTING})"]
     frames, at_prompt = stack_frames(stack, code, cell)
     if not frames:
         return [f"  ({AT_PROMPT})" if at_prompt else "  (empty stack)"]
