@@ -10,6 +10,7 @@ import re
 import time
 
 import pytest
+from playwright.sync_api import expect
 
 from .browser_support import cell, doc_screenshot, open_notebook, run_cell_at, wait_kernel_idle
 
@@ -111,7 +112,8 @@ def test_progress_bars_and_the_per_rank_view_with_16_ranks(lab, page):
     merged = rank_lines(seen[-1])
     assert sorted(merged) == list(range(RANKS))
     bar = cell(page, 5).locator(".distcomp-rankview-bar")
-    assert bar.locator("button").all_inner_texts() == ["all", *map(str, range(RANKS))]
+    # the bar follows the output after a short redraw delay
+    expect(bar.locator("button")).to_have_text(["all", *map(str, range(RANKS))], timeout=10_000)
     tops = bar.locator("button").evaluate_all(
         "buttons => buttons.map(b => b.getBoundingClientRect().top)"
     )

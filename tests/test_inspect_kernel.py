@@ -8,6 +8,7 @@ of a ``%distcomp command`` run in the background.
 from __future__ import annotations
 
 import queue
+import re
 import time
 
 import pytest
@@ -159,31 +160,34 @@ def test_interrupt_ends_a_background_cell_and_wait_reports_it(kernel):
     assert reply["status"] == "ok" and "[rank 1] x is 5" in text
 
 
-def test_where_sees_ranks_inside_a_gloo_collective(kernel):
+def test_where_sees_ranks_inside_a_gloo_collective(kernel, tmp_path):
     from .ranks_support import TORCH_SPEC
 
     reply, text, _ = kernel.run(f"%%distcomp gl\n{TORCH_SPEC}")
     assert reply["status"] == "ok", text
+    go = tmp_path / "go"  # rank 0 joins the collective once the test has seen where
     code = (
-        "import time, torch, torch.distributed as dist\n"
+        "import os, time, torch, torch.distributed as dist\n"
         "if not dist.is_initialized():\n"
         "    dist.init_process_group('gloo')\n"
         "if dist.get_rank() == 0:\n"
-        "    time.sleep(10)\n"
+        f"    while not os.path.exists({str(go)!r}):\n"
+        "        time.sleep(0.05)\n"
         "dist.all_reduce(torch.ones(4))"
     )
     reply, text, _ = kernel.run(f"%%distcomp run gl --background\n{code}")
     assert reply["status"] == "ok", text
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         reply, text, _ = kernel.run("%distcomp where gl")
         if "all_reduce" in text:
             break
         time.sleep(0.5)
+    go.touch()
     assert reply["status"] == "ok", text
     assert "ranks 0-1: busy, current stack" in text, text  # one tree, a branch per rank
     assert "+ rank 1\n" in text and "dist.all_reduce(torch.ones(4))" in text, text
-    assert "+ rank 0\n" in text and "time.sleep(10)" in text, text
+    assert "+ rank 0\n" in text and re.search(r"time.sleep\(0.05\)|while not os", text), text
     reply, text, _ = kernel.run("%distcomp wait gl --timeout 90")
     assert reply["status"] == "ok", text
     reply, text, _ = kernel.run("%distcomp compare gl dist.get_world_size()")

@@ -173,3 +173,17 @@ def test_a_guard_whose_kernel_died_while_it_started_does_not_run_its_command():
     for proc in sleeps:
         proc.kill()
     assert sleeps == [], "the guard ran its command for a kernel that was gone"
+
+
+@pytest.mark.parametrize(
+    "end, code", [("exit 3", 3), ("kill -TERM $$", -15), ("kill -KILL $$", -9)]
+)
+def test_the_guard_ends_as_its_command_did_and_says_nothing_of_its_own(end, code):
+    """mpiexec's guard writes into the file whose text the user sees when ranks fail."""
+    guard = subprocess.run(
+        [sys.executable, "-m", "jupyter_distcomp.rank_side.guard", "sh", "-c", end],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (guard.returncode, guard.stderr, guard.stdout) == (code, "", "")

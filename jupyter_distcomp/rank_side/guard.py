@@ -64,7 +64,9 @@ def _supervise(child: int) -> int:
 
 def _exit_like(code: int) -> None:
     if code < 0:
-        signal.signal(-code, signal.SIG_DFL)
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):  # those two have no handler
+            signal.signal(-code, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [-code])
         os.kill(os.getpid(), -code)
     sys.exit(code if code >= 0 else 128 - code)
 
