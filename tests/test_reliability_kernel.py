@@ -352,3 +352,36 @@ def test_a_rank_that_closed_its_stdout_and_stderr_prints_again(cmp):
     assert reply["status"] == "ok", _error(reply)
     for rank in (0, 1):
         assert f"[rank {rank}] out {rank}" in text and f"[rank {rank}] err {rank}" in text, text
+
+
+# -- a message signed with another key (an engine of another cluster on a port given again) --
+
+INTRUDER = """\
+import json, os, time, zmq
+from jupyter_client.session import Session
+from jupyter_distcomp.local.ranks import ipp
+from jupyter_distcomp.local.ranks.backend import get_backend
+world = get_backend().world("cmp")
+path = ipp.engine_connection_file(os.path.join(world._tmp, "profile"), world.cluster._cluster.cluster_id)
+info = json.load(open(path))
+pub = zmq.Context.instance().socket(zmq.PUB)
+pub.connect(f"{info['interface']}:{info['iopub']}")
+time.sleep(1)  # the subscription reaches the publisher
+for _ in range(3):
+    Session(key=b"another cluster's key").send(pub, "stream", {"name": "stdout", "text": "x\\n"})
+time.sleep(2)  # ipyparallel's thread reads them while this cell runs
+pub.close(linger=0)
+print("sent")
+"""
+
+
+def test_a_message_signed_with_another_key_is_dropped_without_a_word_in_the_cell(cmp):
+    reply, text, _ = cmp.run("%%distcomp run cmp\nprint('before', mpi_rank)")
+    assert reply["status"] == "ok", _error(reply)
+    reply, text, _ = cmp.run(INTRUDER)
+    assert reply["status"] == "ok", _error(reply)
+    assert text.strip() == "sent", text  # no traceback of ipyparallel's thread in the cell
+    reply, text, _ = cmp.run("%%distcomp run cmp\nprint('after', mpi_rank)")
+    assert reply["status"] == "ok", _error(reply)
+    assert "[rank 0] after 0" in text and "[rank 1] after 1" in text, text
+    assert "incomplete" not in text and "Traceback" not in text, text

@@ -35,6 +35,7 @@ T = TypeVar("T")
 #: What this module uses of ipyparallel, as dotted names (a test checks each exists).
 RELIES_ON = (
     "ipyparallel.Client",
+    "ipyparallel.client.client.unpack_message",  # drops what it cannot read, via client.log
     "ipyparallel.Client.__getitem__",
     "ipyparallel.Client.ids",
     "ipyparallel.Client.send_signal",
@@ -124,6 +125,7 @@ def event_loop() -> asyncio.AbstractEventLoop:
 
             def main() -> None:
                 asyncio.set_event_loop(loop)
+                loop.set_exception_handler(_kernel_log_exception)
                 loop.call_soon(ready.set)
                 loop.run_forever()
 
@@ -131,6 +133,12 @@ def event_loop() -> asyncio.AbstractEventLoop:
             ready.wait()
             _loop = loop
         return _loop
+
+
+def _kernel_log_exception(_loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """A callback of ipyparallel that failed, in the kernel's own log: this thread's stderr
+    would otherwise end up in whichever cell runs at the time."""
+    kernel_log().error("ipyparallel: %s", context.get("message"), exc_info=context.get("exception"))
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
@@ -256,7 +264,7 @@ class LocalCluster:
         await self._cluster.start_controller()
 
     def connect(self) -> Client:
-        return run(self._cluster.connect_client())
+        return with_kernel_log(run(self._cluster.connect_client()))
 
     def stop(self) -> None:
         """Stop the controller and mpiexec; SIGKILL whatever outlives that. Idempotent."""
@@ -317,7 +325,15 @@ def connect(timeout: float, **connection: str) -> Client:
     """A client of a running cluster (``profile``, ``profile_dir``, ``cluster_id``)."""
     import ipyparallel
 
-    return ipyparallel.Client(**connection, timeout=timeout)
+    return with_kernel_log(ipyparallel.Client(**connection, timeout=timeout))
+
+
+def with_kernel_log(client: Client) -> Client:
+    """``client``, logging into the kernel's own log. ipyparallel's client drops a message
+    it cannot read (e.g. signed by an engine of another cluster that reconnected to a port
+    the system gave again) and logs it through ``client.log``, which it does not set."""
+    client.log = kernel_log()
+    return client
 
 
 def engine_ids(client: Client) -> list[int]:
@@ -460,6 +476,19 @@ def quiet_log() -> logging.Logger:
         log.addHandler(logging.NullHandler())
         log.propagate = False
         log.setLevel(logging.CRITICAL)
+    return log
+
+
+def kernel_log() -> logging.Logger:
+    """Warnings and errors of ipyparallel's thread, on the kernel process's own stderr (the
+    terminal or log of the Jupyter server), never in a cell's output."""
+    import logging
+
+    log = logging.getLogger("jupyter_distcomp.local.ranks.ipyparallel")
+    if not log.handlers:
+        log.addHandler(logging.StreamHandler(sys.__stderr__))
+        log.propagate = False
+        log.setLevel(logging.WARNING)
     return log
 
 
