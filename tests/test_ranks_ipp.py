@@ -7,6 +7,8 @@ import asyncio
 import importlib
 import inspect
 import re
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -130,3 +132,20 @@ def test_an_engine_reads_the_connection_only_once_it_is_whole(tmp_path):
     assert engine_start.read_connection(str(path), wait=10) == whole
     with pytest.raises(SystemExit, match="no controller connection"):
         engine_start.read_connection(str(tmp_path / "never.json"), wait=0.1)
+
+
+def test_serialization_is_ready_before_two_worlds_can_use_it_at_once():
+    """ipyparallel imports its serialization table's types on first use, changing the table
+    in place; once a client is ready, nothing in the table is left to import."""
+    code = (
+        "from ipyparallel.serialize import canning\n"
+        "from jupyter_distcomp.local.ranks import ipp\n"
+        "class Client: pass\n"
+        "pending = lambda: [k for m in (canning.can_map, canning.uncan_map) for k in m "
+        "if isinstance(k, str)]\n"
+        "assert pending(), 'a fresh interpreter has types to import'\n"
+        "ipp.with_kernel_log(Client())\n"
+        "print(pending())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout.strip()) == (0, "[]"), done.stderr

@@ -35,7 +35,11 @@ T = TypeVar("T")
 #: What this module uses of ipyparallel, as dotted names (a test checks each exists).
 RELIES_ON = (
     "ipyparallel.Client",
-    "ipyparallel.client.client.unpack_message",  # drops what it cannot read, via client.log
+    "ipyparallel.client.client.unpack_message",
+    "ipyparallel.serialize.canning.can",
+    "ipyparallel.serialize.canning.uncan",
+    "ipyparallel.serialize.canning.can_map",
+    "ipyparallel.serialize.canning.uncan_map",  # drops what it cannot read, via client.log
     "ipyparallel.Client.__getitem__",
     "ipyparallel.Client.ids",
     "ipyparallel.Client.send_signal",
@@ -328,11 +332,26 @@ def connect(timeout: float, **connection: str) -> Client:
     return with_kernel_log(ipyparallel.Client(**connection, timeout=timeout))
 
 
+_canning_lock = threading.Lock()
+
+
+def ready_canning() -> None:
+    """Have ipyparallel import the types of its serialization table now, once. It does so on
+    first use, changing the table in place: two worlds serializing at once (two starts,
+    a start beside a cell) would otherwise break each other (KeyError 'numpy.ndarray')."""
+    from ipyparallel.serialize import canning
+
+    with _canning_lock:
+        canning.can(None)
+        canning.uncan(None)
+
+
 def with_kernel_log(client: Client) -> Client:
-    """``client``, logging into the kernel's own log. ipyparallel's client drops a message
+    """``client``, ready for use from several threads and logging into the kernel's own log. ipyparallel's client drops a message
     it cannot read (e.g. signed by an engine of another cluster that reconnected to a port
     the system gave again) and logs it through ``client.log``, which it does not set."""
     client.log = kernel_log()
+    ready_canning()
     return client
 
 
