@@ -356,7 +356,15 @@ def test_input_in_a_background_cell_is_asked_at_wait(kernel):
         )
         assert started.ok
         assert user.prompts == [], "a background cell's thread prompted"
-        later: list[dict] = []
+        later: list[dict] = []  # what the background cell says while other cells run
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            status = run(kernel, "%distcomp status out", others=later).stream()
+            if "waits for input()" in status:
+                break
+            time.sleep(0.2)
+        assert "rank 1 waits for input(): `%distcomp wait out` asks you" in status, status
+        assert "breakpoint" not in status, status
         waited = run(kernel, "%distcomp wait out", others=later)
     assert waited.ok, waited.reply
     assert user.prompts == [("[rank 1] value? ", False)]

@@ -148,6 +148,7 @@ def run_command(
             run._states,
         )
         background.serve, background.stopped = run.held.serve_waiting, run.held.stopped
+        background.asking = run.held.asking
     started = time.monotonic()
     active = ActiveRun(len(envs), code_dir)
     active.supervisors = lambda: run.launch.pids() if run.launch is not None else {}

@@ -79,5 +79,9 @@ class HeldStops:
         return time.monotonic() - tic
 
     def stopped(self) -> list[int]:
-        """The ranks waiting for their prompt."""
-        return sorted(self.channel.stopped_ranks())
+        """The ranks waiting for their prompt at a breakpoint."""
+        return sorted(r for r, where in self.channel.stopped_ranks().items() if "ask" not in where)
+
+    def asking(self) -> list[int]:
+        """The ranks waiting in ``input()`` or ``getpass`` for an answer."""
+        return sorted(r for r, where in self.channel.stopped_ranks().items() if "ask" in where)

@@ -410,7 +410,7 @@ class RankBackend:
         cell = self.background.add(world.name, BackgroundCell(world.name, targets, ended))
         held = run.debug.hold_in_background(lambda: run.running)
         if held is not None:  # its stops are served by `%distcomp wait`
-            cell.serve, cell.stopped = held.serve_waiting, held.stopped
+            cell.serve, cell.stopped, cell.asking = held.serve_waiting, held.stopped, held.asking
         return cell.start()
 
     def post_mortem(self, name: str, rank: int | None, shell: Any = None) -> None:

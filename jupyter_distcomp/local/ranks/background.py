@@ -45,6 +45,8 @@ class BackgroundCell:
         #: serves the stopped ranks' prompts (the seconds spent), and names them
         self.serve: Callable[[], float] = lambda: 0.0
         self.stopped: Callable[[], list[int]] = list
+        #: the ranks waiting in input() for an answer
+        self.asking: Callable[[], list[int]] = list
         self._done = threading.Event()
         context = contextvars.copy_context()  # the starting cell's output area
         self._thread = threading.Thread(
@@ -90,12 +92,17 @@ class BackgroundCell:
     def describe(self) -> str:
         state = "running" if self.running else ("failed" if self.error else "finished")
         stopped = self.stopped() if self.running else []
+        asking = self.asking() if self.running else []
         held = (
             f"; {format_ranks(stopped)} stopped at a breakpoint: `%distcomp wait {self.name}` "
             "opens its prompt"
             if stopped
             else ""
         )
+        if asking:
+            held += (
+                f"; {format_ranks(asking)} waits for input(): `%distcomp wait {self.name}` asks you"
+            )
         return (
             f"{self.name}: {self.what} on {format_ranks(self.ranks)}, {state} "
             f"({self.seconds:.1f} s){held}"
