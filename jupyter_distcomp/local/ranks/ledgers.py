@@ -53,7 +53,7 @@ def blocked_ranks(world: World, ranks: list[int]) -> list[int]:
     """Those of ``ranks`` whose last recorded call has not returned: inside a collective or
     a point-to-point call (where SIGINT waits until the call returns)."""
     ledgers = read(world, ranks)
-    return [r for r in ranks if ledgers.get(r) and ledgers[r][-1].running]
+    return [r for r in ranks if ledgers.get(r) and ledgers[r][-1].blocked]
 
 
 def set_check(world: World, on: bool) -> None:
@@ -82,7 +82,7 @@ class HangWatch:
         ledgers = read(self.world, busy)
         now = time.time()
         last = [ledgers[r][-1] if ledgers.get(r) else None for r in busy]
-        if any(e is None or not e.running or now - e.started < self.seconds for e in last):
+        if any(e is None or not e.blocked or now - e.started < self.seconds for e in last):
             return
         self.said = True
         name = self.world.name
