@@ -8,8 +8,9 @@ Run: .venv/bin/python bench/bench_ledger.py   (not a test; prints its figures)
    2,000 calls a side, and the figure is the median of the ratios of neighbouring blocks
    over all rounds (the times shown are the medians of the rounds' sums). Beside it, the
    wrapper's own CPU time (the calling thread's, on a group of one rank: no waiting on other
-   ranks) as a share of the 4-rank call: the wall-time ratio is as noisy as the ranks'
-   scheduling on a loaded machine, the CPU time is not.
+   ranks, measured on rank 0 while the others sleep) as a share of the 4-rank call: the
+   wall-time ratio is as noisy as the ranks' scheduling on a loaded machine, the CPU time
+   is much less so.
 2. One 64 MiB ``COMM_WORLD.Allreduce`` (float64) through the ledger's communicator against
    mpi4py's own method on the same communicator (target ratio <= 1.01): pairs of calls, in
    the order plain-ledger and ledger-plain alternately, the median of the pairs' ratios.
@@ -29,7 +30,7 @@ from common import bench_shell, quiet
 
 RANKS = 4
 ROUNDS = 7
-PAIRS = 16
+PAIRS = 40
 
 SETUP = """\
 import os, socket, statistics, time, sys
@@ -61,12 +62,13 @@ def block(fn, n, clock=time.perf_counter):
         fn(t)
     return clock() - tic
 
-def loops(first, second, blocks=20, n=100, clock=time.perf_counter):
+def loops(first, second, blocks=20, n=100, clock=time.perf_counter, together=True):
     # 2,000 calls a side, in blocks that alternate: load changes weigh on both alike;
     # also each pair of neighbouring blocks' ratio, second side to first
     a = b = 0.0
     ratios = []
-    dist.barrier()
+    if together:
+        dist.barrier()
     for i in range(blocks):  # each side goes first in every other block
         if i % 2:
             y = block(second, n, clock)
@@ -99,16 +101,21 @@ for _ in range(ROUNDS):
     sides["plain"].append(plain)
     sides["ledger"].append(ledger)
     sides["ratio"].extend(ratios)
-    # CPU time of the calling thread: what the wrapper adds, whatever the machine's load
-    plain, ledger, _ = loops(lambda x: plain_all_reduce(x, group=alone),
-                          lambda x: dist.all_reduce(x, group=alone), clock=time.thread_time)
-    sides["solo plain"].append(plain)
-    sides["solo ledger"].append(ledger)
     hooks.configure(True)
     sides["check"].append(block(dist.all_reduce, 200) * 10)
     hooks.configure(False)
-    sides["self plain"].append(small(lambda s, r: plain_Allreduce(MPI.COMM_SELF, s, r)))
-    sides["self ledger"].append(small(MPI.COMM_SELF.Allreduce))
+# CPU time of the calling thread: what the wrapper adds, whatever the machine's load; on
+# rank 0 alone, while the others sleep in a gloo barrier (MPI's would spin)
+if comm.rank == 0:
+    for _ in range(ROUNDS):
+        plain, ledger, _ = loops(lambda x: plain_all_reduce(x, group=alone),
+                                 lambda x: dist.all_reduce(x, group=alone),
+                                 clock=time.thread_time, together=False)
+        sides["solo plain"].append(plain)
+        sides["solo ledger"].append(ledger)
+        sides["self plain"].append(small(lambda s, r: plain_Allreduce(MPI.COMM_SELF, s, r)))
+        sides["self ledger"].append(small(MPI.COMM_SELF.Allreduce))
+dist.barrier()
 for i in range(PAIRS):  # plain-ledger, then ledger-plain
     if i % 2:
         ledger, plain = big(comm.Allreduce), big(plain_big)
@@ -117,9 +124,8 @@ for i in range(PAIRS):  # plain-ledger, then ledger-plain
     sides["mpi plain"].append(plain)
     sides["mpi ledger"].append(ledger)
     sides["mpi ratio"].append(ledger / plain)
-figures = {k: statistics.median(v) for k, v in sides.items()}
 if comm.rank == 0:
-    print("FIGURES", figures)
+    print("FIGURES", {k: statistics.median(v) for k, v in sides.items()})
 """
 
 

@@ -67,7 +67,7 @@ def test_collectives_lists_each_groups_calls_aligned_across_ranks(ip):
     assert text.count("all_reduce") == 2, "--last 3 shows the last three of the group"
 
 
-def test_ddp_gradient_buckets_show_where_a_comm_hook_exposes_them(ip):
+def test_a_comm_hook_the_user_registers_is_recorded_in_place_of_the_ledgers(ip):
     ready(ip)
     code = (
         "%%distcomp run t\n"
