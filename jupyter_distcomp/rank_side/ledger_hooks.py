@@ -105,8 +105,9 @@ def next_seq(key: str) -> int:
 
 def record(seq_key: str, call: tuple, where: tuple[Any, int]) -> int:
     """Record a call that starts now: ``seq_key`` counts it (a group's collectives, or
-    ``group + "\\x00p2p"``), ``call`` is ``(kind, group, op, data, reduce, root)``,
-    ``where`` :func:`site`'s answer. The ring slot's offset, for ``Ring.end``."""
+    ``group + "\\x00p2p"``), ``call`` is ``(kind, group, op, data, reduce, root, posted)``
+    (see ``Ring.begin``), ``where`` :func:`site`'s answer. The ring slot's offset, for
+    ``Ring.end``; the call's sequence number is ``STATE.last_seq``."""
     seqs = STATE.seqs
     seq = seqs.get(seq_key, 0) + 1
     seqs[seq_key] = seq
