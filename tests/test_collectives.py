@@ -67,7 +67,7 @@ def test_collectives_lists_each_groups_calls_aligned_across_ranks(ip):
     assert text.count("all_reduce") == 2, "--last 3 shows the last three of the group"
 
 
-def test_ddp_gradient_buckets_show_where_a_comm_hook_exposes_them(ip):
+def test_a_comm_hook_the_user_registers_is_recorded_in_place_of_the_ledgers(ip):
     ready(ip)
     code = (
         "%%distcomp run t\n"
@@ -81,6 +81,43 @@ def test_ddp_gradient_buckets_show_where_a_comm_hook_exposes_them(ip):
     assert cell.ok, cell.traceback_text()
     text = run_cell(ip, "%distcomp collectives t --last 2").stdout
     assert "all_reduce ([5] float32, sum) at cell line 6: ranks 0-3 done" in text, text
+
+
+def test_ddp_gradient_buckets_are_recorded_without_a_comm_hook(ip):
+    ready(ip)
+    code = (
+        "%%distcomp run t\n"
+        "torch.manual_seed(0)\n"
+        "model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))\n"
+        "model(torch.ones(2, 4) * (rank + 1)).sum().backward()\n"
+        "print('grad', model.module.weight.grad.tolist())"
+    )
+    cell = run_cell(ip, code)
+    assert cell.ok, cell.traceback_text()
+    assert cell.stdout.count("grad [[5.0, 5.0, 5.0, 5.0]]") == 4, "DDP's mean of the gradients"
+    text = run_cell(ip, "%distcomp collectives t --last 2").stdout
+    assert "all_reduce ([5] float32, sum) at cell line 4: ranks 0-3 done" in text, text
+
+
+def test_a_rank_that_skips_ddp_backward_is_named_by_the_bucket_it_never_reduced(ip):
+    ready(ip)
+    code = (
+        "%%distcomp run t --timeout 8\n"
+        "import datetime\n"
+        "short = dist.new_group(timeout=datetime.timedelta(seconds=12))\n"
+        "model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1), "
+        "process_group=short)\n"
+        "loss = model(torch.ones(2, 4)).sum()\n"
+        "if rank != 2:\n"
+        "    loss.backward()\n"
+        "dist.barrier(group=short)"
+    )
+    cell = run_cell(ip, code)
+    assert not cell.ok
+    text = cell.traceback_text()
+    assert "all_reduce #" in text and "([5] float32, sum, group " in text, text
+    assert "(ranks 0, 1, 2, 3)): ranks 0-1, 3 wait since" in text
+    assert "rank 2 has not called it: it is in barrier #" in text and "at cell line 8" in text
 
 
 def test_a_skipped_collective_is_named_in_the_time_out_with_who_is_missing(ip):
@@ -215,6 +252,87 @@ def test_mpi4py_calls_are_recorded_upper_and_lower_case_and_point_to_point(ip):
     assert "rank 0: send #" in text and "to rank 1" in text
     assert "rank 1: recv #" in text and "from rank 0" in text
     assert "(ranks 0, 2) ---" in text and "Barrier at cell line 10: ranks 0, 2 done" in text
+
+
+def test_mpi4py_communicators_each_have_their_own_group(ip):
+    ready(ip, "m")
+    code = (
+        "%%distcomp run m\n"
+        "comm = MPI.COMM_WORLD\n"
+        "half = comm.Split(comm.rank % 2)\n"
+        "half.Barrier()\n"
+        "twin = half.Dup()\n"
+        "twin.Allreduce(np.ones(2), np.zeros(2))\n"
+        "ring = comm.Create_cart([comm.size], periods=[True])\n"
+        "ring.Barrier()\n"
+        "pair = comm.Create_group(comm.Get_group().Incl([0, 1])) if comm.rank < 2 else None\n"
+        "if pair:\n"
+        "    pair.Bcast(np.ones(1), root=1)\n"
+        "print('cart', type(ring).__name__, ring.Get_topo()[0])"
+    )
+    cell = run_cell(ip, code)
+    assert cell.ok, cell.traceback_text()
+    assert cell.stdout.count("cart Cartcomm [4]") == 4, "a Cartcomm stays a Cartcomm"
+    text = run_cell(ip, "%distcomp collectives m").stdout
+    assert "every group's ranks agree on their calls" in text, text
+    # each communicator its own group, named alike on its ranks, with its own numbers
+    for pair in ("0, 2", "1, 3"):
+        head = next(line for line in text.splitlines() if f"(ranks {pair}) ---" in line)
+        assert head.startswith("--- comm ") and "." not in head, head
+        assert f"Barrier at cell line 4: ranks {pair} done" in text
+        twin = next(
+            line for line in text.splitlines() if f"(ranks {pair}) ---" in line and "." in line
+        )
+        assert twin.startswith("--- comm ") and ".1 (" in twin, twin
+    assert "#1     Allreduce ([2] float64, sum) at cell line 6: ranks 0, 2 done" in text
+    assert "(ranks 0, 1, 2, 3) ---" in text
+    assert "#1     Barrier at cell line 8: ranks 0-3 done" in text
+    assert "--- comm g1 (ranks 0, 1) ---" in text
+    assert "#1     Bcast ([1] float64, root 1) at cell line 11: ranks 0-1 done" in text
+    assert "Split at cell line 3: ranks 0-3 done" in text and "Create_cart at cell line 7" in text
+
+
+def test_mpi4py_non_blocking_calls_end_when_their_request_completes(ip):
+    ready(ip, "m")
+    code = (
+        "%%distcomp run m\n"
+        "comm = MPI.COMM_WORLD\n"
+        "req = comm.Iallreduce(np.ones(3), np.zeros(3))\n"
+        "MPI.Request.Waitall([req])\n"
+        "right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size\n"
+        "reqs = [comm.Isend(np.ones(2), right), comm.Irecv(np.zeros(2), left)]\n"
+        "MPI.Request.Waitall(reqs)\n"
+        "pending = comm.Ibarrier()\n"
+        "print('request', isinstance(req, MPI.Request), req == MPI.REQUEST_NULL)"
+    )
+    cell = run_cell(ip, code)
+    assert cell.ok, cell.traceback_text()
+    assert cell.stdout.count("request True True") == 4
+    text = run_cell(ip, "%distcomp collectives m").stdout
+    assert "Iallreduce ([3] float64, sum) at cell line 3: ranks 0-3 done" in text, text
+    assert "rank 0: Isend #" in text and "to rank 1, COMM_WORLD) at cell line 6, done" in text
+    assert "rank 0: Irecv #" in text and "from rank 3, COMM_WORLD) at cell line 6, done" in text
+    assert "Ibarrier at cell line 8: ranks 0-3 not complete, posted" in text
+    assert run_cell(ip, "%%distcomp run m\npending.Wait()").ok
+    text = run_cell(ip, "%distcomp collectives m").stdout
+    assert "Ibarrier at cell line 8: ranks 0-3 done" in text, text
+
+
+def test_a_skipped_call_on_a_sub_communicator_is_named_with_its_group(ip):
+    ready(ip, "m")
+    code = (
+        "%%distcomp run m --timeout 6\n"
+        "comm = MPI.COMM_WORLD\n"
+        "half = comm.Split(comm.rank % 2)\n"
+        "if comm.rank != 2:\n"
+        "    half.Ibarrier().Wait()"
+    )
+    cell = run_cell(ip, code)
+    assert not cell.ok
+    text = cell.traceback_text()
+    assert "Ibarrier #1 (comm " in text and "(ranks 0, 2)): rank 0 waits since" in text, text
+    assert "rank 2 has not called it: its cell has ended" in text
+    assert run_cell(ip, "%distcomp restart m").ok
 
 
 def test_the_hang_notice_names_the_verdict_and_kills_nothing(ip):

@@ -27,12 +27,15 @@ def call(seq, op="all_reduce", data="[4] float32", reduce="sum", running=False, 
     )
 
 
+CELL = compile("", "/tmp/ipykernel_1/2.py", "exec")  # a cell's code object
+
+
 def test_the_ring_keeps_the_newest_calls_and_their_end(tmp_path):
     path = str(tmp_path / "r.ledger")
     ring = Ring(path, capacity=4)
     for seq in range(1, 7):
-        text = ledger.encode(COLLECTIVE, "default group", "all_reduce", "[4] float32", "sum", "")
-        slot = ring.begin(seq, text, "/tmp/ipykernel_1/2.py", 5, "<module>")
+        call = (COLLECTIVE, "default group", "all_reduce", "[4] float32", "sum", "", "")
+        slot = ring.begin(seq, call, CELL, 5)
         if seq < 6:
             ring.end(slot)
     entries = read_ring(path)
@@ -121,3 +124,77 @@ def test_a_flight_recorder_dump_joins_the_ledger(tmp_path):
         "nccl group 0",
     )
     assert read.running and read.started == 2.0 and read.site() == "train.py:12 in step"
+
+
+def test_a_non_blocking_call_runs_until_complete_and_blocks_only_in_a_wait(tmp_path):
+    path = str(tmp_path / "r.ledger")
+    ring = Ring(path)
+    slot = ring.begin(
+        7, (COLLECTIVE, "COMM_WORLD", "Iallreduce", "[3] float64", "sum", "", "nb"), CELL, 3
+    )
+    (posted,) = read_ring(path)
+    assert posted.posted and posted.running and not posted.blocked, "posted: the rank goes on"
+    ring.wait(slot, 7)
+    (waited,) = read_ring(path)
+    assert waited.running and waited.blocked, "a Wait for it: the rank waits in it"
+    ring.end(slot, 7)
+    (done,) = read_ring(path)
+    assert not done.running and not done.blocked and done.finished >= done.started
+
+
+def test_a_late_end_leaves_a_slot_the_ring_gave_to_a_newer_call(tmp_path):
+    path = str(tmp_path / "r.ledger")
+    ring = Ring(path, capacity=2)
+    call = (COLLECTIVE, "default group", "all_reduce", "[4] float32", "sum", "", "nb")
+    first = ring.begin(1, call, CELL, 3)
+    ring.begin(2, call, CELL, 4)
+    again = ring.begin(3, call, CELL, 5)  # slot of call 1, reused
+    assert again == first
+    ring.end(first, 1)  # call 1's request completes late
+    ring.wait(first, 1)
+    assert [(e.seq, e.running) for e in read_ring(path)] == [(2, True), (3, True)]
+
+
+def test_a_rank_with_only_a_posted_call_is_not_said_to_be_in_it():
+    posted = call(1, op="Ibarrier", data="", reduce="", running=True)
+    posted.posted = True
+    ledgers = {0: [call(1, running=True)], 1: [call(1, running=True)], 2: [posted]}
+    ledgers[2][0].group = "COMM_SELF (ranks 2)"  # its own group: no verdict there
+    (verdict,) = ledger.verdicts(ledgers, 3, busy={0, 1, 2})
+    assert verdict.missing == {2: "it runs other code"}
+
+
+def test_the_torch_wrapper_reads_each_argument_form_and_the_callers_line(tmp_path, monkeypatch):
+    """torch.distributed's wrapper on a function with all_reduce's signature: group, op and
+    async_op by keyword or by position, the call site the caller's own line."""
+    import os
+    import sys
+    import types
+
+    import torch
+    import torch.distributed as dist
+
+    from jupyter_distcomp.rank_side import ledger_hooks, ledger_torch
+
+    def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        return None
+
+    fake = types.SimpleNamespace(__file__=dist.__file__, GroupMember=dist.GroupMember)
+    fake.all_reduce = all_reduce
+    monkeypatch.setattr(ledger_torch, "core", ledger_hooks)
+    monkeypatch.setattr(ledger_hooks.STATE, "ring", Ring(str(tmp_path / "r.ledger")))
+    monkeypatch.setattr(ledger_hooks.STATE, "seqs", {})
+    wrapped = ledger_torch._Torch(fake).wrap("all_reduce", "tensor", COLLECTIVE)
+    line = sys._getframe().f_lineno
+    wrapped(torch.ones(4))
+    wrapped(torch.ones(2, 3, dtype=torch.float64), op=dist.ReduceOp.MAX)
+    wrapped(torch.ones(4), dist.ReduceOp.MIN, None, True)  # async: no work returned
+    entries = read_ring(str(tmp_path / "r.ledger"))
+    assert [(e.seq, e.op, e.data, e.reduce, e.group) for e in entries] == [
+        (1, "all_reduce", "[4] float32", "sum", "default group"),
+        (2, "all_reduce", "[2, 3] float64", "max", "default group"),
+        (3, "all_reduce", "[4] float32", "min", "default group"),
+    ]
+    assert [e.line for e in entries] == [line + 1, line + 2, line + 3]
+    assert {os.path.basename(e.file) for e in entries} == {"test_collectives_units.py"}
+    assert not any(e.running for e in entries)

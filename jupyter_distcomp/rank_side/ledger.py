@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 
 MAGIC = b"DCL1"
 _HEADER = struct.Struct("<4sIIQ")  # magic, slot size, capacity, records written
-_SLOT = struct.Struct("<qddH")  # sequence number, started, finished (0: running), text size
+#: sequence number, started, finished (0: running; -t: a Wait for it since t), text size
+_SLOT = struct.Struct("<qddH")
 SLOT_SIZE = 320
 CAPACITY = 1024
 SEP = "\x1f"
@@ -61,6 +62,9 @@ class Entry:
     file: str = ""
     line: int = 0
     function: str = ""
+    #: a non-blocking call (``Iallreduce``, ``isend``, ``async_op=True``): it runs until its
+    #: request or work completes, while the rank goes on
+    posted: bool = False
 
     @property
     def members(self) -> tuple[int, ...]:
@@ -73,7 +77,14 @@ class Entry:
 
     @property
     def running(self) -> bool:
-        return self.finished == 0.0
+        """Not finished: a blocking call still in it, a non-blocking one not complete."""
+        return self.finished <= 0.0
+
+    @property
+    def blocked(self) -> bool:
+        """The rank waits in this call: a blocking call that runs, or a non-blocking one
+        whose request a Wait waits for (``finished`` is then minus the Wait's start)."""
+        return self.finished < 0.0 or (self.finished == 0.0 and not self.posted)
 
     @property
     def signature(self) -> tuple[str, str, str, str]:
@@ -87,9 +98,9 @@ class Entry:
         return f"{os.path.basename(self.file)}:{self.line} in {self.function}"
 
 
-def encode(kind: str, group: str, op: str, data: str, reduce: str, root: str) -> str:
-    """The slot text of a call, without its call site (added by :meth:`Ring.begin`)."""
-    return SEP.join((kind, group, op, data, reduce, root))
+_COUNT = struct.Struct("<Q")
+_SEQ = struct.Struct("<q")
+_FINISHED = struct.Struct("<d")
 
 
 class Ring:
@@ -105,28 +116,44 @@ class Ring:
             os.close(fd)
         self.capacity = capacity
         self.written = 0
-        self._texts: dict[tuple, bytes] = {}  # a loop's calls repeat: encoded once
+        self._texts: dict[tuple, tuple] = {}  # a loop's calls repeat: encoded once
         _HEADER.pack_into(self.map, 0, MAGIC, SLOT_SIZE, capacity, 0)
 
-    def begin(self, seq: int, text: str, file: str, line: int, function: str) -> int:
-        """Record a call that starts now; its slot's offset, for :meth:`end`."""
-        key = (text, file, line, function)
-        raw = self._texts.get(key)
-        if raw is None:
-            raw = f"{text}{SEP}{file}{SEP}{line}{SEP}{function}".encode(errors="replace")
-            raw = raw[: SLOT_SIZE - _SLOT.size]
+    def begin(self, seq: int, call: tuple, code, line: int) -> int:
+        """Record a call that starts now; its slot's offset, for :meth:`end`.
+
+        ``call``: ``(kind, group, op, data, reduce, root, posted)`` (posted: ``"nb"`` for a
+        non-blocking call, else ``""``); ``code``: the calling frame's
+        code object (anything with ``co_filename`` and ``co_name``), ``line`` its line.
+        """
+        key = (call, code, line)
+        known = self._texts.get(key)
+        if known is None:
+            text = SEP.join((*call, code.co_filename, str(line), code.co_name))
+            raw = text.encode(errors="replace")[: SLOT_SIZE - _SLOT.size]
             if len(self._texts) > 4096:
                 self._texts.clear()
-            self._texts[key] = raw
+            # the slot's fields and its text, written in one go
+            known = self._texts[key] = (struct.Struct(f"{_SLOT.format}{len(raw)}s"), len(raw), raw)
         offset = _HEADER.size + SLOT_SIZE * (self.written % self.capacity)
-        _SLOT.pack_into(self.map, offset, seq, time.time(), 0.0, len(raw))
-        self.map[offset + _SLOT.size : offset + _SLOT.size + len(raw)] = raw
+        known[0].pack_into(self.map, offset, seq, time.time(), 0.0, known[1], known[2])
         self.written += 1
-        struct.pack_into("<Q", self.map, 12, self.written)
+        _COUNT.pack_into(self.map, 12, self.written)
         return offset
 
-    def end(self, offset: int) -> None:
-        struct.pack_into("<d", self.map, offset + 16, time.time())
+    def end(self, offset: int, seq: int | None = None) -> None:
+        """The call in slot ``offset`` has finished; with ``seq``: only if the slot still
+        holds that call (a call that ends late, e.g. a request completed after the ring
+        went round)."""
+        if seq is not None and _SEQ.unpack_from(self.map, offset)[0] != seq:
+            return
+        _FINISHED.pack_into(self.map, offset + 16, time.time())
+
+    def wait(self, offset: int, seq: int) -> None:
+        """A Wait for the non-blocking call in slot ``offset`` starts now."""
+        same = _SEQ.unpack_from(self.map, offset)[0] == seq
+        if same and _FINISHED.unpack_from(self.map, offset + 16)[0] == 0.0:
+            _FINISHED.pack_into(self.map, offset + 16, -time.time())
 
 
 def read_ring(path: str) -> list[Entry]:
@@ -215,9 +242,9 @@ def read_ledger(path: str) -> list[Entry]:
 
 def _entry(seq: int, started: float, finished: float, text: str) -> Entry | None:
     parts = text.split(SEP)
-    if len(parts) != 9:
+    if len(parts) != 10:
         return None  # a slot being written while it was read
-    kind, group, op, data, reduce, root, file, line, function = parts
+    kind, group, op, data, reduce, root, posted, file, line, function = parts
     return Entry(
         seq,
         started,
@@ -231,6 +258,7 @@ def _entry(seq: int, started: float, finished: float, text: str) -> Entry | None
         file,
         int(line) if line.isdigit() else 0,
         function,
+        posted == "nb",
     )
 
 
@@ -392,7 +420,7 @@ def by_group(ledgers: dict[int, list[Entry]]) -> dict[str, dict[int, dict[int, E
 def _doing(rank: int, ledgers: dict[int, list[Entry]], group: str, busy: set[int] | None) -> str:
     """What a rank that did not reach a call does instead."""
     entries = ledgers.get(rank, [])
-    running = [e for e in entries if e.running]
+    running = [e for e in entries if e.blocked]
     if running:
         e = running[-1]
         where = call_text(e, group=e.group != group)

@@ -1,11 +1,15 @@
 """On a rank: record every ``torch.distributed`` and mpi4py call in the ledger (ledger.py),
 and in check mode compare the call across the group before it runs.
 
-:func:`install` opens the ledger file and wraps ``torch.distributed``'s functions and
-mpi4py's ``COMM_WORLD`` as soon as each is imported (an import hook: a rank that never
-imports torch never loads it). A wrapper records the call (sequence number per group,
-operation, shapes and dtypes, reduce op, root or peer, call site), runs it, and records its
-end: a few microseconds, no message to any other rank.
+:func:`install` opens the ledger file and wraps ``torch.distributed``'s functions, DDP
+(ledger_torch.py) and mpi4py's communicators (ledger_mpi.py) as soon as each is imported
+(an import hook: a rank that never imports torch never loads it). A wrapper records the
+call (sequence number per group, operation, shapes and dtypes, reduce op, root or peer,
+call site), runs it, and records its end (a non-blocking call's when its request or work
+completes): about 2 microseconds, no message to any other rank. What a call costs is kept
+small: its call site is the first frame outside the skipped folders, each code object
+looked at once; the texts describing a call (shapes, ops, the slot's bytes) are built once
+per distinct call and reused.
 
 Check mode (:func:`configure`) adds one exchange before each collective: each rank posts
 the call's signature (for torch through the process group's store, so gloo and NCCL alike;
@@ -53,19 +57,43 @@ class _State:
     check = False
     rank = 0
     seqs: dict = {}
+    last_seq = 0  # the sequence number :func:`record` gave last
+    in_buckets = False  # in DDP's comm hook (ledger_torch): its async calls block backward
 
 
 STATE = _State()
 
+#: folders whose frames are not the user's: the ledger's own, torch's, mpi4py's
+_SKIP: tuple[str, ...] = (_HERE,)
+#: code object -> whether its frames are skipped (a loop's call site is looked up once)
+_SKIPPED: dict = {}
+_NOWHERE = compile("", "", "exec")
 
-def site(skip: str):
-    """The first frame outside ``skip`` (a package folder) and the ledger's own files."""
+
+def skip_files(folder: str) -> None:
+    """Frames of files under ``folder`` are not call sites (a library's own)."""
+    global _SKIP
+    if folder not in _SKIP:
+        _SKIP = (*_SKIP, folder)
+        _SKIPPED.clear()
+
+
+def site() -> tuple[Any, int]:
+    """The call site of the wrapper that calls this: ``(code object, line)`` of the first
+    frame outside the skipped folders."""
     frame: Any = sys._getframe(2)
-    while frame is not None and frame.f_code.co_filename.startswith((skip, _HERE)):
+    skipped = _SKIPPED
+    while frame is not None:
+        code = frame.f_code
+        skip = skipped.get(code)
+        if skip is None:
+            if len(skipped) > 8192:
+                skipped.clear()
+            skip = skipped[code] = code.co_filename.startswith(_SKIP)
+        if not skip:
+            return code, frame.f_lineno
         frame = frame.f_back
-    if frame is None:
-        return "", 0, ""
-    return frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name
+    return _NOWHERE, 0
 
 
 def next_seq(key: str) -> int:
@@ -75,10 +103,16 @@ def next_seq(key: str) -> int:
     return seq
 
 
-def record(kind: str, group: str, op: str, data: str, reduce: str, root: str, site) -> int:
-    seq = next_seq(group if kind == ledger.COLLECTIVE else group + "\x00p2p")
-    text = ledger.encode(kind, group, op, data, reduce, root)
-    return STATE.ring.begin(seq, text, *site) if STATE.ring is not None else -1
+def record(seq_key: str, call: tuple, where: tuple[Any, int]) -> int:
+    """Record a call that starts now: ``seq_key`` counts it (a group's collectives, or
+    ``group + "\\x00p2p"``), ``call`` is ``(kind, group, op, data, reduce, root, posted)``
+    (see ``Ring.begin``), ``where`` :func:`site`'s answer. The ring slot's offset, for
+    ``Ring.end``; the call's sequence number is ``STATE.last_seq``."""
+    seqs = STATE.seqs
+    seq = seqs.get(seq_key, 0) + 1
+    seqs[seq_key] = seq
+    STATE.last_seq = seq
+    return STATE.ring.begin(seq, call, where[0], where[1])
 
 
 def mismatch(group: str, seq: int, sigs: dict[int, tuple], me: int) -> None:
@@ -119,7 +153,17 @@ def _wrap_mpi(MPI) -> None:
     sibling.wrap(MPI)
 
 
-_TARGETS = {"torch.distributed": _wrap_torch, "mpi4py.MPI": _wrap_mpi}
+def _wrap_ddp(module) -> None:
+    sibling = _sibling("ledger_torch")
+    sibling.core = sys.modules[__name__]
+    sibling.wrap_ddp(module)
+
+
+_TARGETS = {
+    "torch.distributed": _wrap_torch,
+    "torch.nn.parallel.distributed": _wrap_ddp,
+    "mpi4py.MPI": _wrap_mpi,
+}
 
 
 class _Finder:

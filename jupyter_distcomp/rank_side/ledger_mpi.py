@@ -1,7 +1,19 @@
-"""The ledger's wrapper of mpi4py (see ledger_hooks.py): ``COMM_WORLD`` becomes an instance
-of an ``Intracomm`` subclass whose collectives (upper and lower case) and point-to-point
-methods record each call, and in check mode exchange signatures over the communicator
-first; communicators made from it (Dup, Split, Create) are wrapped too.
+"""The ledger's wrapper of mpi4py (see ledger_hooks.py).
+
+Each communicator class (``Intracomm``, ``Cartcomm``, ``Graphcomm``, ``Distgraphcomm``,
+``Intercomm``) gets a recording subclass whose collectives (blocking and non-blocking, upper
+and lower case) and point-to-point methods record each call, and in check mode exchange
+signatures over the communicator first. ``COMM_WORLD`` and ``COMM_SELF`` become instances of
+it, and so does every communicator made from one (Dup, Split, Create, Create_group,
+Create_cart, ...): each has its own sequence numbers and its own label, given when it is
+made, the same on all its ranks (``comm 2 (ranks 0, 2)``: the second communicator made from
+COMM_WORLD; ``comm 2.1 (ranks 0)``: the first made from that one; ``comm g1 (ranks 0, 1)``:
+the first made by ``Create_group`` for ranks 0 and 1).
+
+A non-blocking call (``Iallreduce``, ``Isend``, ``irecv``...) returns a recording
+``Request`` (``MPI.Request`` becomes that subclass; ``isinstance`` still holds for every
+request): the call is finished in the ledger when a Wait or Test (the request's own, or
+``Request.Waitall`` and the other class methods) sees it complete.
 
 Standard library only at import; ``core`` is ledger_hooks, set before :func:`wrap`.
 """
@@ -15,7 +27,8 @@ from typing import Any
 core: Any = None  # ledger_hooks (loaded by path on a rank, so not imported here)
 
 
-#: method -> (data parameter index, op index, root or peer index, root default)
+#: method -> (data parameter index, op index, root index, root default); non-blocking
+#: forms (``I...``) take the same parameters
 _MPI_COLLECTIVES = {
     "Barrier": (-1, -1, -1, None),
     "barrier": (-1, -1, -1, None),
@@ -33,6 +46,7 @@ _MPI_COLLECTIVES = {
     "Alltoall": (0, -1, -1, None),
     "alltoall": (0, -1, -1, None),
     "Alltoallv": (0, -1, -1, None),
+    "Alltoallw": (0, -1, -1, None),
     "Reduce": (0, 2, 3, 0),
     "reduce": (0, 1, 2, 0),
     "Allreduce": (0, 2, -1, None),
@@ -43,180 +57,430 @@ _MPI_COLLECTIVES = {
     "scan": (0, 1, -1, None),
     "Exscan": (0, 2, -1, None),
     "exscan": (0, 1, -1, None),
+    "Neighbor_allgather": (0, -1, -1, None),
+    "Neighbor_allgatherv": (0, -1, -1, None),
+    "Neighbor_alltoall": (0, -1, -1, None),
+    "Neighbor_alltoallv": (0, -1, -1, None),
+    "Neighbor_alltoallw": (0, -1, -1, None),
 }
+_MPI_COLLECTIVES.update(
+    {"I" + name.lower(): spec for name, spec in _MPI_COLLECTIVES.items() if name[0].isupper()}
+)
+#: method -> (data parameter index, peer parameter index, direction, peer keyword)
 _MPI_P2P = {
-    "Send": (0, 1, "to"),
-    "send": (0, 1, "to"),
-    "Ssend": (0, 1, "to"),
-    "ssend": (0, 1, "to"),
-    "Isend": (0, 1, "to"),
-    "isend": (0, 1, "to"),
-    "Recv": (0, 1, "from"),
-    "recv": (0, 1, "from"),
-    "Irecv": (0, 1, "from"),
-    "irecv": (0, 1, "from"),
+    name: (0, 1, "to", "dest")
+    for name in (
+        "Send",
+        "send",
+        "Ssend",
+        "ssend",
+        "Bsend",
+        "bsend",
+        "Rsend",
+        "Isend",
+        "isend",
+        "Issend",
+        "issend",
+        "Ibsend",
+        "ibsend",
+        "Irsend",
+        "Sendrecv",
+        "sendrecv",
+        "Sendrecv_replace",
+        "Isendrecv",
+        "Isendrecv_replace",
+    )
 }
-_CREATORS = ("Dup", "Split", "Create", "Create_group", "Split_type")
+_MPI_P2P.update(
+    {name: (0, 1, "from", "source") for name in ("Recv", "recv", "Irecv", "irecv", "Mprobe")}
+)
+#: communicator constructors: collective over the communicator they are called on
+#: (recorded as its calls), but Create_group (only the group's ranks call it) and
+#: Create_intercomm (two groups) are not recorded
+_CREATORS = (
+    "Dup",
+    "Clone",
+    "Idup",
+    "Split",
+    "Split_type",
+    "Create",
+    "Create_cart",
+    "Create_graph",
+    "Create_dist_graph",
+    "Create_dist_graph_adjacent",
+    "Merge",
+)
+_UNRECORDED_CREATORS = ("Create_group", "Create_intercomm")
+_COMM_CLASSES = ("Intracomm", "Topocomm", "Cartcomm", "Graphcomm", "Distgraphcomm", "Intercomm")
+#: Request class methods that complete requests of a list
+_REQUEST_CLASS_METHODS = tuple(
+    f"{verb}{what}" for verb in ("Wait", "Test", "wait", "test") for what in ("all", "any", "some")
+)
+_FAR = 1 << 30  # the index of a parameter a method does not have
 
 
 class _Mpi:
     def __init__(self, MPI) -> None:
         self.MPI = MPI
-        self.prefix = os.path.dirname(MPI.__file__) + os.sep
         self.ops = {}
         for op_name in ("SUM", "PROD", "MAX", "MIN", "LAND", "LOR", "BAND", "BOR", "MAXLOC"):
             op = getattr(MPI, op_name, None)
             if op is not None:
                 self.ops[op.py2f()] = op_name.lower()
-        self.created = 0
+        self.unnamed = 0
+        self.classes: dict[type, type] = {}  # mpi4py's class -> its recording subclass
+        self.texts: dict[Any, str] = {}
+        self.request: Any = None  # the recording Request class
 
+    # -- describing a call ------------------------------------------------------------------
     def buffer_text(self, value) -> str:
         if value is None:
             return ""
+        shape = getattr(value, "shape", None)
+        if shape is not None:
+            key = (shape, getattr(value, "dtype", ""))
+            try:
+                text = self.texts.get(key)
+            except TypeError:  # a shape that is no tuple: described each time
+                return f"[{', '.join(map(str, shape))}] {key[1]}"
+            if text is None:
+                if len(self.texts) > 4096:
+                    self.texts.clear()
+                text = self.texts[key] = f"[{', '.join(map(str, shape))}] {key[1]}"
+            return text
         if value is self.MPI.IN_PLACE:
             return "IN_PLACE"
-        if isinstance(value, (list, tuple)) and value and not hasattr(value, "shape"):
+        if isinstance(value, (list, tuple)) and value:
             first = value[0]
             if hasattr(first, "shape") or isinstance(first, (bytes, bytearray, memoryview)):
                 typed = value[-1]
                 kind = f" as {typed.Get_name()}" if isinstance(typed, self.MPI.Datatype) else ""
                 return self.buffer_text(first) + kind
-        shape = getattr(value, "shape", None)
-        if shape is not None:
-            return f"[{', '.join(map(str, shape))}] {getattr(value, 'dtype', '')}"
         try:
             return f"{memoryview(value).nbytes} bytes"
         except TypeError:
             return "object"
 
     def label(self, comm) -> tuple[str, tuple[int, ...]]:
+        """The communicator's label and its COMM_WORLD ranks (given when it was made)."""
         known = getattr(comm, "_distcomp_label", None)
         if known is None:
-            if comm == self.MPI.COMM_WORLD:
-                known = ("COMM_WORLD", ())
-            else:
-                group = comm.Get_group()
-                world = self.MPI.COMM_WORLD.Get_group()
-                members = tuple(
-                    self.MPI.Group.Translate_ranks(group, list(range(group.Get_size())), world)
-                )
-                self.created += 1
-                known = (f"comm {self.created} (ranks {', '.join(map(str, members))})", members)
-            comm._distcomp_label = known
+            self.unnamed += 1
+            known = self.name(comm, f"comm ?{self.unnamed}")
         return known
 
-    def collective(self, base, name: str, spec):
+    def members(self, comm) -> tuple[int, ...]:
+        """The communicator's ranks in COMM_WORLD, in its own rank order."""
+        MPI = self.MPI
+        group, world = comm.Get_group(), MPI.COMM_WORLD.Get_group()
+        try:
+            size = group.Get_size()
+            return tuple(MPI.Group.Translate_ranks(group, list(range(size)), world))
+        finally:
+            group.Free()
+            world.Free()
+
+    def name(self, comm, stem: str) -> tuple[str, tuple[int, ...]]:
+        """Give ``comm`` the label ``stem (ranks ...)``, its ranks in COMM_WORLD."""
+        members = self.members(comm)
+        known = (f"{stem} (ranks {', '.join(map(str, members))})", members)
+        try:
+            comm._distcomp_label = known
+            comm._distcomp_made = {}
+        except AttributeError:  # one of mpi4py's own classes: named again on each call
+            pass
+        return known
+
+    def adopt(self, parent, made, key: Any):
+        """``made`` (a communicator made from ``parent``) as a recording instance, named
+        after its parent: ``key`` counts the communicators made alike (every rank of the
+        parent alike, or only those of one group)."""
+        MPI = self.MPI
+        if not isinstance(made, MPI.Comm) or made == MPI.COMM_NULL:
+            return made
+        cls = self.classes.get(type(made))
+        if cls is None:
+            cls = next((c for t, c in self.classes.items() if isinstance(made, t)), None)
+        if cls is not None and not isinstance(made, cls):
+            made = cls(made)
+        counts = getattr(parent, "_distcomp_made", None)
+        if counts is None:
+            return made
+        counts[key] = number = counts.get(key, 0) + 1
+        mark = "" if key == "" else "g"  # made by one group's ranks: numbered among those
+        stem = self.label(parent)[0].split(" (ranks ")[0]
+        stem = f"comm {mark}{number}" if stem == "COMM_WORLD" else f"{stem}.{mark}{number}"
+        self.name(made, stem)
+        return made
+
+    # -- wrappers ---------------------------------------------------------------------------
+    def collective(self, base, name: str, spec, creator: bool = False):
         fn = getattr(base, name)
         data_at, op_at, root_at, root_default = spec
+        data_at = _FAR if data_at < 0 else data_at
+        op_at = _FAR if op_at < 0 else op_at
+        root_at = _FAR if root_at < 0 else root_at
         mpi = self
         buffers = name[0].isupper()
+        reduces = op_at != _FAR
+        nonblocking = name[0] == "I" and not creator
+        posted = "nb" if nonblocking else ""
+        idup = name == "Idup"
+        roots: dict = {None: ""}
+        COLLECTIVE = core.ledger.COLLECTIVE
+        data_keys = ("sendbuf", "buf", "sendobj")
 
         @functools.wraps(fn)
         def call(comm, *args, **kwargs):
             __tracebackhide__ = True
-            if core.STATE.ring is None:
+            state = core.STATE
+            ring = state.ring
+            if ring is None:
                 return fn(comm, *args, **kwargs)
-            label, _members = mpi.label(comm)
-            data = args[data_at] if 0 <= data_at < len(args) else None
-            if data is None and data_at >= 0:
-                data = kwargs.get("sendbuf", kwargs.get("buf", kwargs.get("sendobj")))
-            if buffers:
-                data_text = mpi.buffer_text(data)
-                if data_text == "IN_PLACE" and len(args) > data_at + 1:
-                    data_text = mpi.buffer_text(args[data_at + 1])
-            else:
-                data_text = type(data).__name__ if data_at >= 0 else ""
-            op = kwargs.get("op", args[op_at] if 0 <= op_at < len(args) else None)
-            reduce = ""
-            if op_at >= 0:
-                reduce = mpi.ops.get(op.py2f(), "op") if op is not None else "sum"
-            root = kwargs.get("root", args[root_at] if 0 <= root_at < len(args) else root_default)
-            root_text = f"root {root}" if root is not None else ""
-            site = core.site(mpi.prefix)
-            if core.STATE.check:
-                mpi.check(comm, label, (name, data_text, reduce, root_text, *site))
-            slot = core.record(
-                core.ledger.COLLECTIVE, label, name, data_text, reduce, root_text, site
-            )
             try:
-                return fn(comm, *args, **kwargs)
-            finally:
-                if slot >= 0:
-                    core.STATE.ring.end(slot)
+                label = comm._distcomp_label[0]
+            except AttributeError:
+                label = mpi.label(comm)[0]
+            n = len(args)
+            data = args[data_at] if data_at < n else None
+            if kwargs and data is None and data_at != _FAR:
+                data = next((kwargs[k] for k in data_keys if k in kwargs), None)
+            if not buffers:
+                data_text = type(data).__name__ if data_at != _FAR else ""
+            elif data is mpi.MPI.IN_PLACE and data_at + 1 < n:
+                data_text = mpi.buffer_text(args[data_at + 1])
+            else:
+                data_text = mpi.buffer_text(data)
+            reduce = ""
+            if reduces:
+                op = kwargs.get("op") if "op" in kwargs else (args[op_at] if op_at < n else None)
+                reduce = mpi.ops.get(op.py2f(), "op") if op is not None else "sum"
+            root = (
+                kwargs["root"]
+                if "root" in kwargs
+                else (args[root_at] if root_at < n else root_default)
+            )
+            root_text = roots.get(root)
+            if root_text is None:
+                root_text = roots[root] = f"root {root}"
+            where = core.site()
+            if state.check:
+                mpi.check(comm, label, (name, data_text, reduce, root_text), where)
+            call = (COLLECTIVE, label, name, data_text, reduce, root_text, posted)
+            slot = core.record(label, call, where)
+            try:
+                result = fn(comm, *args, **kwargs)
+            except BaseException:
+                ring.end(slot)
+                raise
+            if nonblocking:
+                return mpi.pending(result, ring, slot, state.last_seq)
+            ring.end(slot)
+            if creator:
+                if idup:
+                    return (mpi.adopt(comm, result[0], ""), result[1])
+                return mpi.adopt(comm, result, "")
+            return result
 
         return call
 
     def p2p(self, base, name: str, spec):
         fn = getattr(base, name)
-        data_at, peer_at, direction = spec
+        data_at, peer_at, direction, peer_key = spec
         mpi = self
         buffers = name[0].isupper()
+        nonblocking = name[0] in "Ii"
+        posted = "nb" if nonblocking else ""
+        peers: dict = {}
+        P2P = core.ledger.P2P
 
         @functools.wraps(fn)
         def call(comm, *args, **kwargs):
             __tracebackhide__ = True
-            if core.STATE.ring is None:
+            state = core.STATE
+            ring = state.ring
+            if ring is None:
                 return fn(comm, *args, **kwargs)
-            label, _ = mpi.label(comm)
-            data = args[data_at] if len(args) > data_at else None
-            data_text = mpi.buffer_text(data) if buffers else type(data).__name__
-            peer = kwargs.get(
-                "dest" if direction == "to" else "source",
-                args[peer_at] if len(args) > peer_at else None,
-            )
-            peer_text = f"{direction} rank {peer}" if peer is not None and peer >= 0 else ""
-            if direction == "from" and not peer_text:
-                peer_text = "from any rank"
-            site = core.site(mpi.prefix)
-            slot = core.record(core.ledger.P2P, label, name, data_text, "", peer_text, site)
             try:
-                return fn(comm, *args, **kwargs)
-            finally:
-                if slot >= 0:
-                    core.STATE.ring.end(slot)
+                label = comm._distcomp_label[0]
+            except AttributeError:
+                label = mpi.label(comm)[0]
+            n = len(args)
+            data = args[data_at] if data_at < n else None
+            if buffers:
+                data_text = mpi.buffer_text(data)
+            else:
+                data_text = type(data).__name__ if data is not None else ""
+            peer = (
+                kwargs[peer_key] if peer_key in kwargs else (args[peer_at] if peer_at < n else None)
+            )
+            peer_text = peers.get(peer)
+            if peer_text is None:
+                if isinstance(peer, int) and peer >= 0:
+                    peer_text = f"{direction} rank {peer}"
+                else:
+                    peer_text = "from any rank" if direction == "from" else ""
+                peers[peer] = peer_text
+            where = core.site()
+            slot = core.record(
+                label + "\x00p2p", (P2P, label, name, data_text, "", peer_text, posted), where
+            )
+            try:
+                result = fn(comm, *args, **kwargs)
+            except BaseException:
+                ring.end(slot)
+                raise
+            if nonblocking:
+                return mpi.pending(result, ring, slot, state.last_seq)
+            ring.end(slot)
+            return result
 
         return call
 
-    def creator(self, base, name: str):
+    def unrecorded_creator(self, base, name: str):
         fn = getattr(base, name)
+        mpi = self
 
         @functools.wraps(fn)
         def call(comm, *args, **kwargs):
             __tracebackhide__ = True
             made = fn(comm, *args, **kwargs)
-            if isinstance(made, base) and not isinstance(made, type(comm)):
-                if made == self.MPI.COMM_NULL:
+            if name == "Create_group" and isinstance(made, mpi.MPI.Comm):
+                if made == mpi.MPI.COMM_NULL:
                     return made
-                made = type(comm)(made)
-            return made
+                key: Any = mpi.members(made)  # numbered among those made for it
+                return mpi.adopt(comm, made, key)
+            return mpi.adopt(comm, made, "intercomm")
 
         return call
 
-    def check(self, comm, label: str, sig: tuple) -> None:
+    def pending(self, request, ring, slot: int, seq: int):
+        """A recording Request for a non-blocking call's request: its call ends when a
+        Wait or Test sees it complete."""
+        if not isinstance(request, self.MPI.Request) or self.request is None:
+            ring.end(slot)
+            return request
+        mine = self.request(request)
+        mine._distcomp = (ring, slot, seq)
+        return mine
+
+    def check(self, comm, label: str, sig: tuple, where) -> None:
         """Exchange signatures with the communicator's own (unrecorded) allgather."""
         __tracebackhide__ = True
+        code, line = where
         seq = core.STATE.seqs.get(label, 0) + 1
-        base = self.MPI.Intracomm
-        posted = base.allgather(comm, sig)
+        base = self.MPI.Comm
+        posted = base.allgather(comm, (*sig, code.co_filename, line, code.co_name))
         members = self.label(comm)[1] or tuple(range(len(posted)))
         core.mismatch(label, seq, dict(zip(members, posted, strict=False)), comm.Get_rank())
 
+    # -- classes ----------------------------------------------------------------------------
+    def subclass(self, base):
+        """The recording subclass of one of mpi4py's communicator classes."""
+        space: dict = {"__distcomp_ledger__": True, "__module__": "mpi4py.MPI"}
+        for name, spec in _MPI_COLLECTIVES.items():
+            if name in vars(base) or hasattr(base, name):
+                space[name] = self.collective(base, name, spec)
+        for name, p2p_spec in _MPI_P2P.items():
+            if hasattr(base, name):
+                space[name] = self.p2p(base, name, p2p_spec)
+        for name in _CREATORS:
+            if hasattr(base, name):
+                space[name] = self.collective(base, name, (-1, -1, -1, None), creator=True)
+        for name in _UNRECORDED_CREATORS:
+            if hasattr(base, name):
+                space[name] = self.unrecorded_creator(base, name)
+        return type(base.__name__, (base,), space)
+
+    def request_class(self):
+        """``MPI.Request``'s recording subclass: each completion ends its call in the
+        ledger; ``isinstance(r, MPI.Request)`` holds for every request, recording or not."""
+        base = self.MPI.Request
+
+        class _Meta(type):
+            def __instancecheck__(cls, obj) -> bool:
+                return isinstance(obj, base)
+
+            def __subclasscheck__(cls, sub) -> bool:
+                return issubclass(sub, base)
+
+        def finish(request) -> None:
+            mark = request.__dict__.get("_distcomp")
+            if mark is not None and request == null:
+                del request._distcomp
+                mark[0].end(mark[1], mark[2])
+
+        def waiting(request) -> None:
+            mark = request.__dict__.get("_distcomp")
+            if mark is not None:
+                mark[0].wait(mark[1], mark[2])
+
+        def instance_method(name: str):
+            fn = getattr(base, name)
+            waits = name.lower() == "wait"
+
+            @functools.wraps(fn)
+            def method(self, *args, **kwargs):
+                __tracebackhide__ = True
+                if waits:
+                    waiting(self)
+                try:
+                    return fn(self, *args, **kwargs)
+                finally:
+                    finish(self)
+
+            return method
+
+        def class_method(name: str):
+            fn = getattr(base, name)
+
+            waits = name.lower().startswith("wait")
+
+            @functools.wraps(fn)
+            def method(cls, requests, *args, **kwargs):
+                __tracebackhide__ = True
+                if waits:
+                    for request in requests:
+                        if type(request) is recording:
+                            waiting(request)
+                try:
+                    return fn(requests, *args, **kwargs)
+                finally:
+                    for request in requests:
+                        if type(request) is recording:
+                            finish(request)
+
+            return classmethod(method)
+
+        null = self.MPI.REQUEST_NULL
+        space: dict = {"__module__": "mpi4py.MPI", "__doc__": base.__doc__}
+        for name in ("Wait", "Test", "wait", "test", "Free", "free", "Cancel", "cancel"):
+            if hasattr(base, name):
+                space[name] = instance_method(name)
+        for name in _REQUEST_CLASS_METHODS:
+            if hasattr(base, name):
+                space[name] = class_method(name)
+        recording = _Meta("Request", (base,), space)
+        return recording
+
 
 def wrap(MPI) -> None:
-    world = MPI.COMM_WORLD
-    if getattr(type(world), "__distcomp_ledger__", False):
+    if getattr(type(MPI.COMM_WORLD), "__distcomp_ledger__", False):
         return
-    base = MPI.Intracomm
     mpi = _Mpi(MPI)
-    space: dict = {"__distcomp_ledger__": True, "__module__": "mpi4py.MPI"}
-    for name, spec in _MPI_COLLECTIVES.items():
-        if hasattr(base, name):
-            space[name] = mpi.collective(base, name, spec)
-    for name, p2p_spec in _MPI_P2P.items():
-        if hasattr(base, name):
-            space[name] = mpi.p2p(base, name, p2p_spec)
-    for name in _CREATORS:
-        if hasattr(base, name):
-            space[name] = mpi.creator(base, name)
-    cls = type("Intracomm", (base,), space)
-    MPI.COMM_WORLD = cls(world)
+    for name in _COMM_CLASSES:
+        base = getattr(MPI, name, None)
+        if base is not None:
+            mpi.classes[base] = mpi.subclass(base)
+    mpi.request = mpi.request_class()
+    MPI.Request = mpi.request
+    world = mpi.classes[MPI.Intracomm](MPI.COMM_WORLD)
+    world._distcomp_label = ("COMM_WORLD", ())
+    world._distcomp_made = {}
+    MPI.COMM_WORLD = world
+    me = MPI.COMM_SELF
+    alone = mpi.classes[MPI.Intracomm](me)
+    alone._distcomp_made = {}
+    alone._distcomp_label = (f"COMM_SELF (ranks {world.Get_rank()})", (world.Get_rank(),))
+    MPI.COMM_SELF = alone
+    core.skip_files(os.path.dirname(MPI.__file__) + os.sep)

@@ -41,6 +41,26 @@ _TORCH_P2P = {"send": "tensor", "recv": "tensor", "isend": "tensor", "irecv": "t
 
 
 _SHAPES: dict[tuple, str] = {}
+_FAR = 1 << 30  # the index of a parameter a function does not have
+_DEFAULT = ("default group", ())
+
+
+def _end_when_done(work, ring, slot: int, seq: int) -> None:
+    """An ``async_op`` call (or isend/irecv) ends in the ledger when its work completes;
+    when the backend gives the work no future, when it returns."""
+    try:
+        future = work.get_future()
+    except Exception:
+        ring.end(slot)
+        return
+
+    def done(_future) -> None:
+        ring.end(slot, seq)
+
+    try:
+        future.add_done_callback(done)
+    except Exception:
+        ring.end(slot)
 
 
 def _tensor_text(value) -> str:
@@ -64,7 +84,6 @@ def _tensor_text(value) -> str:
 class _Torch:
     def __init__(self, dist) -> None:
         self.dist = dist
-        self.prefix = os.path.dirname(os.path.dirname(dist.__file__)) + os.sep
         self.groups: dict[int, tuple[str, tuple[int, ...]]] = {}
         self.ops: dict = {}
 
@@ -96,60 +115,101 @@ class _Torch:
         params = list(inspect.signature(fn).parameters)
 
         def position(*names: str) -> tuple[str, int]:
+            """A parameter's keyword and index; an absent one is never found."""
             for n in names:
                 if n in params:
                     return n, params.index(n)
-            return "", -1
+            return "\x00", _FAR
 
-        data = position(data_name) if data_name else ("", -1)
-        group = position("group")
-        op = position("op")
-        root = position("src", "dst")
+        data_key, data_at = position(data_name) if data_name else ("\x00", _FAR)
+        group_key, group_at = position("group")
+        op_key, op_at = position("op")
+        root_key, root_at = position("src", "dst")
+        async_key, async_at = position("async_op")
         torch = self
-
-        def arg(args, kwargs, where, default=None):
-            key, index = where
-            if not key:
-                return default
-            if key in kwargs:
-                return kwargs[key]
-            return args[index] if len(args) > index else default
+        collective = kind == core.ledger.COLLECTIVE
+        default_reduce = "sum" if name in ("all_reduce", "reduce") else ""
+        word = "root" if collective else ("to" if name in ("send", "isend") else "from") + " rank"
+        always_async = name in ("isend", "irecv")
+        roots: dict = {None: ""}
 
         @functools.wraps(fn)
         def call(*args, **kwargs):
             __tracebackhide__ = True
-            if core.STATE.ring is None:
+            state = core.STATE
+            ring = state.ring
+            if ring is None:
                 return fn(*args, **kwargs)
-            label, members = torch.group(arg(args, kwargs, group))
-            reduce = arg(args, kwargs, op)
-            peer = arg(args, kwargs, root)
-            reduce_text = torch.reduce_name(reduce) if reduce is not None else ""
-            if kind == core.ledger.COLLECTIVE and name in ("all_reduce", "reduce"):
-                reduce_text = reduce_text or "sum"
-            if peer is None:
-                root_text = ""
-            elif kind == core.ledger.P2P:
-                root_text = f"{'to' if name in ('send', 'isend') else 'from'} rank {peer}"
+            n = len(args)
+            if kwargs:
+                group = (
+                    kwargs[group_key]
+                    if group_key in kwargs
+                    else (args[group_at] if group_at < n else None)
+                )
+                op = kwargs[op_key] if op_key in kwargs else (args[op_at] if op_at < n else None)
+                peer = (
+                    kwargs[root_key]
+                    if root_key in kwargs
+                    else (args[root_at] if root_at < n else None)
+                )
+                data = (
+                    kwargs[data_key]
+                    if data_key in kwargs
+                    else (args[data_at] if data_at < n else None)
+                )
+                waits = not (
+                    always_async
+                    or (
+                        kwargs[async_key]
+                        if async_key in kwargs
+                        else n > async_at and args[async_at]
+                    )
+                )
             else:
-                root_text = f"root {peer}"
-            data_text = _tensor_text(arg(args, kwargs, data)) if data[0] else ""
-            site = core.site(torch.prefix)
-            if core.STATE.check and kind == core.ledger.COLLECTIVE:
-                torch.check(label, members, (name, data_text, reduce_text, root_text, *site))
-            slot = core.record(kind, label, name, data_text, reduce_text, root_text, site)
+                group = args[group_at] if group_at < n else None
+                op = args[op_at] if op_at < n else None
+                peer = args[root_at] if root_at < n else None
+                data = args[data_at] if data_at < n else None
+                waits = not (always_async or (n > async_at and args[async_at]))
+            label, members = _DEFAULT if group is None else torch.group(group)
+            reduce_text = torch.reduce_name(op) if op is not None else default_reduce
+            root_text = roots.get(peer)
+            if root_text is None:
+                root_text = roots[peer] = f"{word} {peer}"
+            data_text = _tensor_text(data) if data is not None else ""
+            where = core.site()
+            if collective:
+                if state.check:
+                    torch.check(label, members, (name, data_text, reduce_text, root_text), where)
+                seq_key = label
+            else:
+                seq_key = label + "\x00p2p"
+            posted = "" if waits or state.in_buckets else "nb"
+            slot = core.record(
+                seq_key, (kind, label, name, data_text, reduce_text, root_text, posted), where
+            )
             try:
-                return fn(*args, **kwargs)
-            finally:
-                if slot >= 0:
-                    core.STATE.ring.end(slot)
+                result = fn(*args, **kwargs)
+            except BaseException:
+                ring.end(slot)
+                raise
+            if waits or result is None:
+                ring.end(slot)
+            else:
+                _end_when_done(result, ring, slot, state.last_seq)
+            return result
 
         call.__distcomp_ledger__ = fn  # type: ignore[attr-defined]
         return call
 
-    def check(self, label: str, members: tuple[int, ...], sig: tuple) -> None:
+    def check(self, label: str, members: tuple[int, ...], sig: tuple, where) -> None:
         """Post this call's signature in the store; compare with the group's."""
         __tracebackhide__ = True
         import datetime
+
+        code, line = where
+        sig = (*sig, code.co_filename, line, code.co_name)
 
         dist = self.dist
         seq = core.STATE.seqs.get(label, 0) + 1
@@ -187,6 +247,7 @@ def wrap(dist) -> None:
     if not dist.is_available():
         return
     torch = _Torch(dist)
+    core.skip_files(os.path.dirname(os.path.dirname(dist.__file__)) + os.sep)
     for table, kind in (
         (_TORCH_COLLECTIVES, core.ledger.COLLECTIVE),
         (_TORCH_P2P, core.ledger.P2P),
@@ -235,3 +296,88 @@ def _flight_recorder(dist) -> None:
 
 
 FLIGHT_EVERY = 2.0
+
+
+# -- DDP's gradient buckets ----------------------------------------------------------------
+class _Buckets:
+    """The comm hook state of a DDP model whose buckets the ledger records: the hook that
+    reduces them (torch's ``allreduce_hook``, which DDP's documentation says gives the
+    same result as DDP's built-in reduction, or the one the user registers later)."""
+
+    def __init__(self, state, hook) -> None:
+        self.state = state
+        self.hook = hook
+
+
+def _bucket_hook(buckets: _Buckets, bucket):
+    """DDP's comm hook: the bucket's reduction in Python, so that its ``dist.all_reduce``
+    (or the user's hook's calls) goes through the ledger's wrapper; recorded as blocking
+    calls, as DDP's backward waits for them."""
+    state = core.STATE
+    state.in_buckets = True
+    try:
+        return buckets.hook(buckets.state, bucket)
+    finally:
+        state.in_buckets = False
+
+
+def wrap_ddp(module) -> None:
+    """DDP's C++ reducer calls the process group directly for each gradient bucket,
+    past ``torch.distributed``'s Python functions; torch's one way into that path is a comm
+    hook. So a new DDP model gets :func:`_bucket_hook` with torch's ``allreduce_hook``
+    (unless DDP itself registered a hook: mixed precision, the Python reducer), and a hook
+    the user registers afterwards takes the place of ``allreduce_hook`` in it (DDP allows
+    one registration per model)."""
+    DDP = module.DistributedDataParallel
+    if getattr(DDP, "__distcomp_ledger__", False):
+        return
+    init, register, builtin = DDP.__init__, DDP.register_comm_hook, DDP._register_builtin_comm_hook
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs) -> None:
+        init(self, *args, **kwargs)
+        if core.STATE.ring is None or getattr(self, "reducer", None) is None:
+            return
+        if self._comm_hooks or getattr(self, "_use_python_reducer", False):
+            return
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        try:
+            buckets = _Buckets(self.process_group, default_hooks.allreduce_hook)
+            sys.modules["torch.distributed"]._register_comm_hook(
+                self.reducer, buckets, _bucket_hook
+            )
+        except Exception:  # a DDP torch changed: its buckets go unrecorded
+            return
+        self._distcomp_buckets = buckets
+
+    @functools.wraps(register)
+    def register_comm_hook(self, state, hook) -> None:
+        buckets = self.__dict__.get("_distcomp_buckets")
+        if buckets is None:
+            return register(self, state, hook)
+        self._check_comm_hook(hook)
+        self.logger._set_comm_hook_name(hook.__qualname__)
+        self._comm_hooks.append((hook, state))
+        buckets.state, buckets.hook = state, hook
+        del self._distcomp_buckets  # one registration, as DDP allows
+        return None
+
+    @functools.wraps(builtin)
+    def _register_builtin_comm_hook(self, comm_hook_type):
+        buckets = self.__dict__.get("_distcomp_buckets")
+        if buckets is None:
+            return builtin(self, comm_hook_type)
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        hooks = {"ALLREDUCE": default_hooks.allreduce_hook}
+        hooks["FP16_COMPRESS"] = default_hooks.fp16_compress_hook
+        hook = hooks.get(getattr(comm_hook_type, "name", ""))
+        if hook is None:
+            raise ValueError(f"no Python equivalent of DDP's built-in hook {comm_hook_type}")
+        return register_comm_hook(self, self.process_group, hook)
+
+    DDP.__init__ = __init__
+    DDP.register_comm_hook = register_comm_hook
+    DDP._register_builtin_comm_hook = _register_builtin_comm_hook
+    DDP.__distcomp_ledger__ = True

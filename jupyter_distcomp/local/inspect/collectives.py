@@ -54,6 +54,8 @@ def _state(entries: list[ledger.Entry], now: float) -> str:
     running = [e for e in entries if e.running]
     if not running:
         return "done"
+    if not any(e.blocked for e in running):  # non-blocking calls no Wait has seen complete
+        return f"not complete, posted {now - min(e.started for e in running):.0f} s ago"
     return f"waiting {now - min(e.started for e in running):.0f} s"
 
 

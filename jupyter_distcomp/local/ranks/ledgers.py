@@ -50,10 +50,11 @@ def verdict_sections(world: World, busy: list[int] | None = None) -> list[tuple[
 
 
 def blocked_ranks(world: World, ranks: list[int]) -> list[int]:
-    """Those of ``ranks`` whose last recorded call has not returned: inside a collective or
-    a point-to-point call (where SIGINT waits until the call returns)."""
+    """Those of ``ranks`` waiting in their last recorded call: inside a collective or a
+    point-to-point call, or in a Wait for a non-blocking one (where SIGINT waits until the
+    call returns); a non-blocking call merely posted does not hold a rank."""
     ledgers = read(world, ranks)
-    return [r for r in ranks if ledgers.get(r) and ledgers[r][-1].running]
+    return [r for r in ranks if ledgers.get(r) and ledgers[r][-1].blocked]
 
 
 def set_check(world: World, on: bool) -> None:
@@ -82,7 +83,7 @@ class HangWatch:
         ledgers = read(self.world, busy)
         now = time.time()
         last = [ledgers[r][-1] if ledgers.get(r) else None for r in busy]
-        if any(e is None or not e.running or now - e.started < self.seconds for e in last):
+        if any(e is None or not e.blocked or now - e.started < self.seconds for e in last):
             return
         self.said = True
         name = self.world.name
