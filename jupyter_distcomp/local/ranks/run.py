@@ -39,6 +39,9 @@ STACK_WAIT = 0.5  # seconds to wait for the busy ranks' stacks on an interrupt
 DEATH_GRACE = 2.0  # seconds to let mpiexec report a death and stop the other ranks
 OUTPUT_GRACE = 1.0  # seconds to wait for more output after a rank's reply (or its last output)
 OUTPUT_LIMIT = 300.0  # seconds after a rank's reply its output may keep arriving
+#: seconds a rank that waits for acknowledgements may send nothing before all it wrote is
+#: acknowledged (text it counted that never reached the kernel does not stop it for good)
+CATCH_UP = 1.0
 ALIVE_CHECK = 0.2  # seconds between checks that every rank's process still exists
 SAID_LINES = 40  # lines of mpiexec's output shown with a death
 REPORT_LINES = 2000  # lines of mpiexec's output searched for the cause of a death
@@ -84,7 +87,13 @@ class CellRun:
         #: how tracebacks name the cell: the notebook's own name for it
         self.cell = cell_name(shell, code)
         self.timeout = timeout
-        self.out = RankOutput(world.label, group=group_output, shell=shell)
+        self.flows = world.flows
+        self.out = RankOutput(
+            world.label,
+            group=group_output,
+            shell=shell,
+            acks=self.flows.ack if self.flows is not None else None,
+        )
         self.wake = threading.Event()
         self.futures: dict[int, ipp.RankReply] = {}
         self.execution: ipp.Execution | None = None
@@ -92,6 +101,7 @@ class CellRun:
         self.feed = OutputFeed(ranks, self.wake.set)
         self._replied_at: dict[int, float] = {}
         self._cut_short: set[int] = set()  # ranks that ended with their output incomplete
+        self._started = time.monotonic()
         self.fail_fast = FailFast(
             world,
             self.code,
@@ -135,7 +145,10 @@ class CellRun:
         for rank, reply in zip(self.ranks, execution.replies, strict=True):
             self.futures[rank] = reply
             reply.on_reply(functools.partial(self._replied, rank))
+            if self.flows is not None:
+                self.flows.show(rank, reply.request_id)
         self.running = set(self.ranks)
+        self._started = time.monotonic()
         try:
             self._loop()
         except KeyboardInterrupt:
@@ -144,6 +157,8 @@ class CellRun:
             for rank, kind, content in self.feed.drain():
                 self.out.message(rank, kind, content)
             self.feed.close()
+            if self.flows is not None:
+                self.flows.release(self.ranks)
             self.out.finish()
             self._say_cut_short()
             self.debug.finish(self._errors())
@@ -211,6 +226,17 @@ class CellRun:
         self.running.difference_update(ended)
         self.out.flush_partial(force=not self.running)
         self.out.flush()
+        self._catch_up(now)
+
+    def _catch_up(self, now: float) -> None:
+        """A rank that waits for acknowledgements while nothing of it is on its way gets
+        them (what it counted never came: it must not wait for it for ever)."""
+        if self.flows is None or self.out.in_flight:
+            return
+        for rank in self.running:
+            since = self.feed.last.get(rank, self._started)
+            if now - since > CATCH_UP and self.flows.behind(rank):
+                self.flows.catch_up(rank)
 
     def _say_cut_short(self) -> None:
         if self._cut_short:
