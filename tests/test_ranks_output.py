@@ -198,6 +198,29 @@ def test_20000_large_displays_read_late_all_arrive_and_the_kernel_stays_small(ke
     )
 
 
+def test_output_that_cannot_arrive_before_the_cell_ends_is_counted_in_that_cell(kernel):
+    """A rank's 1,000 lines are held up on the rank (its iopub thread is busy for 5 s) while
+    it answers: the cell ends without them and says exactly how many lines it did not show;
+    the next cell gets its own output only."""
+    out = run(
+        kernel,
+        "%%distcomp run out --ranks 0\nimport sys, time\nfor i in range(1000):\n    print(i)\n"
+        "def hold():\n    time.sleep(5)\n    sys.stdout.flush_timeout = sys.stderr.flush_timeout = 10\n"
+        "sys.stdout.flush_timeout = sys.stderr.flush_timeout = 0.5  # the rank answers at once\n"
+        "sys.stdout.pub_thread.schedule(hold)",
+    )
+    assert out.ok, out.reply
+    said = out.stream("stderr")
+    assert "[rank 0] 1,000 line(s) of output are not shown" in said, said
+    assert "Fix:" in said
+    shown = [ln for ln in out.stream("stdout").splitlines() if ln.startswith("[rank 0]")]
+    assert len(shown) == 0, "the lines were held up on the rank"
+    time.sleep(5)  # the held lines arrive: they belong to the cell that ended
+    after = run(kernel, "%%distcomp run out\nprint('next', mpi_rank)")
+    assert after.ok
+    assert sorted(after.stream().splitlines()) == ["[rank 0] next 0", "[rank 1] next 1"]
+
+
 def test_each_line_arrives_while_the_rank_still_runs_in_rank_order(kernel):
     arrived: list[tuple[float, str]] = []
 

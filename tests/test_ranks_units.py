@@ -247,6 +247,8 @@ def output_loop(texts: dict, stuck: tuple = ()) -> CellRun:
     run.out = RankOutput(lambda r: f"[rank {r}]")
     run._replied_at = {}
     run._cut_short = set()
+    run.flows = None  # no flow files: what is lost is said as possible
+    run._started = time.monotonic()
     return run
 
 
@@ -255,7 +257,7 @@ def pump_once(run: CellRun) -> tuple[str, str]:
     printed, said = io.StringIO(), io.StringIO()
     with redirect_stdout(printed), redirect_stderr(said):
         run._pump()
-        run._say_cut_short()
+        run._say_lost()
     return printed.getvalue(), said.getvalue()
 
 

@@ -25,16 +25,20 @@ import threading
 import time
 from typing import Any
 
-#: token (the cell's execute msg_id, utf-8, zero-padded), open (the kernel shows the cell's
-#: output), acked (units handed to the notebook), sent (units the rank has written)
-LAYOUT = struct.Struct("<96sqqq")
-TOKEN_BYTES, OPEN, ACKED, SENT = 96, 96, 104, 112
+#: written by the kernel: token (the cell's execute msg_id, utf-8, zero-padded), open (the
+#: kernel shows the cell's output), acked (units handed to the notebook); by the rank: the
+#: cell it writes for (cell_key), and its units, lines and displays written for that cell
+LAYOUT = struct.Struct("<96sqqqqqq")
+TOKEN_BYTES, OPEN, ACKED, CELL, WRITTEN = 96, 96, 104, 112, 120
+WRITTEN_FORMAT = "<qqq"  # units, lines, displays
 #: units of one cell a rank may have on their way before its writes wait
 WINDOW = 512 * 1024
 #: what a display counts besides the length of its text data
 RICH_UNITS = 256
 #: messages other than stream text that carry output (and count)
 RICH_KINDS = frozenset({"display_data", "update_display_data", "execute_result", "clear_output"})
+#: those of them that are a display of their own
+DISPLAY_KINDS = frozenset({"display_data", "execute_result"})
 #: a waiting write looks at the kernel's acknowledgements this often at most (seconds)
 POLL_MAX = 0.005
 #: characters written without a line end after which a write may wait all the same
@@ -50,8 +54,22 @@ def units(kind: str, content: dict) -> int:
     return RICH_UNITS + sum(len(value) for value in data.values() if isinstance(value, str))
 
 
+def tally(kind: str, content: dict) -> tuple[int, int, int]:
+    """(units, lines, displays) of one output message."""
+    if kind == "stream":
+        return units(kind, content), (content.get("text") or "").count("\n"), 0
+    return units(kind, content), 0, int(kind in DISPLAY_KINDS)
+
+
 def token_of(msg_id: str) -> bytes:
     return msg_id.encode()[:TOKEN_BYTES]
+
+
+def cell_key(msg_id: str) -> int:
+    """A number for the cell ``msg_id`` (never 0: no cell)."""
+    import zlib
+
+    return zlib.crc32(msg_id.encode()) + 1
 
 
 def parent_id(parent: Any) -> str | None:
@@ -71,22 +89,32 @@ class Flow:
         finally:
             os.close(fd)
         self.cell: str | None = None
-        self.sent = 0
+        self.sent = self.lines = self.displays = 0
         self.open_line = 0  # characters written since the last line end
         self.iopub: Any = None  # the thread that sends: it never waits
         self._lock = threading.Lock()
 
-    def charge(self, cell: str | None, count: int, flush: Any = None, wait: bool = True) -> None:
-        """``count`` units written for ``cell``; with ``wait``, wait while too many are on
-        their way, flushing ``flush`` (a stream) first so that its held text goes out."""
+    def charge(
+        self,
+        cell: str | None,
+        written: tuple[int, int, int],
+        flush: Any = None,
+        wait: bool = True,
+    ) -> None:
+        """``written`` (:func:`tally`) for ``cell``; with ``wait``, wait while too many units
+        are on their way, flushing ``flush`` (a stream) first so that its held text goes out."""
+        count, lines, displays = written
         if cell is None or count <= 0:
             return
         with self._lock:
             if cell != self.cell:
-                self.cell, self.sent = cell, 0
+                self.cell, self.sent, self.lines, self.displays = cell, 0, 0, 0
+                struct.pack_into("<q", self.map, CELL, cell_key(cell))
             self.sent += count
+            self.lines += lines
+            self.displays += displays
             sent = self.sent
-            struct.pack_into("<q", self.map, SENT, sent)
+            struct.pack_into(WRITTEN_FORMAT, self.map, WRITTEN, sent, self.lines, self.displays)
         if not wait or threading.current_thread() is self.iopub:
             return
         if sent - self._acked(cell) <= WINDOW:
@@ -100,7 +128,7 @@ class Flow:
 
     def _acked(self, cell: str) -> int:
         """Units of ``cell`` the kernel handed on; unlimited when it does not show ``cell``."""
-        token, shown, acked, _ = LAYOUT.unpack_from(self.map)
+        token, shown, acked = struct.unpack_from("<96sqq", self.map)
         if not shown or token.rstrip(b"\0") != token_of(cell):
             return sys.maxsize // 2
         return acked
@@ -130,7 +158,8 @@ def install(path: str) -> bool:
             end = max(string.rfind("\n"), string.rfind("\r"))
             flow.open_line = len(string) - end - 1 if end >= 0 else flow.open_line + len(string)
             wait = end >= 0 or flow.open_line > OPEN_LINE
-            flow.charge(parent_id(self.parent_header), len(string), self.flush, wait)
+            written = (len(string), string.count("\n"), 0)
+            flow.charge(parent_id(self.parent_header), written, self.flush, wait)
         return written
 
     out_stream.write = paced_write  # type: ignore[method-assign]  # reopened streams too
@@ -154,7 +183,7 @@ def install(path: str) -> bool:
         else:
             kind, body, cell = msg_or_type, content or {}, parent_id(parent)
         if kind in RICH_KINDS:
-            flow.charge(cell, units(kind, body))
+            flow.charge(cell, tally(kind, body))
         return send(stream, msg_or_type, content, parent, *args, **kwargs)
 
     session.send = paced_send

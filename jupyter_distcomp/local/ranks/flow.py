@@ -16,7 +16,17 @@ import struct
 import threading
 from typing import Any
 
-from ...rank_side.flow import ACKED, LAYOUT, OPEN, TOKEN_BYTES, token_of
+from ...rank_side.flow import (
+    ACKED,
+    CELL,
+    LAYOUT,
+    OPEN,
+    TOKEN_BYTES,
+    WRITTEN,
+    WRITTEN_FORMAT,
+    cell_key,
+    token_of,
+)
 
 #: messages the kernel's iopub socket queues for a notebook that reads slower than the ranks
 #: write (ZMQ's default, which ipykernel keeps); beyond, its thread waits (ZMQ's XPUB_NODROP)
@@ -70,7 +80,7 @@ class Flows:
         if view is None:
             return
         with self._lock:
-            _, _, acked, sent = LAYOUT.unpack_from(view)
+            acked, sent = _acked_and_sent(view)
             if sent > acked:
                 struct.pack_into("<q", view, ACKED, sent)
 
@@ -80,8 +90,19 @@ class Flows:
             view = self._maps.get(rank)
             if view is None:
                 return 0
-            _, _, acked, sent = LAYOUT.unpack_from(view)
+            acked, sent = _acked_and_sent(view)
         return max(0, sent - acked)
+
+    def written(self, rank: int, msg_id: str) -> tuple[int, int, int] | None:
+        """(units, lines, displays) ``rank`` wrote for its request ``msg_id`` so far; None
+        when it is not known (no flow file there, or the rank wrote for nothing else yet)."""
+        with self._lock:
+            view = self._maps.get(rank)
+            if view is None:
+                return None
+            (cell,) = struct.unpack_from("<q", view, CELL)
+            written = struct.unpack_from(WRITTEN_FORMAT, view, WRITTEN)
+        return written if cell == cell_key(msg_id) else None
 
     def release(self, ranks: list[int]) -> None:
         """The cell no longer shows the output of ``ranks``: they write without waiting."""
@@ -99,6 +120,12 @@ class Flows:
                 view.close()
             except (BufferError, ValueError):
                 pass
+
+
+def _acked_and_sent(view: mmap.mmap) -> tuple[int, int]:
+    (acked,) = struct.unpack_from("<q", view, ACKED)
+    (sent,) = struct.unpack_from("<q", view, WRITTEN)
+    return acked, sent
 
 
 _paced: set[int] = set()  # the iopub threads already set

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ...rank_side.flow import RICH_KINDS, units
+from ...rank_side.flow import RICH_KINDS, tally
 from .flow import MESSAGE_CHARS, pace_iopub
 
 #: a line without its newline is shown (in place, updated) after waiting this long
@@ -77,6 +77,8 @@ class RankOutput:
         #: told each rank's units of output once they are handed to the notebook
         self.acks = acks
         self._owed: dict[int, int] = {}  # units taken in and not acknowledged yet
+        #: rank -> (units, lines, displays) taken in (flow.tally)
+        self.taken: dict[int, tuple[int, int, int]] = {}
         self._handed = 0  # batches given to the iopub thread (counted in this thread)
         self._sent = 0  # batches it sent on (counted in its thread)
         self._lines: dict[tuple[int, str], _Line] = {}
@@ -96,7 +98,10 @@ class RankOutput:
     def message(self, rank: int, kind: str, content: dict) -> None:
         """One iopub message of ``rank``: stream text, a display, an update, a result."""
         if kind == "stream" or kind in RICH_KINDS:
-            self._owed[rank] = self._owed.get(rank, 0) + units(kind, content)
+            counts = tally(kind, content)
+            self._owed[rank] = self._owed.get(rank, 0) + counts[0]
+            before = self.taken.get(rank, (0, 0, 0))
+            self.taken[rank] = (before[0] + counts[0], before[1] + counts[1], before[2] + counts[2])
         if kind == "stream":
             self.stream(rank, content.get("name", "stdout"), content.get("text", ""))
         elif kind == "display_data":

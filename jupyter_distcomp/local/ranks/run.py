@@ -62,6 +62,19 @@ def cell_name(shell: Any, code: str) -> str:
     return f"Cell In[{count}]"
 
 
+def lost_text(label: str, units: int, lines: int, displays: int) -> str:
+    """What a cell says of a rank's output that it does not show."""
+    parts = [f"{lines:,} line(s)"] if lines else []
+    parts += [f"{displays:,} display(s)"] if displays else []
+    what = " and ".join(parts) or f"{units:,} character(s)"
+    return (
+        f"distcomp: {label} {what} of output are not shown: the rank wrote them, and they "
+        "were still on their way when the cell stopped waiting for them (the rank or the "
+        "machine was busy, or the cell was stopped). Fix: run the cell again; output that "
+        "must not be lost can go to a file."
+    )
+
+
 class CellRun:
     def __init__(
         self,
@@ -160,7 +173,7 @@ class CellRun:
             if self.flows is not None:
                 self.flows.release(self.ranks)
             self.out.finish()
-            self._say_cut_short()
+            self._say_lost()
             self.debug.finish(self._errors())
         return execution.result
 
@@ -238,10 +251,29 @@ class CellRun:
             if now - since > CATCH_UP and self.flows.behind(rank):
                 self.flows.catch_up(rank)
 
-    def _say_cut_short(self) -> None:
-        if self._cut_short:
+    def _say_lost(self) -> None:
+        """Say, per rank, what of its output had not arrived when the cell ended here (it is
+        not shown): exact where the rank counts what it wrote (flow.py), else that it may be
+        incomplete."""
+        unknown = []
+        for rank in self.ranks:
+            reply = self.futures.get(rank)
+            if reply is None or reply.output_complete():
+                continue
+            written = None
+            if self.flows is not None:
+                written = self.flows.written(rank, reply.request_id)
+            if written is None:
+                if rank in self._cut_short:
+                    unknown.append(rank)
+                continue
+            taken = self.out.taken.get(rank, (0, 0, 0))
+            missing = [max(0, w - t) for w, t in zip(written, taken, strict=True)]
+            if missing[0] > 0:
+                print(lost_text(self.world.label(rank), *missing), file=sys.stderr)
+        if unknown:
             print(
-                f"distcomp: the output of {format_ranks(self._cut_short)} may be incomplete: "
+                f"distcomp: the output of {format_ranks(unknown)} may be incomplete: "
                 f"its end had not arrived {OUTPUT_GRACE:g} s after its last output (or "
                 f"{OUTPUT_LIMIT:g} s after the cell ended there).",
                 file=sys.stderr,
