@@ -205,7 +205,8 @@ def test_output_that_cannot_arrive_before_the_cell_ends_is_counted_in_that_cell(
     out = run(
         kernel,
         "%%distcomp run out --ranks 0\nimport sys, time\nfor i in range(1000):\n    print(i)\n"
-        "def hold():\n    time.sleep(5)\n    sys.stdout.flush_timeout = sys.stderr.flush_timeout = 10\n"
+        "def hold():\n    time.sleep(5)\n"
+        "    sys.stdout.flush_timeout = sys.stderr.flush_timeout = 10\n"
         "sys.stdout.flush_timeout = sys.stderr.flush_timeout = 0.5  # the rank answers at once\n"
         "sys.stdout.pub_thread.schedule(hold)",
     )

@@ -3,14 +3,18 @@
 Each rank of this machine has a small file in shared memory, mapped by the rank and by the
 kernel (:data:`LAYOUT`): the kernel writes which cell it shows (the ``msg_id`` of the rank's
 execute request), whether that cell still shows output, and how much of the cell's output
-it has handed to the notebook's iopub; the rank writes how much it has written.
+it has handed to the notebook's iopub; the rank writes how much it has written, for which
+cell.
 
 On the rank, every write to ``sys.stdout``/``sys.stderr`` and every display counts its
 :func:`units` for the cell it belongs to. While more than :data:`WINDOW` units of the cell
 the kernel shows are not handed on yet, the writing thread flushes its stream and waits (a
 burst runs at the pace of the notebook instead of piling up in memory); a write of text
-waits only after a line end (or a long open line), so no line is left half-shown. Output of anything
-else (a cell the kernel no longer shows, an apply request) never waits.
+waits only after a line end (or a long open line), so no line is left half-shown. Output
+of anything else (a cell the kernel no longer shows, an apply request) never waits.
+
+The rank's counts of lines and displays let a cell that stops waiting for a rank's output
+say exactly what it does not show.
 
 Standard library only; loaded by path on a rank (``distcomp_flow``), imported by the kernel.
 """

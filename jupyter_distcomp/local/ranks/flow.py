@@ -95,7 +95,7 @@ class Flows:
 
     def written(self, rank: int, msg_id: str) -> tuple[int, int, int] | None:
         """(units, lines, displays) ``rank`` wrote for its request ``msg_id`` so far; None
-        when it is not known (no flow file there, or the rank wrote for nothing else yet)."""
+        when that is not known (no flow file, or the rank's counts are of another request)."""
         with self._lock:
             view = self._maps.get(rank)
             if view is None:
@@ -132,10 +132,12 @@ _paced: set[int] = set()  # the iopub threads already set
 
 
 def pace_iopub(shell: Any) -> Any:
-    """The kernel of ``shell`` when it has an iopub thread (None outside a kernel); its socket, set once in that thread
-    (a ZMQ socket is used from one thread), queues IOPUB_HWM messages for a notebook that
-    reads slower than the ranks write and then waits instead of dropping what follows. A
-    socket that cannot wait (no XPUB) keeps every message instead."""
+    """The kernel of ``shell`` when it has an iopub thread (None outside a kernel).
+
+    Its iopub socket, set once in that thread (a ZMQ socket is used from one thread), queues
+    IOPUB_HWM messages for a notebook that reads slower than the ranks write and then waits
+    instead of dropping what follows. A socket that cannot wait (no XPUB) keeps every
+    message instead."""
     kernel = getattr(shell, "kernel", None)
     thread = getattr(kernel, "iopub_thread", None)
     socket = getattr(thread, "socket", None)

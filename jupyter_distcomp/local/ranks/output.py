@@ -273,9 +273,12 @@ class RankOutput:
 
 
 def _write(name: str, text: str, kernel: Any = None) -> None:
-    """Write ``text`` to the cell's stream. In a ``kernel`` it is sent as stream messages of MESSAGE_CHARS at most, after what the kernel printed before,
-    without waiting for the iopub thread: the messages stay small, so that IOPUB_HWM of them
-    is little memory. Elsewhere (or redirected, say by ``capture_output``) it is written."""
+    """Write ``text`` to the cell's stream.
+
+    In a ``kernel`` it goes as stream messages of MESSAGE_CHARS at most, after what the
+    kernel printed before, without waiting for the iopub thread: the messages stay small, so
+    that IOPUB_HWM of them is little memory. Elsewhere (or redirected, say by
+    ``capture_output``) it is written."""
     if not text:
         return
     stream = sys.stderr if name == "stderr" else sys.stdout
