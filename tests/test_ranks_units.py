@@ -136,6 +136,21 @@ def test_stack_shows_the_cell_line_and_hides_the_engine():
     ]
 
 
+def test_a_rank_whose_print_waits_for_the_notebook_shows_its_own_line():
+    dump = (
+        '  File "/x/jupyter_distcomp/rank_side/flow.py", line 120 in charge\n'
+        '  File "/x/jupyter_distcomp/rank_side/flow.py", line 170 in paced_write\n'
+        '  File "/tmp/ipykernel_77/1234.py", line 2 in <module>\n'
+        '  File "/x/IPython/core/interactiveshell.py", line 3823 in run_code\n'
+    )
+    lines = render_stack(dump, "for i in range(10**9):\n    print(i)\n")
+    assert lines == [
+        "Traceback (most recent call last):",
+        "  Cell, line 2, in <module>",
+        "    print(i)",
+    ]
+
+
 def test_output_labels_every_line_and_keeps_partial_lines():
     out = RankOutput(lambda r: f"[rank {r}]")
     buffer = io.StringIO()
