@@ -99,6 +99,22 @@ def test_a_cell_a_rank_dropped_says_so_and_how_to_go_on():
     ]
 
 
+def test_a_print_interrupted_while_it_waits_for_the_notebook_shows_the_users_line():
+    traceback = (
+        "KeyboardInterrupt Traceback (most recent call last)\n"
+        "Cell In[3], line 2\n      1 for i in range(10**9):\n----> 2     print(i)\n\n"
+        "File /x/jupyter_distcomp/rank_side/flow.py:170, in install.<locals>.paced_write\n"
+        "    169 written = write(self, string)\n"
+        "File /x/jupyter_distcomp/rank_side/flow.py:121, in Flow.charge\n"
+        "    121 time.sleep(pause)\n\n"
+        "KeyboardInterrupt: "
+    )
+    sections = dict(error_sections({0: FakeRemoteError("KeyboardInterrupt", "", traceback)}))
+    shown = "\n".join(sections["rank 0"])
+    assert "print(i)" in shown and "KeyboardInterrupt" in shown
+    assert "flow.py" not in shown and "sleep" not in shown
+
+
 MPIEXEC_EXIT = """\
 --------------------------------------------------------------------------
 prterun detected that one or more processes exited with non-zero status,

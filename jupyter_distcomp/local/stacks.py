@@ -40,8 +40,6 @@ _THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)", re.M)
 #: files of the debugger a rank at a prompt waits in: shown as "at a debugger prompt"
 _DEBUGGER_FILES = re.compile(r"(^|/)(bdb|pdb|cmd|distcomp_debug_hook|debug_hook)\.py$")
 AT_PROMPT = "at a debugger prompt"
-#: where a rank's print or display waits for the notebook (rank_side/flow.py): not the user's
-_OUTPUT_PACING = re.compile(r"(^|/)rank_side/flow\.py$")
 #: a process still in Python's start-up (site, our sitecustomize): none of its frames are the
 #: user's yet
 _STARTING = re.compile(r'^\s*File "<frozen site>"', re.M)
@@ -89,7 +87,7 @@ def stack_frames(stack: str, code: str, cell: str = "Cell") -> tuple[list[Frame]
                 frames.append(Frame(raw.strip()))
             continue
         path, number = match["file"], int(match["line"])
-        if in_hooks(path) or _OUTPUT_PACING.search(path):  # our wrappers of the user's call
+        if in_hooks(path):  # our wrappers around the user's call (ledger, output pacing)
             continue
         if _DEBUGGER_FILES.search(path):
             debugger_at = len(frames)
