@@ -35,6 +35,8 @@ from typing import Any
 LAYOUT = struct.Struct("<96sqqqqqq")
 TOKEN_BYTES, OPEN, ACKED, CELL, WRITTEN = 96, 96, 104, 112, 120
 WRITTEN_FORMAT = "<qqq"  # units, lines, displays
+_WRITTEN = struct.Struct(WRITTEN_FORMAT)
+_KERNEL = struct.Struct("<96sqq")  # what the kernel writes: token, open, acked
 #: units of one cell a rank may have on their way before its writes wait
 WINDOW = 512 * 1024
 #: what a display counts besides the length of its text data
@@ -95,6 +97,7 @@ class Flow:
         self.cell: str | None = None
         self.sent = self.lines = self.displays = 0
         self.open_line = 0  # characters written since the last line end
+        self.limit = 0  # units of the cell written before a write looks at the acks again
         self.iopub: Any = None  # the thread that sends: it never waits
         self._lock = threading.Lock()
 
@@ -113,28 +116,37 @@ class Flow:
         with self._lock:
             if cell != self.cell:
                 self.cell, self.sent, self.lines, self.displays = cell, 0, 0, 0
+                self.limit = 0
                 struct.pack_into("<q", self.map, CELL, cell_key(cell))
             self.sent += count
             self.lines += lines
             self.displays += displays
             sent = self.sent
-            struct.pack_into(WRITTEN_FORMAT, self.map, WRITTEN, sent, self.lines, self.displays)
-        if not wait or threading.current_thread() is self.iopub:
-            return
-        if sent - self._acked(cell) <= WINDOW:
+            _WRITTEN.pack_into(self.map, WRITTEN, sent, self.lines, self.displays)
+        if wait and sent > self.limit and threading.current_thread() is not self.iopub:
+            self._wait(cell, sent, flush)
+
+    def _wait(self, cell: str, sent: int, flush: Any) -> None:
+        """Until no more than WINDOW of ``sent`` units are unacknowledged (or the kernel no
+        longer shows ``cell``); ``limit`` notes up to where writes need not look again."""
+        acked = self._acked(cell)
+        if acked is None or sent - acked <= WINDOW:
+            self.limit = sent + WINDOW if acked is None else acked + WINDOW
             return
         if flush is not None:
             flush()
         pause = 0.0002
-        while sent - self._acked(cell) > WINDOW:
+        while acked is not None and sent - acked > WINDOW:
             time.sleep(pause)
             pause = min(pause * 2, POLL_MAX)
+            acked = self._acked(cell)
+        self.limit = sent + WINDOW if acked is None else acked + WINDOW
 
-    def _acked(self, cell: str) -> int:
-        """Units of ``cell`` the kernel handed on; unlimited when it does not show ``cell``."""
-        token, shown, acked = struct.unpack_from("<96sqq", self.map)
+    def _acked(self, cell: str) -> int | None:
+        """Units of ``cell`` the kernel handed on; None when it does not show ``cell``."""
+        token, shown, acked = _KERNEL.unpack_from(self.map)
         if not shown or token.rstrip(b"\0") != token_of(cell):
-            return sys.maxsize // 2
+            return None
         return acked
 
 
@@ -156,7 +168,7 @@ def install(path: str) -> bool:
     write = out_stream.write
 
     def paced_write(self: Any, string: str) -> Any:
-        written = write(self, string)
+        result = write(self, string)
         if isinstance(string, str) and string:
             # a write waits where a line ends: the notebook never holds half a line for it
             end = max(string.rfind("\n"), string.rfind("\r"))
@@ -164,7 +176,7 @@ def install(path: str) -> bool:
             wait = end >= 0 or flow.open_line > OPEN_LINE
             written = (len(string), string.count("\n"), 0)
             flow.charge(parent_id(self.parent_header), written, self.flush, wait)
-        return written
+        return result
 
     out_stream.write = paced_write  # type: ignore[method-assign]  # reopened streams too
     session = kernel.session
