@@ -222,6 +222,14 @@ def test_output_that_cannot_arrive_before_the_cell_ends_is_counted_in_that_cell(
     assert sorted(after.stream().splitlines()) == ["[rank 0] next 0", "[rank 1] next 1"]
 
 
+def test_a_paced_write_on_a_rank_returns_what_was_written(kernel):
+    out = run(
+        kernel, "%%distcomp run out --ranks 0\nimport sys\nn = sys.stdout.write('abc\\n')\nprint(n)"
+    )
+    assert out.ok, out.reply
+    assert out.stream("stdout").splitlines() == ["[rank 0] abc", "[rank 0] 4"]
+
+
 def test_each_line_arrives_while_the_rank_still_runs_in_rank_order(kernel):
     arrived: list[tuple[float, str]] = []
 
