@@ -7,6 +7,7 @@ status, which comes after all of the cell's output.
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -116,6 +117,117 @@ def test_20000_displays_on_a_rank_all_arrive_to_a_frontend_that_reads_late(kerne
     shown = [m["content"]["data"]["text/plain"] for m in out.of("display_data")]
     assert shown == [str(i) for i in range(20_000)]
     assert all(m["content"]["metadata"]["distcomp_rank"] == 1 for m in out.of("display_data"))
+
+
+MB = 1024 * 1024
+#: what the kernel may grow by while a notebook reads a burst late (the burst is 60 MB)
+KERNEL_GROWTH = 30 * MB
+
+
+class PeakMemory:
+    """The kernel process's largest resident size while in the block, sampled every 10 ms."""
+
+    def __init__(self, kernel: Kernel):
+        import psutil
+
+        self.process = psutil.Process(kernel.km.provisioner.pid)
+        self.before = self.peak = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.01):
+            self.peak = max(self.peak, self.process.memory_info().rss)
+
+    def __enter__(self) -> PeakMemory:
+        self.before = self.peak = self.process.memory_info().rss
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()
+
+    @property
+    def growth(self) -> int:
+        return self.peak - self.before
+
+
+def test_a_burst_read_late_waits_on_the_rank_and_the_kernel_stays_small(kernel):
+    """60 MB printed on a rank while the notebook reads nothing for 10 s: the rank waits
+    for the notebook (no line is lost), the kernel holds a small part of it at any time, and
+    the next cell gets its own output at once."""
+    pad = "x" * 300
+    with PeakMemory(kernel) as memory:
+        out = run(
+            kernel,
+            f"%%distcomp run out --ranks 0\nfor i in range(200_000):\n    print(i, {pad!r})",
+            late=10,
+        )
+    assert out.ok, out.reply
+    lines = out.stream("stdout").splitlines()
+    assert len(lines) == 200_000
+    assert lines == [f"[rank 0] {i} {pad}" for i in range(200_000)]
+    assert "may be incomplete" not in out.stream("stderr")
+    assert memory.growth < KERNEL_GROWTH, (
+        f"the kernel grew by {memory.growth / MB:.0f} MB while the notebook read late"
+    )
+    tic = time.monotonic()
+    after = run(kernel, "%%distcomp run out\nprint('next', mpi_rank)")
+    assert after.ok
+    assert sorted(after.stream().splitlines()) == ["[rank 0] next 0", "[rank 1] next 1"]
+    assert time.monotonic() - tic < 15, "the next cell waited for the burst's backlog"
+
+
+def test_20000_large_displays_read_late_all_arrive_and_the_kernel_stays_small(kernel):
+    """20,000 displays of 3,000 characters (60 MB) while the notebook reads nothing for 10 s:
+    every one arrives, in order, and the kernel holds a small part of them at any time."""
+    with PeakMemory(kernel) as memory:
+        out = run(
+            kernel,
+            "%%distcomp run out --ranks 1\nfrom IPython.display import display\n"
+            "for i in range(20_000):\n    display(f'{i:05d}' + 'y' * 3000)",
+            late=10,
+        )
+    assert out.ok, out.reply
+    shown = [m["content"]["data"]["text/plain"] for m in out.of("display_data")]
+    assert len(shown) == 20_000
+    assert shown == [repr(f"{i:05d}" + "y" * 3000) for i in range(20_000)]
+    assert memory.growth < KERNEL_GROWTH, (
+        f"the kernel grew by {memory.growth / MB:.0f} MB while the notebook read late"
+    )
+
+
+def test_output_that_cannot_arrive_before_the_cell_ends_is_counted_in_that_cell(kernel):
+    """A rank's 1,000 lines are held up on the rank (its iopub thread is busy for 5 s) while
+    it answers: the cell ends without them and says exactly how many lines it did not show;
+    the next cell gets its own output only."""
+    out = run(
+        kernel,
+        "%%distcomp run out --ranks 0\nimport sys, time\nfor i in range(1000):\n    print(i)\n"
+        "def hold():\n    time.sleep(5)\n"
+        "    sys.stdout.flush_timeout = sys.stderr.flush_timeout = 10\n"
+        "sys.stdout.flush_timeout = sys.stderr.flush_timeout = 0.5  # the rank answers at once\n"
+        "sys.stdout.pub_thread.schedule(hold)",
+    )
+    assert out.ok, out.reply
+    said = out.stream("stderr")
+    assert "[rank 0] 1,000 line(s) of output are not shown" in said, said
+    assert "Fix:" in said
+    shown = [ln for ln in out.stream("stdout").splitlines() if ln.startswith("[rank 0]")]
+    assert len(shown) == 0, "the lines were held up on the rank"
+    time.sleep(5)  # the held lines arrive: they belong to the cell that ended
+    after = run(kernel, "%%distcomp run out\nprint('next', mpi_rank)")
+    assert after.ok
+    assert sorted(after.stream().splitlines()) == ["[rank 0] next 0", "[rank 1] next 1"]
+
+
+def test_a_paced_write_on_a_rank_returns_what_was_written(kernel):
+    out = run(
+        kernel, "%%distcomp run out --ranks 0\nimport sys\nn = sys.stdout.write('abc\\n')\nprint(n)"
+    )
+    assert out.ok, out.reply
+    assert out.stream("stdout").splitlines() == ["[rank 0] abc", "[rank 0] 4"]
 
 
 def test_each_line_arrives_while_the_rank_still_runs_in_rank_order(kernel):

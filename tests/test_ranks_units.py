@@ -99,6 +99,22 @@ def test_a_cell_a_rank_dropped_says_so_and_how_to_go_on():
     ]
 
 
+def test_a_print_interrupted_while_it_waits_for_the_notebook_shows_the_users_line():
+    traceback = (
+        "KeyboardInterrupt Traceback (most recent call last)\n"
+        "Cell In[3], line 2\n      1 for i in range(10**9):\n----> 2     print(i)\n\n"
+        "File /x/jupyter_distcomp/rank_side/flow.py:170, in install.<locals>.paced_write\n"
+        "    169 written = write(self, string)\n"
+        "File /x/jupyter_distcomp/rank_side/flow.py:121, in Flow.charge\n"
+        "    121 time.sleep(pause)\n\n"
+        "KeyboardInterrupt: "
+    )
+    sections = dict(error_sections({0: FakeRemoteError("KeyboardInterrupt", "", traceback)}))
+    shown = "\n".join(sections["rank 0"])
+    assert "print(i)" in shown and "KeyboardInterrupt" in shown
+    assert "flow.py" not in shown and "sleep" not in shown
+
+
 MPIEXEC_EXIT = """\
 --------------------------------------------------------------------------
 prterun detected that one or more processes exited with non-zero status,
@@ -133,6 +149,21 @@ def test_stack_shows_the_cell_line_and_hides_the_engine():
         "Traceback (most recent call last):",
         "  Cell, line 3, in <module>",
         "    time.sleep(60)",
+    ]
+
+
+def test_a_rank_whose_print_waits_for_the_notebook_shows_its_own_line():
+    dump = (
+        '  File "/x/jupyter_distcomp/rank_side/flow.py", line 120 in charge\n'
+        '  File "/x/jupyter_distcomp/rank_side/flow.py", line 170 in paced_write\n'
+        '  File "/tmp/ipykernel_77/1234.py", line 2 in <module>\n'
+        '  File "/x/IPython/core/interactiveshell.py", line 3823 in run_code\n'
+    )
+    lines = render_stack(dump, "for i in range(10**9):\n    print(i)\n")
+    assert lines == [
+        "Traceback (most recent call last):",
+        "  Cell, line 2, in <module>",
+        "    print(i)",
     ]
 
 
@@ -247,6 +278,8 @@ def output_loop(texts: dict, stuck: tuple = ()) -> CellRun:
     run.out = RankOutput(lambda r: f"[rank {r}]")
     run._replied_at = {}
     run._cut_short = set()
+    run.flows = None  # no flow files: what is lost is said as possible
+    run._started = time.monotonic()
     return run
 
 
@@ -255,7 +288,7 @@ def pump_once(run: CellRun) -> tuple[str, str]:
     printed, said = io.StringIO(), io.StringIO()
     with redirect_stdout(printed), redirect_stderr(said):
         run._pump()
-        run._say_cut_short()
+        run._say_lost()
     return printed.getvalue(), said.getvalue()
 
 

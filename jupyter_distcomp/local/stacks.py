@@ -87,7 +87,7 @@ def stack_frames(stack: str, code: str, cell: str = "Cell") -> tuple[list[Frame]
                 frames.append(Frame(raw.strip()))
             continue
         path, number = match["file"], int(match["line"])
-        if in_hooks(path):  # the ledger's wrapper around the user's call
+        if in_hooks(path):  # our wrappers around the user's call (ledger, output pacing)
             continue
         if _DEBUGGER_FILES.search(path):
             debugger_at = len(frames)

@@ -29,15 +29,16 @@ _SLOT = struct.Struct("<qddH")
 SLOT_SIZE = 320
 CAPACITY = 1024
 SEP = "\x1f"
-#: the wrappers that record each call (their frames are not the user's)
+#: the wrappers around a user's calls: those that record each collective, and flow.py's
+#: around print and display (their frames are not the user's)
 HOOK_FILES = tuple(
     os.path.join("rank_side", name)
-    for name in ("ledger_hooks.py", "ledger_torch.py", "ledger_mpi.py")
+    for name in ("ledger_hooks.py", "ledger_torch.py", "ledger_mpi.py", "flow.py")
 )
 
 
 def in_hooks(text: str) -> bool:
-    """A stack or traceback line names one of the ledger's wrapper files."""
+    """A stack or traceback line names one of our wrapper files."""
     return any(name in text for name in HOOK_FILES)
 
 

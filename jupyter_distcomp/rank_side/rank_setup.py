@@ -19,7 +19,11 @@ OPEN_MPI_WORLD_KEYS = (
 
 
 def setup_rank(
-    env: dict, drop: list, stack_path: str | None, ledger: tuple[str, str] | None = None
+    env: dict,
+    drop: list,
+    stack_path: str | None,
+    ledger: tuple[str, str] | None = None,
+    flow: tuple[str, str] | None = None,
 ) -> dict:
     """Apply this rank's variables, arm the stack dump and the collectives ledger, keep cells
     that follow a failed one (and give them a working stdout and stderr), and say who we are.
@@ -27,6 +31,9 @@ def setup_rank(
     ``ledger`` is ``(ledger_hooks.py, ledger file)``: the rank records its torch.distributed
     and mpi4py calls there (see ledger_hooks.py); skipped where that file is not on the
     rank's host.
+
+    ``flow`` is ``(flow.py, flow file)``: the rank's output waits while the notebook is behind
+    (see flow.py); skipped where that file is not on the rank's host.
 
     ``drop`` lists variables to remove unless ``env`` sets them. SIGUSR1 makes faulthandler
     write every thread's Python stack to ``stack_path`` even while the main thread is stuck
@@ -112,6 +119,20 @@ def setup_rank(
             hooks.install(ledger[1])
         except Exception as exc:
             print(f"distcomp: no collectives ledger on this rank: {exc!r}", file=sys.stderr)
+    if flow is not None and os.path.exists(flow[0]) and os.path.exists(flow[1]):
+        try:  # flow.py by path, as ``distcomp_flow``
+            import importlib.util
+
+            paced = sys.modules.get("distcomp_flow")
+            if paced is None:
+                spec = importlib.util.spec_from_file_location("distcomp_flow", flow[0])
+                assert spec is not None and spec.loader is not None
+                paced = importlib.util.module_from_spec(spec)
+                sys.modules["distcomp_flow"] = paced
+                spec.loader.exec_module(paced)
+            paced.install(flow[1])
+        except Exception as exc:
+            print(f"distcomp: this rank's output is not paced: {exc!r}", file=sys.stderr)
     mpi_rank = mpi_size = None
     if "mpi4py.MPI" in sys.modules:
         comm = sys.modules["mpi4py.MPI"].COMM_WORLD

@@ -81,8 +81,8 @@ def error_sections(
 
 
 def _without_hook_frames(lines: list[str]) -> list[str]:
-    """A rank's traceback without the frames of the ledger's wrappers (the user's call and
-    the error it raised stay)."""
+    """A rank's traceback without the frames of our wrappers (the ledger's, the output
+    pacing's): the user's call and the error it raised stay."""
     kept: list[str] = []
     skipping = False
     for line in lines:

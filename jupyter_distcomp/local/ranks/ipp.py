@@ -65,7 +65,7 @@ RELIES_ON = (
     "ipyparallel.client.asyncresult.AsyncResult.stream_output",  # how iopub_callbacks are used
     "ipyparallel.Client._dispatch_iopub",  # calls each MessageFuture's iopub_callbacks
     "ipyparallel.Client._io_loop",
-    "ipyparallel.client.futures.MessageFuture",
+    "ipyparallel.client.futures.MessageFuture",  # and its msg_id (set in __init__)
     "ipyparallel.cluster.launcher.ipcontroller_cmd_argv",
     "ipyparallel.cluster.launcher.LocalProcessLauncher.process",
     "ipyparallel.cluster.launcher.LocalProcessLauncher.output_file",
@@ -401,6 +401,11 @@ class RankReply:
 
     def replied(self) -> bool:
         return bool(self._future.done())
+
+    @property
+    def request_id(self) -> str:
+        """The msg_id of the request (the parent of the engine's output messages)."""
+        return str(self._future.msg_id)
 
     def output_complete(self) -> bool:
         return bool(self._future.output.done())

@@ -19,6 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ...rank_side.flow import RICH_KINDS, tally
+from .flow import MESSAGE_CHARS, pace_iopub
+
 #: a line without its newline is shown (in place, updated) after waiting this long
 PARTIAL_LINE_SECONDS = 0.5
 #: a line shown in place is redrawn at most this often
@@ -61,16 +64,30 @@ class RankOutput:
     (no displays to update), unfinished lines wait for their newline or the cell's end.
     """
 
-    def __init__(self, label: Callable[[int], str], group: bool = False, shell: Any = None):
+    def __init__(
+        self,
+        label: Callable[[int], str],
+        group: bool = False,
+        shell: Any = None,
+        acks: Callable[[dict[int, int]], None] | None = None,
+    ):
         self.label = label
         self.group = group
         self.shell = shell
+        #: told each rank's units of output once they are handed to the notebook
+        self.acks = acks
+        self._owed: dict[int, int] = {}  # units taken in and not acknowledged yet
+        #: rank -> (units, lines, displays) taken in (flow.tally)
+        self.taken: dict[int, tuple[int, int, int]] = {}
+        self._handed = 0  # batches given to the iopub thread (counted in this thread)
+        self._sent = 0  # batches it sent on (counted in its thread)
         self._lines: dict[tuple[int, str], _Line] = {}
         self._pending: list[tuple[str, str]] = []  # (stream name, text) not yet written
         self._groups: dict[int, list[tuple[str, Any]]] = {}
         self._cell = uuid.uuid4().hex[:12]
         self._shown = 0  # lines shown in place so far
-        keep_every_message(shell)
+        #: the kernel whose iopub thread sends the output on (None outside a kernel)
+        self._kernel = pace_iopub(shell)
 
     @property
     def live(self) -> bool:
@@ -80,6 +97,11 @@ class RankOutput:
     # -- input --------------------------------------------------------------------------
     def message(self, rank: int, kind: str, content: dict) -> None:
         """One iopub message of ``rank``: stream text, a display, an update, a result."""
+        if kind == "stream" or kind in RICH_KINDS:
+            counts = tally(kind, content)
+            self._owed[rank] = self._owed.get(rank, 0) + counts[0]
+            before = self.taken.get(rank, (0, 0, 0))
+            self.taken[rank] = (before[0] + counts[0], before[1] + counts[1], before[2] + counts[2])
         if kind == "stream":
             self.stream(rank, content.get("name", "stdout"), content.get("text", ""))
         elif kind == "display_data":
@@ -182,18 +204,45 @@ class RankOutput:
         )
 
     def flush(self) -> None:
-        """Write what is pending, one write per stream in a row (40,000 lines stay cheap)."""
-        if not self._pending:
+        """Write what is pending, one write per stream in a row (40,000 lines stay cheap),
+        then acknowledge what came in once the iopub thread sent it on (grouped mode, which
+        holds the output itself, at once)."""
+        if self._pending:
+            self._write_pending()
+        self._hand_on()
+
+    @property
+    def in_flight(self) -> bool:
+        """Output written and not yet sent on by the kernel's iopub thread."""
+        return self._sent < self._handed
+
+    def _hand_on(self) -> None:
+        if not self._owed or self.acks is None:
+            self._owed.clear()
             return
+        owed, self._owed = self._owed, {}
+        if self._kernel is None or self.group:
+            self.acks(owed)
+            return
+        acks = self.acks
+        self._handed += 1
+
+        def sent() -> None:  # the iopub thread: what came before is sent on
+            acks(owed)
+            self._sent += 1
+
+        self._kernel.iopub_thread.schedule(sent)
+
+    def _write_pending(self) -> None:
         pending, self._pending = self._pending, []
         run_name = pending[0][0]
         run: list[str] = []
         for name, text in pending:
             if name != run_name:
-                _write(run_name, "".join(run))
+                _write(run_name, "".join(run), self._kernel)
                 run_name, run = name, []
             run.append(text)
-        _write(run_name, "".join(run))
+        _write(run_name, "".join(run), self._kernel)
 
     def finish(self) -> None:
         """End of the cell: partial lines, then (grouped mode) every rank in order."""
@@ -206,13 +255,13 @@ class RankOutput:
                 if name == "rich":
                     self._publish(rank, *item)
                 else:
-                    _write(name, item)
+                    _write(name, item, self._kernel)
         self._groups.clear()
 
     def _publish(self, rank: int, content: dict, result: bool) -> None:
         data = content.get("data", {})
         label = self.label(rank) + (" Out:" if result else "")
-        _write("stdout", label + "\n")
+        _write("stdout", label + "\n", self._kernel)
         if self.shell is None:
             _write("stdout", data.get("text/plain", "") + "\n")
             return
@@ -223,34 +272,25 @@ class RankOutput:
         )
 
 
-_unlimited: set[int] = set()  # the iopub threads already told
+def _write(name: str, text: str, kernel: Any = None) -> None:
+    """Write ``text`` to the cell's stream.
 
-
-def keep_every_message(shell: Any) -> None:
-    """The kernel's iopub socket drops what is past 1000 messages queued for a frontend that
-    reads slower than the ranks write (ZMQ's high-water mark): a burst of rank output would
-    lose some. Its queue becomes unlimited, as ipyparallel's own sockets are; set in its own
-    thread (a ZMQ socket is used from one thread)."""
-    thread = getattr(getattr(shell, "kernel", None), "iopub_thread", None)
-    socket = getattr(thread, "socket", None)
-    if thread is None or socket is None or id(thread) in _unlimited:
-        return
-    _unlimited.add(id(thread))
-
-    def unlimited() -> None:
-        import zmq
-
-        try:
-            socket.setsockopt(zmq.SNDHWM, 0)
-        except Exception:  # a closed socket: nothing to keep
-            pass
-
-    thread.io_loop.add_callback(unlimited)
-
-
-def _write(name: str, text: str) -> None:
+    In a ``kernel`` it goes as stream messages of MESSAGE_CHARS at most, after what the
+    kernel printed before, without waiting for the iopub thread: the messages stay small, so
+    that IOPUB_HWM of them is little memory. Elsewhere (or redirected, say by
+    ``capture_output``) it is written."""
     if not text:
         return
     stream = sys.stderr if name == "stderr" else sys.stdout
-    stream.write(text)
-    stream.flush()
+    topic = getattr(stream, "topic", None)
+    if kernel is None or topic is None or not hasattr(stream, "parent_header"):
+        stream.write(text)
+        stream.flush()
+        return
+    kernel.iopub_thread.schedule(stream.flush)  # the kernel's own text first
+    parent = stream.parent_header
+    for start in range(0, len(text), MESSAGE_CHARS):
+        chunk = text[start : start + MESSAGE_CHARS]
+        kernel.session.send(
+            kernel.iopub_socket, "stream", {"name": name, "text": chunk}, parent=parent, ident=topic
+        )

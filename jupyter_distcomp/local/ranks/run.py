@@ -39,6 +39,9 @@ STACK_WAIT = 0.5  # seconds to wait for the busy ranks' stacks on an interrupt
 DEATH_GRACE = 2.0  # seconds to let mpiexec report a death and stop the other ranks
 OUTPUT_GRACE = 1.0  # seconds to wait for more output after a rank's reply (or its last output)
 OUTPUT_LIMIT = 300.0  # seconds after a rank's reply its output may keep arriving
+#: seconds a rank that waits for acknowledgements may send nothing before all it wrote is
+#: acknowledged (text it counted that never reached the kernel does not stop it for good)
+CATCH_UP = 1.0
 ALIVE_CHECK = 0.2  # seconds between checks that every rank's process still exists
 SAID_LINES = 40  # lines of mpiexec's output shown with a death
 REPORT_LINES = 2000  # lines of mpiexec's output searched for the cause of a death
@@ -57,6 +60,19 @@ def cell_name(shell: Any, code: str) -> str:
     if history and len(history) == count and code.strip() and code.strip() in history[-1]:
         count -= 1
     return f"Cell In[{count}]"
+
+
+def lost_text(label: str, units: int, lines: int, displays: int) -> str:
+    """What a cell says of a rank's output that it does not show."""
+    parts = [f"{lines:,} line(s)"] if lines else []
+    parts += [f"{displays:,} display(s)"] if displays else []
+    what = " and ".join(parts) or f"{units:,} character(s)"
+    return (
+        f"distcomp: {label} {what} of output are not shown: the rank wrote them, and they "
+        "were still on their way when the cell stopped waiting for them (the rank or the "
+        "machine was busy, or the cell was stopped). Fix: run the cell again; output that "
+        "must not be lost can go to a file."
+    )
 
 
 class CellRun:
@@ -84,7 +100,13 @@ class CellRun:
         #: how tracebacks name the cell: the notebook's own name for it
         self.cell = cell_name(shell, code)
         self.timeout = timeout
-        self.out = RankOutput(world.label, group=group_output, shell=shell)
+        self.flows = world.flows
+        self.out = RankOutput(
+            world.label,
+            group=group_output,
+            shell=shell,
+            acks=self.flows.ack if self.flows is not None else None,
+        )
         self.wake = threading.Event()
         self.futures: dict[int, ipp.RankReply] = {}
         self.execution: ipp.Execution | None = None
@@ -92,6 +114,7 @@ class CellRun:
         self.feed = OutputFeed(ranks, self.wake.set)
         self._replied_at: dict[int, float] = {}
         self._cut_short: set[int] = set()  # ranks that ended with their output incomplete
+        self._started = time.monotonic()
         self.fail_fast = FailFast(
             world,
             self.code,
@@ -135,7 +158,10 @@ class CellRun:
         for rank, reply in zip(self.ranks, execution.replies, strict=True):
             self.futures[rank] = reply
             reply.on_reply(functools.partial(self._replied, rank))
+            if self.flows is not None:
+                self.flows.show(rank, reply.request_id)
         self.running = set(self.ranks)
+        self._started = time.monotonic()
         try:
             self._loop()
         except KeyboardInterrupt:
@@ -144,8 +170,10 @@ class CellRun:
             for rank, kind, content in self.feed.drain():
                 self.out.message(rank, kind, content)
             self.feed.close()
+            if self.flows is not None:
+                self.flows.release(self.ranks)
             self.out.finish()
-            self._say_cut_short()
+            self._say_lost()
             self.debug.finish(self._errors())
         return execution.result
 
@@ -211,11 +239,41 @@ class CellRun:
         self.running.difference_update(ended)
         self.out.flush_partial(force=not self.running)
         self.out.flush()
+        self._catch_up(now)
 
-    def _say_cut_short(self) -> None:
-        if self._cut_short:
+    def _catch_up(self, now: float) -> None:
+        """A rank that waits for acknowledgements while nothing of it is on its way gets
+        them (what it counted never came: it must not wait for it for ever)."""
+        if self.flows is None or self.out.in_flight:
+            return
+        for rank in self.running:
+            since = self.feed.last.get(rank, self._started)
+            if now - since > CATCH_UP and self.flows.behind(rank):
+                self.flows.catch_up(rank)
+
+    def _say_lost(self) -> None:
+        """Say, per rank, what of its output had not arrived when the cell ended here (it is
+        not shown): exact where the rank counts what it wrote (flow.py), else that it may be
+        incomplete."""
+        unknown = []
+        for rank in self.ranks:
+            reply = self.futures.get(rank)
+            if reply is None or reply.output_complete():
+                continue
+            written = None
+            if self.flows is not None:
+                written = self.flows.written(rank, reply.request_id)
+            if written is None:
+                if rank in self._cut_short:
+                    unknown.append(rank)
+                continue
+            taken = self.out.taken.get(rank, (0, 0, 0))
+            missing = [max(0, w - t) for w, t in zip(written, taken, strict=True)]
+            if missing[0] > 0:
+                print(lost_text(self.world.label(rank), *missing), file=sys.stderr)
+        if unknown:
             print(
-                f"distcomp: the output of {format_ranks(self._cut_short)} may be incomplete: "
+                f"distcomp: the output of {format_ranks(unknown)} may be incomplete: "
                 f"its end had not arrived {OUTPUT_GRACE:g} s after its last output (or "
                 f"{OUTPUT_LIMIT:g} s after the cell ended there).",
                 file=sys.stderr,

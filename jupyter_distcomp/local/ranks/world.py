@@ -20,9 +20,11 @@ from ...core.ranges import format_ranks
 from ...errors import RankError
 from ...machine import mpi, remote, scratch
 from ...machine.hosts import Placement
+from ...rank_side import flow
 from ...rank_side.rank_setup import OPEN_MPI_WORLD_KEYS, setup_rank
 from . import ipp, ledgers
 from .connection import Connection, connect_client
+from .flow import Flows
 from .health import RankInfo, WorldHealth
 
 if TYPE_CHECKING:
@@ -93,6 +95,8 @@ class World(WorldHealth):
         self.debugger: DebugChannel | None = None
         self.failed_ranks: list[int] = []  # ranks whose last cell failed (post-mortem)
         self.checking = False  # the ranks compare each collective before it runs
+        #: the ranks' flow files: their output waits while the notebook is behind
+        self.flows: Flows | None = None
 
     # -- starting -----------------------------------------------------------------------
     def start_async(self, delay: float = 0.0) -> None:
@@ -213,6 +217,9 @@ class World(WorldHealth):
         assert client is not None, "set by the start"
         ids = [info.engine_id for info in self.ranks if info.engine_id is not None]
         self.view = ipp.view(client, ids)
+        if self.flows is None:
+            self.flows = Flows(self._segments or self._tmp, self.world_size)
+        flows = self.flows
         facts = self.call_each(
             list(range(self.world_size)),
             setup_rank,
@@ -221,6 +228,7 @@ class World(WorldHealth):
                 list(OPEN_MPI_WORLD_KEYS),
                 os.path.join(self._tmp, f"rank-{info.rank}.stack"),
                 (ledgers.HOOKS_FILE, self.ledger_path(info.rank)),
+                (flow.__file__, flows.paths[info.rank]),
             ),
         )
         for info, fact in zip(self.ranks, facts, strict=True):
@@ -304,6 +312,8 @@ class World(WorldHealth):
             self.cluster.stop()  # keeps what mpiexec printed, for the reports
             if not self.placement.local:  # the ranks' stack files on their hosts
                 remote.remove(self.placement.ssh_command, self.placement.hosts, self._tmp)
+        if self.flows is not None:
+            self.flows.close()
         scratch.remove(self._tmp, self._segments)
 
     def describe_layout(self) -> str:
