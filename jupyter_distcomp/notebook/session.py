@@ -617,6 +617,12 @@ class Session:
             from .comm import install
 
             self._channel = install(self.shell, self.backend)
+            from ..local.debug import dap
+
+            backend = self.backend
+            adapter = dap.install(getattr(self.shell, "kernel", None), lambda: dict(backend.worlds))
+            if adapter is not None:  # JupyterLab's debugger: rank threads come and go
+                backend.add_listener(adapter.sync_threads)
 
     def shutdown(self) -> None:
         """Stop every rank this session started (at kernel exit)."""
@@ -627,6 +633,9 @@ class Session:
         """Stop the ranks and close the ranks panel's comm (``%unload_ext``)."""
         self.shutdown()
         if self._channel is not None:
+            from ..local.debug import dap
+
+            dap.uninstall()
             self._channel.close()
             self._channel = None
 

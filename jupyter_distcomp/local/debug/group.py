@@ -73,6 +73,7 @@ class Group:
         self.channel = channel
         self.name = name  # the world's, in compare's table
         self.taking = True  # False: the stops stay queued (see hold)
+        self.refocus = False  # True: ``ask`` may change the focus (the visual debugger's)
         self.ask = ask
         self.before_prompt = before_prompt
         self.label = label
@@ -108,6 +109,8 @@ class Group:
             line = self.ask(focused[0].session, self._prompt(focused))
             if self._refocus(line):
                 continue
+            if self.refocus:  # the focus, or who is at the prompt, moved meanwhile
+                focused = self._focused() or focused
             compare = _COMPARE.match(line)
             if compare:
                 self._compare(focused, compare["expr"])
