@@ -82,6 +82,8 @@ def steps_on(pdb: Any, frame: Any) -> bool:
         if text.endswith(mark):
             rest = text[: -len(mark)]
             pdb.channel.output = [rest] if rest else []
+            if mark == "--Return--\n":  # pdb keeps the value in the frame's locals
+                frame.f_locals.pop("__return__", None)
             pdb.set_step()
             return True
     return False

@@ -144,7 +144,14 @@ class Adapter:
 
     def _is_ranks(self, command: str, args: dict) -> bool:
         if command in THREAD_REQUESTS:
-            return int(args.get("threadId") or 0) >= THREAD_BASE
+            thread = int(args.get("threadId") or 0)
+            if thread >= THREAD_BASE:
+                return True
+            # JupyterLab's Continue forgets the stopped thread before it asks, and names
+            # thread 1 then: while ranks are stopped and no thread of the kernel is, it
+            # means the ranks
+            stopped = getattr(self.kernel.debugger, "stopped_threads", ())
+            return command in STEPS and self.serving is not None and thread not in stopped
         if command in ("scopes", "evaluate", "richInspectVariables"):
             return int(args.get("frameId") or 0) >= REF_BASE
         if command == "variables":
