@@ -29,6 +29,23 @@ y = total + 1
 print('y', y)"""
 
 
+ONLY_CELL = """%%distcomp run dbg
+a = comm.rank
+b = a + 1
+c = b * 2
+print('c', c)"""
+
+
+def places(page) -> dict[str, str]:
+    """Each Call Stack row's name and line."""
+    return page.evaluate(
+        """() => Object.fromEntries([...document.querySelectorAll('.jp-DebuggerCallstackFrame')]
+            .map(row => [row.querySelector('.jp-DebuggerCallstackFrame-name').textContent.trim(),
+                         row.querySelector('.jp-DebuggerCallstackFrame-location')
+                            .textContent.trim().split(':').pop()]))"""
+    )
+
+
 def frames(page) -> list[str]:
     return page.locator(".jp-DebuggerCallstackFrame-name").all_inner_texts()
 
@@ -68,6 +85,7 @@ def test_gutter_breakpoint_stops_every_rank_and_next_continue_act_on_all(lab, pa
             f"instance_count=1, process_count_per_node={RANKS})",
             "%%distcomp run dbg\nfrom mpi4py import MPI\ncomm = MPI.COMM_WORLD",
             DEBUG_CELL,
+            ONLY_CELL,
         ],
     )
     open_notebook(page, url)
@@ -111,5 +129,47 @@ def test_gutter_breakpoint_stops_every_rank_and_next_continue_act_on_all(lab, pa
         timeout=60_000,
     )
     assert not frames(page)
+
+    # the ranks panel's "this rank only": Next moves rank 1 alone
+    wait_kernel_idle(page)
+    cell(page, 5).locator(".cm-breakpoint-gutter .cm-gutterElement").nth(3).click()
+    page.locator(".jp-DebuggerBreakpoint-line", has_text="3").nth(1).wait_for(timeout=10_000)
+    run_cell_at(page, 5)
+    wait_frames(page, expected)
+    page.evaluate("() => window.jupyterapp.shell.activateById('jupyter-distcomp-ranks')")
+    only = page.locator('.distcomp-rank[data-rank="1"] .distcomp-step-only')
+    only.click()
+    page.locator('.distcomp-rank[data-rank="1"] .distcomp-step-only[aria-pressed="true"]').wait_for(
+        timeout=10_000
+    )
+    assert "rank 1 only" in page.locator(".distcomp-step-only-note").inner_text()
+    screenshot(page, "visual-debugger-this-rank-only")
+    command(page, "debugger:next")
+    want = {f"rank {r}: <module>": "4" if r == 1 else "3" for r in range(RANKS)}
+    page.wait_for_function(
+        """want => {
+            const got = Object.fromEntries([...document.querySelectorAll(
+                '.jp-DebuggerCallstackFrame')].map(row => [
+                row.querySelector('.jp-DebuggerCallstackFrame-name').textContent.trim(),
+                row.querySelector('.jp-DebuggerCallstackFrame-location')
+                    .textContent.trim().split(':').pop()]));
+            return JSON.stringify(got, Object.keys(got).sort())
+                === JSON.stringify(want, Object.keys(want).sort());
+        }""",
+        arg=want,
+        timeout=60_000,
+    )
+    assert places(page) == want
+    page.locator('.distcomp-rank[data-rank="1"] .distcomp-step-only').click()  # all again
+    page.locator(
+        '.distcomp-rank[data-rank="1"] .distcomp-step-only[aria-pressed="false"]'
+    ).wait_for(timeout=10_000)
+    command(page, "debugger:continue")
+    output = cell(page, 5).locator(".jp-OutputArea")
+    page.wait_for_function(
+        "([el, n]) => (el.textContent.match(/\\] c \\d/g) || []).length === n",
+        arg=[output.element_handle(), RANKS],
+        timeout=60_000,
+    )
     page.locator(f"{NOTEBOOK} .jp-DebuggerBugButton").first.click()  # the debugger off
     wait_kernel_idle(page)

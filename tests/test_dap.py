@@ -190,3 +190,30 @@ def test_restarted_ranks_leave_and_join_as_threads(debugger):
         "%%distcomp run dbg\nfrom mpi4py import MPI\ncomm = MPI.COMM_WORLD\nimport sys"
     )
     assert reply["status"] == "ok", text
+
+
+@pytest.mark.slow
+def test_this_rank_only_steps_one_rank_and_the_others_stay(debugger):
+    dap, _ = debugger
+    code = "%%distcomp run dbg\na = comm.rank\nb = a + 1\nc = b * 2\nprint('c', c)"
+    dap.breakpoints(code, [3])
+    dap.request("configurationDone")
+    since = len(dap.events)
+    msg_id = dap.execute(code)
+    stops = dap.wait_events("stopped", RANKS, since)
+    only = dap.request("distcompStepOnly", rank=1)
+    assert only["success"] and only["body"] == {"rank": 1}, only
+    since = len(dap.events)
+    dap.request("next", threadId=stops[-1]["body"]["threadId"])
+    step = dap.wait_events("stopped", 1, since, reason="step")[0]
+    assert rank_of(step["body"]["threadId"]) == 1
+    continued = [e for e in dap.events[since:] if e.get("event") == "continued"]
+    assert [rank_of(e["body"]["threadId"]) for e in continued] == [1]
+    frames = dap.request("stackTrace", threadId=step["body"]["threadId"])["body"]["stackFrames"]
+    lines = {f["name"]: f["line"] for f in frames}
+    assert lines == {f"rank {r}: <module>": 4 if r == 1 else 3 for r in range(RANKS)}, lines
+    assert dap.request("distcompStepOnly", rank=None)["body"] == {"rank": None}
+    dap.request("continue", threadId=1)
+    reply = dap.wait_reply(msg_id)
+    assert reply["status"] == "ok", dap.output(msg_id)
+    assert all(f"[rank {r}] c {2 * (r + 1)}" in dap.output(msg_id) for r in range(RANKS))

@@ -34,6 +34,9 @@ REF_BASE = 1 << 40  # a rank's frame or variable: REF_BASE + (thread - THREAD_BA
 ANSWER_SECONDS = 30.0  # the most a request waits for the stopped ranks' answer
 #: requests answered for a rank thread (the threadId says whose)
 THREAD_REQUESTS = {"stackTrace", "next", "stepIn", "stepOut", "continue"}
+#: the ranks panel's request: steps and continue go to one rank only (``{"rank": N}``), or
+#: to every stopped rank again (``{"rank": null}``)
+STEP_ONLY = "distcompStepOnly"
 #: pdb's command for each stepping request
 STEPS = {"next": "n", "stepIn": "s", "stepOut": "r", "continue": "c"}
 
@@ -114,6 +117,8 @@ class Adapter:
     async def process(self, message: dict) -> dict:
         command = message.get("command", "")
         args = message.get("arguments") or {}
+        if command == STEP_ONLY:
+            return self._step_only(message, args)
         if self.on and self._is_ranks(command, args):
             return await self._for_ranks(message, command, args)
         if command == "initialize":
@@ -141,6 +146,19 @@ class Adapter:
                 self.serving.announced_threads()
             )
         return reply
+
+    def _step_only(self, message: dict, args: dict) -> dict:
+        """The ranks panel's "this rank only": steps go to that rank (None: to all)."""
+        rank = args.get("rank")
+        self.only = int(rank) if isinstance(rank, int) and rank >= 0 else None
+        return {
+            "type": "response",
+            "seq": message.get("seq", 0),
+            "request_seq": message.get("seq", 0),
+            "command": STEP_ONLY,
+            "success": True,
+            "body": {"rank": self.only},
+        }
 
     def _is_ranks(self, command: str, args: dict) -> bool:
         if command in THREAD_REQUESTS:
