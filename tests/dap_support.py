@@ -32,6 +32,7 @@ class DapClient:
         self.events: list[dict] = []
         self.text: dict[str, list[str]] = {}  # stream text by cell msg_id
         self.replies: dict[str, dict] = {}  # execute replies by msg_id
+        self.kernel: Any = None  # the DebugKernel, where a test needs its stdin answers
 
     # -- requests -------------------------------------------------------------------------
     def request(self, command: str, timeout: float = 60, **arguments: Any) -> dict:

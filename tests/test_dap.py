@@ -17,6 +17,7 @@ RANKS = 4
 def dap():
     kernel = DebugKernel()
     client = DapClient(kernel.kc)
+    client.kernel = kernel  # its run() answers the pdb prompt's stdin requests
     setup = [
         "%load_ext jupyter_distcomp",
         f"%%distcomp dbg\n{MPI_SPEC}",
@@ -173,6 +174,11 @@ def test_debugger_off_detaches_the_ranks(dap):
     reply, text = dap.run("%%distcomp run dbg\nprint('traced', sys.gettrace() is not None)")
     assert all(f"[rank {r}] traced False" in text for r in range(RANKS)), text
     assert path
+    # breakpoint() opens the notebook's pdb prompt again
+    out = dap.kernel.run("%%distcomp run dbg\nv = comm.rank\nbreakpoint()\nw = v", ["p v", "c"])
+    assert out.ok, out.text
+    assert out.prompts == [f"(Pdb ranks 0-{RANKS - 1}) "] * 2, out.prompts
+    assert "[rank 3] 3" in out.text, out.text
 
 
 @pytest.mark.slow
@@ -217,3 +223,25 @@ def test_this_rank_only_steps_one_rank_and_the_others_stay(debugger):
     reply = dap.wait_reply(msg_id)
     assert reply["status"] == "ok", dap.output(msg_id)
     assert all(f"[rank {r}] c {2 * (r + 1)}" in dap.output(msg_id) for r in range(RANKS))
+
+
+@pytest.mark.slow
+def test_pause_stops_the_running_ranks_in_their_code(debugger):
+    dap, _ = debugger
+    dap.request("configurationDone")
+    code = (
+        "%%distcomp run dbg\nimport time\nfor i in range(100):\n    time.sleep(0.05)\nprint('i', i)"
+    )
+    since = len(dap.events)
+    msg_id = dap.execute(code)
+    time.sleep(2.0)
+    assert dap.request("pause", threadId=1)["success"]  # JupyterLab names thread 1 then
+    stops = dap.wait_events("stopped", RANKS, since, reason="pause")
+    thread = stops[-1]["body"]["threadId"]
+    frames = dap.request("stackTrace", threadId=thread)["body"]["stackFrames"]
+    assert {f["name"] for f in frames} == {f"rank {r}: <module>" for r in range(RANKS)}, frames
+    assert {f["line"] for f in frames} <= {3, 4}, frames
+    dap.request("continue", threadId=1)
+    reply = dap.wait_reply(msg_id)
+    assert reply["status"] == "ok", dap.output(msg_id)
+    assert all(f"[rank {r}] i 99" in dap.output(msg_id) for r in range(RANKS))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import bdb
 import os
 import reprlib
+import signal
 import sys
 from typing import Any
 
@@ -29,6 +30,9 @@ _repr.maxstring = VALUE_CHARS
 _repr.maxother = VALUE_CHARS
 _refs: dict[int, Any] = {}  # ref -> object, until the rank runs on
 _armed = False
+#: the signal the kernel sends a running rank for the debugger's Pause (kept once set: the
+#: default action of SIGUSR2 would end the rank)
+PAUSE_SIGNAL = signal.SIGUSR2
 _visual = False  # the notebook's visual debugger is on
 
 
@@ -58,7 +62,18 @@ def arm(code: str | None, cells: dict[str, list[int]], files: dict[str, list[int
             bdb.Breakpoint(os.path.abspath(path) if not path.startswith("<") else path, line)
     _armed = bool(bdb.Breakpoint.bplist)
     _register()
+    if _visual:
+        signal.signal(PAUSE_SIGNAL, _pause)
     return here
+
+
+def _pause(signum: int, frame: Any) -> None:
+    """The debugger's Pause (the kernel sends :data:`PAUSE_SIGNAL`): stop at the next line
+    of the user's code (a rank inside a C call stops once it returns)."""
+    hook = sys.modules.get("distcomp_debug_hook")
+    debugger = hook._debugger() if _visual and hook is not None else None
+    if debugger is not None and frame is not None:
+        debugger.set_trace(frame)
 
 
 def _register() -> None:

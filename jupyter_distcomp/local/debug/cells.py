@@ -24,6 +24,7 @@ from ...core.ranges import format_ranks
 from ...errors import LayoutError, RankError
 from ...machine.network import is_local_host, listen_address
 from ...rank_side import dap_side, debug_hook
+from ...rank_side.dap_side import PAUSE_SIGNAL
 from . import dap
 from .channel import DebugChannel
 from .held import HeldStops
@@ -118,6 +119,7 @@ class CellDebug:
         self.quits: set[int] = set()
         self.interrupted: dict[int, dict] = {}  # ranks at the prompt an interrupt ended
         self.held: HeldStops | None = None  # a background cell's stops
+        self.adapter: dap.Adapter | None = None  # JupyterLab's debugger, on for this cell
         if self.channel is not None:
             self.channel.allowed = set(debug_ranks) if debug_ranks is not None else None
             self.channel.skipped = set()
@@ -174,6 +176,12 @@ class CellDebug:
         names = world.call_each(ranks, arm_rank, lambda _: (code, cells, files))
         adapter.ran(str(names[0]) if names else "", path)
         world.dap_armed = True
+        adapter.pausing = False
+        adapter.pause_ranks = lambda: world.signal(
+            [r for r, state in world.states().items() if state == RankState.BUSY],
+            PAUSE_SIGNAL,
+        )
+        self.adapter = adapter
 
     def hold_in_background(self, running: Callable[[], Iterable[int]]) -> HeldStops | None:
         """The cell runs in a thread from now on: its stops wait for `%distcomp wait`;
@@ -212,6 +220,9 @@ class CellDebug:
             self.world.failed_ranks = sorted(errors)
         for rank in sorted(self.quits):
             print(debug_hook.quit_line(rank), file=sys.stderr)
+        if self.adapter is not None:
+            self.adapter.pause_ranks = None
+            self.adapter.pausing = False
         channel = self.channel
         if channel is None:
             return

@@ -103,6 +103,9 @@ class Adapter:
         self.threads: dict[int, str] = {}  # rank threads JupyterLab was told of
         self.serving: Any = None  # the stopped ranks' server (dap_serve.Serving), if any
         self.only: int | None = None  # "this rank only": steps go to this rank
+        #: while a %%distcomp run cell runs: sends its running ranks the Pause signal
+        self.pause_ranks: Callable[[], None] | None = None
+        self.pausing = False  # a Pause was asked for in this cell: its stops say "pause"
         self.version = 0  # counts changes of the breakpoints
         self._lock = threading.Lock()
         self._seq = 0
@@ -170,6 +173,8 @@ class Adapter:
             # means the ranks
             stopped = getattr(self.kernel.debugger, "stopped_threads", ())
             return command in STEPS and self.serving is not None and thread not in stopped
+        if command == "pause":  # the kernel's thread runs the cell's magic: the ranks pause
+            return self.pause_ranks is not None
         if command in ("scopes", "evaluate", "richInspectVariables"):
             return int(args.get("frameId") or 0) >= REF_BASE
         if command == "variables":
@@ -184,6 +189,12 @@ class Adapter:
             "command": command,
             "success": True,
         }
+        if command == "pause":
+            self.pausing = True
+            pause = self.pause_ranks
+            if pause is not None:
+                pause()
+            return reply
         serving = self.serving
         if serving is None:
             if command == "stackTrace":

@@ -239,6 +239,8 @@ class Serving:
         for rank in order:
             self.announced.add(rank)
             reason = "step" if rank in self.stepped else "breakpoint"
+            if reason == "breakpoint" and self.adapter.pausing:
+                reason = "pause"
             self.stepped.discard(rank)
             self.adapter.event(
                 "stopped",
