@@ -245,3 +245,21 @@ def test_pause_stops_the_running_ranks_in_their_code(debugger):
     reply = dap.wait_reply(msg_id)
     assert reply["status"] == "ok", dap.output(msg_id)
     assert all(f"[rank {r}] i 99" in dap.output(msg_id) for r in range(RANKS))
+
+
+@pytest.mark.slow
+def test_switching_the_debugger_off_at_a_stop_lets_the_ranks_run_on(dap):
+    dap.start()
+    dap.breakpoints(CELL, [3])
+    dap.request("configurationDone")
+    since = len(dap.events)
+    msg_id = dap.execute(CELL)
+    dap.wait_events("stopped", RANKS, since)
+    dap.stop()  # JupyterLab's bug icon, off
+    reply = dap.wait_reply(msg_id)
+    assert reply["status"] == "ok", dap.output(msg_id)
+    assert all(f"[rank {r}] y 61" in dap.output(msg_id) for r in range(RANKS))
+    continued = [e for e in dap.events[since:] if e.get("event") == "continued"]
+    assert len(continued) == RANKS
+    reply, text = dap.run("%%distcomp run dbg\nprint('traced', sys.gettrace() is not None)")
+    assert all(f"[rank {r}] traced False" in text for r in range(RANKS)), text
