@@ -172,8 +172,10 @@ class CellDebug:
         adapter.sync_threads()
         source = cell_source(shell, code)
         path = adapter.cell_path(source) if source else ""
+        version = adapter.version
         cells, files = adapter.rank_breakpoints(path)
         names = world.call_each(ranks, arm_rank, lambda _: (code, cells, files))
+        adapter.ranks_version = version
         adapter.ran(str(names[0]) if names else "", path)
         world.dap_armed = True
         adapter.pausing = False

@@ -107,6 +107,7 @@ class Adapter:
         self.pause_ranks: Callable[[], None] | None = None
         self.pausing = False  # a Pause was asked for in this cell: its stops say "pause"
         self.version = 0  # counts changes of the breakpoints
+        self.ranks_version = -1  # the version the ranks of the running cell have
         self._lock = threading.Lock()
         self._seq = 0
         self._original = kernel.do_debug_request

@@ -40,7 +40,7 @@ class Serving:
         self.announced: set[int] = set()  # ranks JupyterLab was told are stopped
         self.stepped: set[int] = set()  # ranks whose next stop ends a step
         self.stacks: dict[int, list[dict]] = {}  # each stopped rank's frames at its stop
-        self.version = -1  # the adapter's breakpoints the ranks have
+        self.version = adapter.ranks_version  # the adapter's breakpoints the ranks have
         self.group: Group | None = None
         self.open = True
 
@@ -219,7 +219,7 @@ class Serving:
         """Ranks at the prompt get the breakpoints JupyterLab set since."""
         if self.version == self.adapter.version:
             return
-        self.version = self.adapter.version
+        self.version = self.adapter.ranks_version = self.adapter.version
         cells, files = self.adapter.rank_breakpoints()
         at = self._at_prompt()
         if at:

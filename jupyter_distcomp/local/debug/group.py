@@ -342,6 +342,8 @@ class Group:
                 text, _, member.prompt = member.text.rpartition("\n")
                 member.text = text + "\n" if text else ""
                 member.state = "prompt"
+                # its "running" before a new stop may be read after that stop said debugging
+                self.channel.on_state(member.session.rank, RankState.DEBUGGING)
             elif "running" in message or "end" in message:
                 member.state = "running" if "running" in message else "ended"
                 member.ran = True
