@@ -263,3 +263,18 @@ def test_switching_the_debugger_off_at_a_stop_lets_the_ranks_run_on(dap):
     assert len(continued) == RANKS
     reply, text = dap.run("%%distcomp run dbg\nprint('traced', sys.gettrace() is not None)")
     assert all(f"[rank {r}] traced False" in text for r in range(RANKS)), text
+
+
+@pytest.mark.slow
+def test_load_ext_after_the_debugger_says_how_to_get_ranks():
+    kernel = DebugKernel()
+    try:
+        client = DapClient(kernel.kc)
+        client.start()
+        reply, text = client.run("%load_ext jupyter_distcomp")
+        assert reply["status"] == "ok", text
+        assert "switched on in this kernel before %load_ext jupyter_distcomp" in text, text
+        assert "Fix: restart the kernel, run %load_ext jupyter_distcomp first" in text, text
+        client.stop()
+    finally:
+        kernel.close()

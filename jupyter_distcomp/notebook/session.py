@@ -13,6 +13,7 @@ ipywidgets with the first panel.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -620,9 +621,13 @@ class Session:
             from ..local.debug import dap
 
             backend = self.backend
-            adapter = dap.install(getattr(self.shell, "kernel", None), lambda: dict(backend.worlds))
+            kernel = getattr(self.shell, "kernel", None)
+            first = dap.debugger_came_first(kernel)
+            adapter = dap.install(kernel, lambda: dict(backend.worlds))
             if adapter is not None:  # JupyterLab's debugger: rank threads come and go
                 backend.add_listener(adapter.sync_threads)
+                if first:
+                    print(dap.DEBUGGER_FIRST, file=sys.stderr)
 
     def shutdown(self) -> None:
         """Stop every rank this session started (at kernel exit)."""

@@ -78,6 +78,21 @@ def _no_subprocesses() -> None:
         pass
 
 
+#: said at %load_ext when debugpy listened before it (ranks started then would wait for it)
+DEBUGGER_FIRST = (
+    "distcomp: JupyterLab's debugger was switched on in this kernel before %load_ext "
+    "jupyter_distcomp: debugpy now enters every process the kernel starts, so ranks cannot "
+    "start (their controller waits for a debugger). Fix: restart the kernel, run %load_ext "
+    "jupyter_distcomp first, then switch the debugger on."
+)
+
+
+def debugger_came_first(kernel: Any) -> bool:
+    """debugpy listened in ``kernel`` before the adapter could tell it to stay out of the
+    processes the kernel starts."""
+    return bool(getattr(getattr(kernel, "debugger", None), "debugpy_initialized", False))
+
+
 def thread_of(slot: int, rank: int) -> int:
     return THREAD_BASE + slot * SLOT + rank
 
