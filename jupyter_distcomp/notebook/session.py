@@ -13,6 +13,7 @@ ipywidgets with the first panel.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -617,6 +618,16 @@ class Session:
             from .comm import install
 
             self._channel = install(self.shell, self.backend)
+            from ..local.debug import dap
+
+            backend = self.backend
+            kernel = getattr(self.shell, "kernel", None)
+            first = dap.debugger_came_first(kernel)
+            adapter = dap.install(kernel, lambda: dict(backend.worlds))
+            if adapter is not None:  # JupyterLab's debugger: rank threads come and go
+                backend.add_listener(adapter.sync_threads)
+                if first:
+                    print(dap.DEBUGGER_FIRST, file=sys.stderr)
 
     def shutdown(self) -> None:
         """Stop every rank this session started (at kernel exit)."""
@@ -627,6 +638,9 @@ class Session:
         """Stop the ranks and close the ranks panel's comm (``%unload_ext``)."""
         self.shutdown()
         if self._channel is not None:
+            from ..local.debug import dap
+
+            dap.uninstall()
             self._channel.close()
             self._channel = None
 

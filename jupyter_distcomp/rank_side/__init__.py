@@ -8,7 +8,8 @@
 - ``engine_start``: ``python -m jupyter_distcomp.rank_side.engine_start FILE ...``: an engine
   on this machine, started beside its controller; it runs ipyparallel's engine (by name)
   once the controller's connection FILE is written.
-- ``rank_setup``, ``debug_hook``, ``compare``: code ipyparallel ships into each engine.
+- ``rank_setup``, ``debug_hook``, ``dap_side``, ``compare``: code ipyparallel ships into
+  each engine (``dap_side``: JupyterLab's debugger's breakpoints, frames and variables).
 - ``stack_site``: put on the path of ``%distcomp command`` ranks (stacks on SIGUSR1,
   ``pdb.set_trace`` to the notebook).
 

@@ -49,6 +49,7 @@ SKIP = (
     "contextlib",
     "codeop",
     "distcomp_debug_hook",
+    "distcomp_dap_side",
     "jupyter_distcomp.*",
 )
 #: how a notebook (which has no Ctrl-D) leaves pdb's ``interact``
@@ -190,6 +191,9 @@ class RankPdb(pdb.Pdb):
         self._ending = ""
 
     def interaction(self, frame, traceback) -> None:
+        side = sys.modules.get("distcomp_dap_side")
+        if side is not None and side.steps_on(self, frame):
+            return
         where = frame
         if where is None and traceback is not None:
             last = traceback
@@ -312,6 +316,20 @@ class RankPdb(pdb.Pdb):
         from jupyter_distcomp.rank_side.compare import SLOT, diff_value
 
         self._answer(diff_value(SLOT, *json.loads(arg)))
+
+    def do_distcomp_call(self, arg):
+        """The visual debugger's question at this stop: ``NAME JSON`` calls
+        ``distcomp_dap_side.NAME(self, *JSON)`` and answers its result."""
+        name, _, args = arg.partition(" ")
+        side = sys.modules.get("distcomp_dap_side")
+        function = getattr(side, name, None) if not name.startswith("_") else None
+        if function is None:
+            self._answer({"error": f"no such debugger call: {name}"})
+            return
+        try:
+            self._answer({"value": function(self, *json.loads(args or "[]"))})
+        except Exception as exc:
+            self._answer({"error": f"{type(exc).__name__}: {exc}"})
 
     def _answer(self, data) -> None:
         """Send the kernel the answer of one of its commands."""

@@ -21,6 +21,7 @@ import {
   RankAction
 } from './messages';
 import { markStalePanels } from './stalePanels';
+import { stepOnlyRequest } from './stepOnly';
 
 /** The last "where" the kernel answered: each rank's stack, as text. */
 export interface IWhere {
@@ -33,6 +34,8 @@ export class KernelRanks {
   readonly worlds = new Map<string, IWorld>();
   message = '';
   where: IWhere | null = null;
+  /** The rank the debugger's steps go to alone ("this rank only"), or null for all. */
+  stepOnly: number | null = null;
   private comm: Kernel.IComm | null = null;
   private _changed = new Signal<this, void>(this);
 
@@ -72,6 +75,22 @@ export class KernelRanks {
     this._changed.emit();
   }
 
+  /** "This rank only" for JupyterLab's debugger: its steps go to `rank` (null: to all). */
+  async setStepOnly(rank: number | null): Promise<void> {
+    const reply = await this.kernel.requestDebug(stepOnlyRequest(rank)).done;
+    const content = reply.content as {
+      success?: boolean;
+      body?: { rank?: number | null };
+    };
+    if (content.success) {
+      this.stepOnly = content.body?.rank ?? null;
+    } else {
+      this.message =
+        'This kernel cannot step one rank only (its debugger is off?).';
+    }
+    this._changed.emit();
+  }
+
   /** The kernel went idle: an interrupt we asked for is done. */
   kernelIdle(): void {
     if (this.message.startsWith('Interrupting')) {
@@ -86,6 +105,7 @@ export class KernelRanks {
     this.worlds.clear();
     this.message = '';
     this.where = null;
+    this.stepOnly = null;
     this._changed.emit();
   }
 

@@ -11,6 +11,7 @@ import { confirmation } from './confirm';
 import { RANK_ACTION, RANK_STATE } from './contracts';
 import { IWorld, RankAction } from './messages';
 import { KernelRanks, RanksService } from './ranks';
+import { stepOnlyNote, stepOnlyToggle } from './stepOnly';
 
 const ICON_SVG =
   '<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" viewBox="0 0 16 16"><g class="jp-icon3" fill="#616161">' +
@@ -141,9 +142,15 @@ export class RanksPanel extends Widget {
     section.appendChild(buttons);
     const table = element('table', 'distcomp-rank-table');
     const head = element('tr');
-    ['rank', 'node', 'local', 'state', 'pid'].forEach(h =>
-      head.appendChild(element('th', '', h))
-    );
+    const debugging = world.ranks.some(r => r.state === RANK_STATE.debugging);
+    [
+      'rank',
+      'node',
+      'local',
+      'state',
+      'pid',
+      ...(debugging ? ['step'] : [])
+    ].forEach(h => head.appendChild(element('th', '', h)));
     table.appendChild(head);
     for (const rank of world.ranks) {
       const row = element('tr', 'distcomp-rank');
@@ -166,13 +173,43 @@ export class RanksPanel extends Widget {
           rank.pid === null ? '' : String(rank.pid)
         )
       );
+      if (debugging) {
+        row.appendChild(this.stepOnlyCell(ranks, rank.rank, rank.state));
+      }
       table.appendChild(row);
     }
     section.appendChild(table);
+    const note = stepOnlyNote(ranks.stepOnly);
+    if (note && debugging) {
+      section.appendChild(element('div', 'distcomp-step-only-note', note));
+    }
     if (ranks.where?.name === world.name) {
       section.appendChild(element('pre', 'distcomp-where', ranks.where.text));
     }
     return section;
+  }
+
+  /** A stopped rank's "this rank only" toggle for JupyterLab's debugger. */
+  private stepOnlyCell(
+    ranks: KernelRanks,
+    rank: number,
+    state: string
+  ): HTMLElement {
+    const cell = element('td', 'distcomp-rank-step');
+    if (state !== RANK_STATE.debugging) {
+      return cell;
+    }
+    const toggle = stepOnlyToggle(rank, ranks.stepOnly);
+    const button = element(
+      'button',
+      'jp-mod-styled distcomp-step-only',
+      toggle.label
+    ) as HTMLButtonElement;
+    button.title = toggle.title;
+    button.setAttribute('aria-pressed', String(toggle.pressed));
+    button.onclick = () => void ranks.setStepOnly(toggle.pressed ? null : rank);
+    cell.appendChild(button);
+    return cell;
   }
 }
 

@@ -10,6 +10,10 @@
 - ``cells``: ``%%distcomp run`` cells: the world's start-up hook that puts the hook on each
   engine, ``--debug-ranks``, ranks that quit, the rank ``%distcomp debug`` opens.
 
+- ``dap``: JupyterLab's debugger (the bug icon) on the ranks: the kernel answers the debug
+  protocol for them and passes the rest to ipykernel's debugger; ``dap_serve``: the stopped
+  ranks served for it, by the same group rule as the prompt (``group``).
+
 ``%distcomp command`` connects its processes through ``PYTHONBREAKPOINT`` in each rank's
 environment (``command/run.py``). The rank side is
 :mod:`jupyter_distcomp.rank_side.debug_hook`.

@@ -23,7 +23,9 @@ from ...contracts import RankState
 from ...core.ranges import format_ranks
 from ...errors import LayoutError, RankError
 from ...machine.network import is_local_host, listen_address
-from ...rank_side import debug_hook
+from ...rank_side import dap_side, debug_hook
+from ...rank_side.dap_side import PAUSE_SIGNAL
+from . import dap
 from .channel import DebugChannel
 from .held import HeldStops
 from .places import summary
@@ -38,15 +40,36 @@ HOOK_MODULE = "distcomp_debug_hook"
 POST_MORTEM = f"__import__('sys').modules[{HOOK_MODULE!r}].post_mortem()"
 
 
-def load_hook(source: str, host: str, port: int, key: str, rank: int) -> None:
-    """Run on each engine (shipped as code): the hook module from its source, installed."""
+def load_hook(source: str, host: str, port: int, key: str, rank: int, dap: str = "") -> None:
+    """Run on each engine (shipped as code): the hook module from its source, installed;
+    the visual debugger's side (``dap``) beside it."""
     import sys
     import types
 
-    module = types.ModuleType("distcomp_debug_hook")
-    exec(compile(source, "distcomp_debug_hook.py", "exec"), module.__dict__)
-    sys.modules["distcomp_debug_hook"] = module
-    module.install(host, port, key, rank)
+    for name, text in (("distcomp_dap_side", dap), ("distcomp_debug_hook", source)):
+        if text:
+            module = types.ModuleType(name)
+            exec(compile(text, f"{name}.py", "exec"), module.__dict__)
+            sys.modules[name] = module
+    sys.modules["distcomp_debug_hook"].install(host, port, key, rank)
+
+
+def arm_rank(code: str | None, cells: dict, files: dict) -> str:
+    """Run on each engine: the visual debugger's breakpoints (dap_side.arm)."""
+    import sys
+
+    return str(sys.modules["distcomp_dap_side"].arm(code, cells, files))
+
+
+def cell_source(shell: Any, code: str) -> str:
+    """The notebook cell's whole text (its ``%%distcomp run`` line too), as JupyterLab's
+    ``dumpCell`` hashes it: the execute request's code; '' if that is not this cell."""
+    parent = getattr(shell, "parent_header", None) or {}
+    source = (parent.get("content") or {}).get("code")
+    if not isinstance(source, str) or not source.lstrip().startswith("%%distcomp"):
+        return ""
+    body = code.lstrip("#\n").strip()
+    return source if body in source else ""
 
 
 def channel_host(world: World) -> str:
@@ -69,11 +92,12 @@ def attach(world: World) -> None:
     channel = DebugChannel(channel_host(world))
     channel.on_state = lambda rank, state: _restate(world, rank, state)
     source = Path(debug_hook.__file__).read_text(encoding="utf-8")
+    dap = Path(dap_side.__file__).read_text(encoding="utf-8")
     world.debugger = channel
     world.call_each(
         list(range(world.world_size)),
         load_hook,
-        lambda info: (source, channel.host, channel.port, channel.key_hex, info.rank),
+        lambda info: (source, channel.host, channel.port, channel.key_hex, info.rank, dap),
     )
 
 
@@ -95,6 +119,7 @@ class CellDebug:
         self.quits: set[int] = set()
         self.interrupted: dict[int, dict] = {}  # ranks at the prompt an interrupt ended
         self.held: HeldStops | None = None  # a background cell's stops
+        self.adapter: dap.Adapter | None = None  # JupyterLab's debugger, on for this cell
         if self.channel is not None:
             self.channel.allowed = set(debug_ranks) if debug_ranks is not None else None
             self.channel.skipped = set()
@@ -107,6 +132,22 @@ class CellDebug:
             return 0.0
         if self.held is not None:
             return self.held.hold()
+        adapter = dap.current()
+        if adapter is not None:  # JupyterLab's debugger is on: it serves the stops
+            from .dap_serve import serve_visual
+            from .serve import _serve_input
+
+            label = self.world.label
+            return serve_visual(
+                adapter,
+                self.channel,
+                world_name=self.world.name,
+                before_prompt=pump,
+                label=label,
+                quits=self.quits,
+                states=self.world.states,
+                on_input=lambda session, ask: _serve_input(session, ask, pump, label),
+            )
         return serve(
             self.channel,
             before_prompt=pump,
@@ -116,6 +157,33 @@ class CellDebug:
             interrupted=self.interrupted,
             name=self.world.name,
         )
+
+    def arm(self, code: str, shell: Any, ranks: list[int]) -> None:
+        """Before the cell: with JupyterLab's debugger on, the ranks get its breakpoints
+        (those of this cell at the cell's lines) and trace the cell; with it off, ranks that
+        had breakpoints lose them."""
+        adapter = dap.current()
+        world = self.world
+        if adapter is None:
+            if world.dap_armed:
+                world.call_each(list(range(world.world_size)), arm_rank, lambda _: (None, {}, {}))
+                world.dap_armed = False
+            return
+        adapter.sync_threads()
+        source = cell_source(shell, code)
+        path = adapter.cell_path(source) if source else ""
+        version = adapter.version
+        cells, files = adapter.rank_breakpoints(path)
+        names = world.call_each(ranks, arm_rank, lambda _: (code, cells, files))
+        adapter.ranks_version = version
+        adapter.ran(str(names[0]) if names else "", path)
+        world.dap_armed = True
+        adapter.pausing = False
+        adapter.pause_ranks = lambda: world.signal(
+            [r for r, state in world.states().items() if state == RankState.BUSY],
+            PAUSE_SIGNAL,
+        )
+        self.adapter = adapter
 
     def hold_in_background(self, running: Callable[[], Iterable[int]]) -> HeldStops | None:
         """The cell runs in a thread from now on: its stops wait for `%distcomp wait`;
@@ -154,6 +222,9 @@ class CellDebug:
             self.world.failed_ranks = sorted(errors)
         for rank in sorted(self.quits):
             print(debug_hook.quit_line(rank), file=sys.stderr)
+        if self.adapter is not None:
+            self.adapter.pause_ranks = None
+            self.adapter.pausing = False
         channel = self.channel
         if channel is None:
             return

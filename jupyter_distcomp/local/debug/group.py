@@ -73,6 +73,7 @@ class Group:
         self.channel = channel
         self.name = name  # the world's, in compare's table
         self.taking = True  # False: the stops stay queued (see hold)
+        self.refocus = False  # True: ``ask`` may change the focus (the visual debugger's)
         self.ask = ask
         self.before_prompt = before_prompt
         self.label = label
@@ -108,6 +109,8 @@ class Group:
             line = self.ask(focused[0].session, self._prompt(focused))
             if self._refocus(line):
                 continue
+            if self.refocus:  # the focus, or who is at the prompt, moved meanwhile
+                focused = self._focused() or focused
             compare = _COMPARE.match(line)
             if compare:
                 self._compare(focused, compare["expr"])
@@ -339,6 +342,8 @@ class Group:
                 text, _, member.prompt = member.text.rpartition("\n")
                 member.text = text + "\n" if text else ""
                 member.state = "prompt"
+                # its "running" before a new stop may be read after that stop said debugging
+                self.channel.on_state(member.session.rank, RankState.DEBUGGING)
             elif "running" in message or "end" in message:
                 member.state = "running" if "running" in message else "ended"
                 member.ran = True

@@ -94,6 +94,7 @@ class World(WorldHealth):
         #: where breakpoint() on a rank connects (set by the debugger's start-up hook)
         self.debugger: DebugChannel | None = None
         self.failed_ranks: list[int] = []  # ranks whose last cell failed (post-mortem)
+        self.dap_armed = False  # its ranks hold JupyterLab's breakpoints (debug/dap.py)
         self.checking = False  # the ranks compare each collective before it runs
         #: the ranks' flow files: their output waits while the notebook is behind
         self.flows: Flows | None = None

@@ -1,0 +1,333 @@
+"""JupyterLab's visual debugger on the ranks: the kernel answers for them in the Jupyter debug
+protocol (``debug_request`` / ``debug_reply`` on control, ``debug_event`` on iopub).
+
+:class:`Adapter` takes the kernel's ``do_debug_request``. A request about a rank (a thread,
+frame or variable number of :data:`THREAD_BASE` / :data:`REF_BASE` and above, far above
+debugpy's) is answered here; every other request goes to ipykernel's own debugger unchanged,
+so the kernel's own cells keep their debugging. ``setBreakpoints`` goes to both: the ranks
+get the breakpoints of their cells (the path ``dumpCell`` gives a ``%%distcomp run`` cell's
+whole text) and of files before each cell (:func:`arm`).
+
+While ranks are stopped, the cell's thread serves them (dap_serve.py), with the same group
+rule as the pdb prompt: a step or continue goes to every rank at the prompt (or, in the
+ranks panel's "this rank only" mode, to that rank). This thread (ipykernel's control
+thread) hands it each request and waits for the answer.
+
+Each rank is a thread ``rank N``; JupyterLab shows the frames of the thread that stopped
+last, so a rank thread's ``stackTrace`` lists the frames of every stopped rank, its own
+first, each named with its rank: choosing one shows that rank's variables and evaluates
+there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+THREAD_BASE = 1_000_000_000  # a rank's thread: THREAD_BASE + world slot * SLOT + rank
+SLOT = 100_000
+REF_BASE = 1 << 40  # a rank's frame or variable: REF_BASE + (thread - THREAD_BASE) << 24 + n
+ANSWER_SECONDS = 30.0  # the most a request waits for the stopped ranks' answer
+#: requests answered for a rank thread (the threadId says whose)
+THREAD_REQUESTS = {"stackTrace", "next", "stepIn", "stepOut", "continue"}
+#: the ranks panel's request: steps and continue go to one rank only (``{"rank": N}``), or
+#: to every stopped rank again (``{"rank": null}``)
+STEP_ONLY = "distcompStepOnly"
+#: pdb's command for each stepping request
+STEPS = {"next": "n", "stepIn": "s", "stepOut": "r", "continue": "c"}
+
+_adapter: Adapter | None = None
+
+
+def current() -> Adapter | None:
+    """The kernel's adapter while JupyterLab's debugger is on, else None."""
+    return _adapter if _adapter is not None and _adapter.on else None
+
+
+def install(kernel: Any, worlds: Callable[[], dict[str, Any]]) -> Adapter | None:
+    """Answer the kernel's debug requests for the ranks (ipykernel with debugpy only)."""
+    global _adapter
+    if _adapter is not None or not hasattr(kernel, "do_debug_request"):
+        return _adapter
+    if getattr(kernel, "debugger", None) is None:
+        return None
+    _adapter = Adapter(kernel, worlds)
+    return _adapter
+
+
+def uninstall() -> None:
+    global _adapter
+    if _adapter is not None:
+        _adapter.close()
+    _adapter = None
+
+
+def _no_subprocesses() -> None:
+    """debugpy, once it listens in the kernel, would put itself into every Python process
+    the kernel starts (``subProcess``): the ranks' controller and engines would wait for a
+    debugger that never comes. Configured before ipykernel's ``debugpy.listen``."""
+    try:
+        import debugpy
+
+        debugpy.configure(subProcess=False)
+    except Exception:  # listening already (started before %load_ext): nothing to change
+        pass
+
+
+#: said at %load_ext when debugpy listened before it (ranks started then would wait for it)
+DEBUGGER_FIRST = (
+    "distcomp: JupyterLab's debugger was switched on in this kernel before %load_ext "
+    "jupyter_distcomp: debugpy now enters every process the kernel starts, so ranks cannot "
+    "start (their controller waits for a debugger). Fix: restart the kernel, run %load_ext "
+    "jupyter_distcomp first, then switch the debugger on."
+)
+
+
+def debugger_came_first(kernel: Any) -> bool:
+    """debugpy listened in ``kernel`` before the adapter could tell it to stay out of the
+    processes the kernel starts."""
+    return bool(getattr(getattr(kernel, "debugger", None), "debugpy_initialized", False))
+
+
+def thread_of(slot: int, rank: int) -> int:
+    return THREAD_BASE + slot * SLOT + rank
+
+
+def ref_of(thread: int, number: int) -> int:
+    return REF_BASE + ((thread - THREAD_BASE) << 24) + number
+
+
+def split_ref(ref: int) -> tuple[int, int]:
+    """``(thread, number)`` of a rank's frame or variable number."""
+    offset = ref - REF_BASE
+    return THREAD_BASE + (offset >> 24), offset & ((1 << 24) - 1)
+
+
+class Adapter:
+    def __init__(self, kernel: Any, worlds: Callable[[], dict[str, Any]]):
+        self.kernel = kernel
+        self.worlds = worlds
+        self.on = bool(getattr(kernel.debugger, "is_started", False))
+        self.breakpoints: dict[str, list[int]] = {}  # source path -> lines
+        self.rank_files: dict[str, str] = {}  # a rank's cell file (base name) -> the cell's path
+        self.slots: dict[str, int] = {}  # world name -> its slot in the thread numbers
+        self.threads: dict[int, str] = {}  # rank threads JupyterLab was told of
+        self.serving: Any = None  # the stopped ranks' server (dap_serve.Serving), if any
+        self.only: int | None = None  # "this rank only": steps go to this rank
+        #: while a %%distcomp run cell runs: sends its running ranks the Pause signal
+        self.pause_ranks: Callable[[], None] | None = None
+        self.pausing = False  # a Pause was asked for in this cell: its stops say "pause"
+        self.version = 0  # counts changes of the breakpoints
+        self.ranks_version = -1  # the version the ranks of the running cell have
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._original = kernel.do_debug_request
+        kernel.do_debug_request = self.process
+
+    def close(self) -> None:
+        if self.kernel.do_debug_request == self.process:
+            self.kernel.do_debug_request = self._original
+
+    # -- the protocol -------------------------------------------------------------------
+    async def process(self, message: dict) -> dict:
+        command = message.get("command", "")
+        args = message.get("arguments") or {}
+        if command == STEP_ONLY:
+            return self._step_only(message, args)
+        if self.on and self._is_ranks(command, args):
+            return await self._for_ranks(message, command, args)
+        if command == "initialize":
+            _no_subprocesses()
+        if command == "attach":  # debugpy must not enter the processes ranks start from
+            message = {**message, "arguments": {**args, "subProcess": False}}
+        reply = await self._original(message)
+        if not isinstance(reply, dict):
+            return reply
+        if command == "attach" and reply.get("success"):
+            self.on = True
+            self.sync_threads()
+        elif command == "disconnect":
+            self._off()
+        elif command == "setBreakpoints":
+            self._record_breakpoints(args)
+        elif command == "threads" and self.on:
+            body = reply.setdefault("body", {})
+            body["threads"] = list(body.get("threads", [])) + [
+                {"id": t, "name": n} for t, n in sorted(self._rank_threads().items())
+            ]
+        elif command == "debugInfo" and self.on and self.serving is not None:
+            body = reply.setdefault("body", {})
+            body["stoppedThreads"] = list(body.get("stoppedThreads", [])) + sorted(
+                self.serving.announced_threads()
+            )
+        return reply
+
+    def _step_only(self, message: dict, args: dict) -> dict:
+        """The ranks panel's "this rank only": steps go to that rank (None: to all)."""
+        rank = args.get("rank")
+        self.only = int(rank) if isinstance(rank, int) and rank >= 0 else None
+        return {
+            "type": "response",
+            "seq": message.get("seq", 0),
+            "request_seq": message.get("seq", 0),
+            "command": STEP_ONLY,
+            "success": True,
+            "body": {"rank": self.only},
+        }
+
+    def _is_ranks(self, command: str, args: dict) -> bool:
+        if command in THREAD_REQUESTS:
+            thread = int(args.get("threadId") or 0)
+            if thread >= THREAD_BASE:
+                return True
+            # JupyterLab's Continue forgets the stopped thread before it asks, and names
+            # thread 1 then: while ranks are stopped and no thread of the kernel is, it
+            # means the ranks
+            stopped = getattr(self.kernel.debugger, "stopped_threads", ())
+            return command in STEPS and self.serving is not None and thread not in stopped
+        if command == "pause":  # the kernel's thread runs the cell's magic: the ranks pause
+            return self.pause_ranks is not None
+        if command in ("scopes", "evaluate", "richInspectVariables"):
+            return int(args.get("frameId") or 0) >= REF_BASE
+        if command == "variables":
+            return int(args.get("variablesReference") or 0) >= REF_BASE
+        return False
+
+    async def _for_ranks(self, message: dict, command: str, args: dict) -> dict:
+        reply = {
+            "type": "response",
+            "seq": message.get("seq", 0),
+            "request_seq": message.get("seq", 0),
+            "command": command,
+            "success": True,
+        }
+        if command == "pause":
+            self.pausing = True
+            pause = self.pause_ranks
+            if pause is not None:
+                pause()
+            return reply
+        serving = self.serving
+        if serving is None:
+            if command == "stackTrace":
+                reply["body"] = {"stackFrames": [], "totalFrames": 0}
+                return reply
+            reply.update(success=False, message="the ranks are running, none is stopped")
+            return reply
+        future: concurrent.futures.Future = serving.submit(command, args)
+        try:
+            body = await asyncio.wait_for(asyncio.wrap_future(future), ANSWER_SECONDS)
+        except Exception as exc:
+            reply.update(success=False, message=str(exc) or type(exc).__name__)
+            return reply
+        if isinstance(body, str):  # the ranks' words why not
+            reply.update(success=False, message=body)
+        else:
+            reply["body"] = body
+        return reply
+
+    def _record_breakpoints(self, args: dict) -> None:
+        path = str((args.get("source") or {}).get("path") or "")
+        if not path:
+            return
+        lines = sorted({int(b["line"]) for b in args.get("breakpoints") or [] if "line" in b})
+        with self._lock:
+            if lines:
+                self.breakpoints[path] = lines
+            else:
+                self.breakpoints.pop(path, None)
+            self.version += 1
+        if self.serving is not None:
+            self.serving.submit("breakpoints", {})
+
+    def _off(self) -> None:
+        """The debugger is switched off: the ranks detach and run at full speed."""
+        self.on = False
+        with self._lock:
+            self.breakpoints = {}
+            self.version += 1
+        self.only = None
+        if self.serving is not None:
+            self.serving.submit("detach", {})
+        for thread in sorted(self.threads):
+            self.event("thread", {"reason": "exited", "threadId": thread})
+        self.threads = {}
+
+    # -- breakpoints for the ranks -------------------------------------------------------
+    def is_cell(self, path: str) -> bool:
+        from ipykernel.compiler import get_tmp_directory
+
+        return os.path.dirname(path) == get_tmp_directory()
+
+    def rank_breakpoints(self, cell_path: str = "") -> tuple[dict, dict]:
+        """``(cells, files)`` as the ranks take them: the lines of the cell at ``cell_path``
+        under "", of earlier rank cells by their rank file's base name, and of files."""
+        by_path = {path: name for name, path in self.rank_files.items()}
+        cells: dict[str, list[int]] = {}
+        files: dict[str, list[int]] = {}
+        with self._lock:
+            for path, lines in self.breakpoints.items():
+                if path == cell_path:
+                    cells[""] = lines
+                elif path in by_path:
+                    cells[by_path[path]] = lines
+                elif not self.is_cell(path):
+                    files[path] = lines
+        return cells, files
+
+    def cell_path(self, source: str) -> str:
+        """The path JupyterLab's ``dumpCell`` gives the cell of ``source``."""
+        from ipykernel.compiler import get_file_name
+
+        return str(get_file_name(source))
+
+    def ran(self, rank_file: str, cell_path: str) -> None:
+        """The ranks ran the cell at ``cell_path`` as ``rank_file``."""
+        if rank_file and cell_path:
+            self.rank_files[os.path.basename(rank_file)] = cell_path
+            while len(self.rank_files) > 1000:  # a long session: the oldest cells go
+                self.rank_files.pop(next(iter(self.rank_files)))
+
+    def source_path(self, rank_path: str) -> str:
+        """The notebook's path for a rank's file: its cell's, or the file itself."""
+        return self.rank_files.get(os.path.basename(rank_path), rank_path)
+
+    # -- threads and events ----------------------------------------------------------------
+    def slot(self, name: str) -> int:
+        with self._lock:
+            return self.slots.setdefault(name, len(self.slots))
+
+    def _rank_threads(self) -> dict[int, str]:
+        worlds = {n: w for n, w in self.worlds().items() if getattr(w, "started", False)}
+        threads = {}
+        for name, world in worlds.items():
+            dead = set(getattr(world, "dead_ranks", ()) or ())
+            for rank in range(world.world_size):
+                if rank not in dead and not getattr(world, "stopped", False):
+                    title = f"rank {rank}" if len(worlds) == 1 else f"rank {rank} ({name})"
+                    threads[thread_of(self.slot(name), rank)] = title
+        return threads
+
+    def sync_threads(self, *_event: object) -> None:
+        """``thread`` events for ranks that started or left since JupyterLab was told."""
+        if not self.on:
+            return
+        now = self._rank_threads()
+        with self._lock:
+            started = sorted(set(now) - set(self.threads))
+            exited = sorted(set(self.threads) - set(now))
+            self.threads = now
+        for thread in exited:
+            self.event("thread", {"reason": "exited", "threadId": thread})
+        for thread in started:
+            self.event("thread", {"reason": "started", "threadId": thread})
+
+    def event(self, name: str, body: dict) -> None:
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
+        self.kernel._publish_debug_event({"seq": seq, "type": "event", "event": name, "body": body})

@@ -1,0 +1,284 @@
+"""The stopped ranks under JupyterLab's visual debugger, served from the cell's thread.
+
+The same :class:`~.group.Group` as the pdb prompt: a step or continue goes to every rank at
+the prompt at once (stepping over a collective completes on all of them), or to the one rank
+of the ranks panel's "this rank only" mode. Where the pdb prompt reads a line typed in the
+notebook, :class:`Serving` takes the next request the adapter (dap.py) handed over: a step
+becomes pdb's command, a question (frames, variables, an evaluation) is asked of the ranks
+(debug_hook's ``distcomp_call``, answered by dap_side.py) and answered to the adapter. Each
+rank that comes to the prompt is told to JupyterLab as a ``stopped`` event of its thread, each
+that runs on as ``continued``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import queue
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ...contracts import RankState
+from .channel import DebugChannel, RankSession
+from .dap import STEPS, Adapter, ref_of, split_ref, thread_of
+from .group import Group, Member
+
+#: what a rank whose prompt is gone is sent in place of a step (answers, changes nothing)
+NOTHING = "distcomp_call noop"
+POLL = 0.05
+
+
+class Serving:
+    """The adapter's requests for one group of stopped ranks, until none is stopped."""
+
+    def __init__(self, adapter: Adapter, world_name: str, pump: Callable[[], None]):
+        self.adapter = adapter
+        self.slot = adapter.slot(world_name)
+        self.pump = pump
+        self.jobs: queue.Queue[tuple[str, dict, concurrent.futures.Future]] = queue.Queue()
+        self.announced: set[int] = set()  # ranks JupyterLab was told are stopped
+        self.stepped: set[int] = set()  # ranks whose next stop ends a step
+        self.stacks: dict[int, list[dict]] = {}  # each stopped rank's frames at its stop
+        self.version = adapter.ranks_version  # the adapter's breakpoints the ranks have
+        self.group: Group | None = None
+        self.open = True
+
+    # -- the adapter's side (control thread) --------------------------------------------
+    def submit(self, command: str, args: dict) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        if not self.open:
+            future.set_result("the ranks are running, none is stopped")
+        else:
+            self.jobs.put((command, args, future))
+        return future
+
+    def announced_threads(self) -> set[int]:
+        return {thread_of(self.slot, r) for r in self.announced}
+
+    # -- the cell's thread -------------------------------------------------------------
+    def run(self, group: Group) -> None:
+        self.group = group
+        self.adapter.serving = self
+        try:
+            group.run()
+        finally:
+            self.open = False
+            self.adapter.serving = None
+            self._tell_continued(set(self.announced))
+            while True:
+                try:
+                    _, _, future = self.jobs.get_nowait()
+                except queue.Empty:
+                    break
+                future.set_result("the ranks are running, none is stopped")
+
+    def ask(self, session: RankSession, prompt: str) -> str:
+        """The next line for the group's focused ranks: the next step JupyterLab asks for."""
+        group = self.group
+        assert group is not None
+        while True:
+            self._sync_breakpoints()
+            self._tell_stops()
+            try:
+                command, args, future = self.jobs.get(timeout=POLL)
+            except queue.Empty:
+                self.pump()
+                group._poll(0.0)
+                if not self._at_prompt():
+                    return NOTHING
+                continue
+            try:
+                line = self._job(command, args, future)
+            except Exception as exc:  # a rank that left while asked: say so, serve on
+                if not future.done():
+                    future.set_result(f"{type(exc).__name__}: {exc}")
+                continue
+            if line is not None:
+                return line
+
+    def _job(self, command: str, args: dict, future: concurrent.futures.Future) -> str | None:
+        group = self.group
+        assert group is not None
+        if command in STEPS or command == "detach":
+            at = self._at_prompt()
+            only = self.adapter.only
+            if command != "detach" and only is not None and only in at:
+                group.focus = {only}
+                targets = {only}
+            else:
+                group.focus = None
+                targets = set(at)
+            if command == "detach":
+                self._ask(targets, "breaks", [{}, {}])
+            self.stepped |= targets if command not in ("continue", "detach") else set()
+            for rank in targets:
+                self.stacks.pop(rank, None)
+            self._tell_continued(targets)
+            future.set_result({"allThreadsContinued": targets == set(at)})
+            return "c" if command == "detach" else STEPS[command]
+        if command == "breakpoints":
+            future.set_result({})
+            return None
+        future.set_result(self._question(command, args))
+        return None
+
+    def _question(self, command: str, args: dict) -> Any:
+        if command == "stackTrace":
+            return self._stack_trace(int(args["threadId"]))
+        key = "variablesReference" if command == "variables" else "frameId"
+        thread, number = split_ref(int(args[key]))
+        rank = thread - thread_of(self.slot, 0)
+        if rank not in self._at_prompt():
+            return f"rank {rank} is not stopped"
+        if command == "scopes":
+            found = self._ask({rank}, "scopes", [number])[rank]
+            return {
+                "scopes": [
+                    {
+                        "name": s["name"],
+                        "variablesReference": ref_of(thread, s["ref"]) if s["ref"] else 0,
+                        "expensive": False,
+                    }
+                    for s in found
+                ]
+            }
+        if command == "variables":
+            found = self._ask({rank}, "variables", [number])[rank]
+            return {"variables": [self._variable(thread, v) for v in found]}
+        expression = str(args.get("expression", "") if command == "evaluate" else "")
+        if command == "evaluate":
+            found = self._ask({rank}, "evaluate", [number, expression])[rank]
+            if "error" in found:
+                return str(found["error"])
+            ref = ref_of(thread, found["ref"]) if found["ref"] else 0
+            return {"result": found["result"], "type": found["type"], "variablesReference": ref}
+        return f"{command} is not available for a rank"
+
+    @staticmethod
+    def _variable(thread: int, found: dict) -> dict:
+        ref = ref_of(thread, found["ref"]) if found["ref"] else 0
+        return {
+            "name": found["name"],
+            "value": found["value"],
+            "type": found["type"],
+            "variablesReference": ref,
+            "evaluateName": found["name"],
+        }
+
+    def _stack_trace(self, thread: int) -> dict:
+        """The frames of every stopped rank, ``thread``'s own first, each naming its rank."""
+        at = self._at_prompt()
+        first = thread - thread_of(self.slot, 0)
+        order = ([first] if first in at else []) + sorted(r for r in at if r != first)
+        missing = {r for r in order if r not in self.stacks}
+        if missing:
+            self.stacks.update(self._ask(missing, "stack", []))
+        frames = []
+        for rank in order:
+            for frame in self.stacks.get(rank, []):
+                path = self.adapter.source_path(frame["file"])
+                frames.append(
+                    {
+                        "id": ref_of(thread_of(self.slot, rank), frame["index"]),
+                        "name": f"rank {rank}: {frame['name']}",
+                        "line": frame["line"],
+                        "column": 1,
+                        "source": {"name": path.rsplit("/", 1)[-1], "path": path},
+                    }
+                )
+        return {"stackFrames": frames, "totalFrames": len(frames)}
+
+    def _ask(self, ranks: set[int], name: str, args: list) -> dict[int, Any]:
+        """``dap_side.NAME(*args)`` on each of ``ranks`` at its prompt; each one's value."""
+        group = self.group
+        assert group is not None
+        members = {m: f"{'distcomp_call'} {name} {json.dumps(args)}" for m in self._members(ranks)}
+        answers = group._ask_ranks(members)
+        found: dict[int, Any] = {}
+        for member, answer in answers.items():
+            if "error" in answer:
+                raise RuntimeError(f"rank {member.session.rank}: {answer['error']}")
+            found[member.session.rank] = answer.get("value")
+        missing = ranks - set(found)
+        if missing:
+            raise RuntimeError(f"no answer from rank(s) {sorted(missing)}")
+        return found
+
+    def _members(self, ranks: set[int]) -> list[Member]:
+        group = self.group
+        assert group is not None
+        return [m for r, m in sorted(group.members.items()) if r in ranks and m.state == "prompt"]
+
+    def _at_prompt(self) -> set[int]:
+        group = self.group
+        assert group is not None
+        return {r for r, m in group.members.items() if m.state == "prompt"}
+
+    def _sync_breakpoints(self) -> None:
+        """Ranks at the prompt get the breakpoints JupyterLab set since."""
+        if self.version == self.adapter.version:
+            return
+        self.version = self.adapter.ranks_version = self.adapter.version
+        cells, files = self.adapter.rank_breakpoints()
+        at = self._at_prompt()
+        if at:
+            self._ask(at, "breaks", [cells, files])
+
+    def _tell_stops(self) -> None:
+        """A ``stopped`` event for each rank new at the prompt; the lowest (or the "this rank
+        only" rank) last, as JupyterLab shows the thread that stopped last."""
+        new = self._at_prompt() - self.announced
+        if not new:
+            return
+        only = self.adapter.only
+        order = sorted(new, reverse=True)
+        if only in new:
+            order.remove(only)
+            order.append(only)
+        for rank in order:
+            self.announced.add(rank)
+            reason = "step" if rank in self.stepped else "breakpoint"
+            if reason == "breakpoint" and self.adapter.pausing:
+                reason = "pause"
+            self.stepped.discard(rank)
+            self.adapter.event(
+                "stopped",
+                {
+                    "reason": reason,
+                    "threadId": thread_of(self.slot, rank),
+                    "allThreadsStopped": False,
+                    "description": f"rank {rank}",
+                },
+            )
+
+    def _tell_continued(self, ranks: set[int]) -> None:
+        for rank in sorted(ranks & self.announced):
+            self.announced.discard(rank)
+            self.adapter.event(
+                "continued",
+                {"threadId": thread_of(self.slot, rank), "allThreadsContinued": False},
+            )
+
+
+def serve_visual(
+    adapter: Adapter,
+    channel: DebugChannel,
+    *,
+    world_name: str,
+    before_prompt: Callable[[], None],
+    label: Callable[[int], str] | None,
+    quits: set[int] | None,
+    states: Callable[[], dict[int, RankState]] | None,
+    on_input: Callable[[RankSession, dict], None] | None,
+) -> float:
+    """Serve the stopped ranks for JupyterLab's debugger; the seconds spent (0.0 if none)."""
+    if not channel.pending():
+        return 0.0
+    tic = time.monotonic()
+    serving = Serving(adapter, world_name, before_prompt)
+    group = Group(channel, serving.ask, before_prompt, label, quits, states, world_name)
+    group.on_input = on_input
+    group.refocus = True
+    serving.run(group)
+    return time.monotonic() - tic

@@ -1,0 +1,244 @@
+"""The rank side of JupyterLab's visual debugger: breakpoints set in the notebook's gutter,
+and the frames, variables and evaluations of a rank stopped at them.
+
+Shipped to each engine as source (like ``debug_hook``) and run as module
+``distcomp_dap_side``; standard library only. The kernel (local/debug/dap.py) calls:
+
+- :func:`arm` before a ``%%distcomp run`` cell while the debugger is on: the breakpoints of
+  that cell (its lines) and of files; the cell then runs traced by the rank's pdb
+  (``debug_hook.RankPdb``), which stops only at those lines. ``arm(None, {})`` clears them.
+- at a stop, through the rank's pdb prompt (``distcomp_call NAME JSON``): :func:`stack`,
+  :func:`scopes`, :func:`variables`, :func:`evaluate`, :func:`breaks`. Each answers JSON.
+
+Objects the notebook may expand get a number (``ref``), valid until the rank runs on.
+"""
+
+from __future__ import annotations
+
+import bdb
+import os
+import reprlib
+import signal
+import sys
+from typing import Any
+
+#: globals a user did not make (IPython's), hidden from the Variables panel
+HIDDEN = {"In", "Out", "exit", "quit", "get_ipython", "open"}
+VALUE_CHARS = 200
+_repr = reprlib.Repr()
+_repr.maxstring = VALUE_CHARS
+_repr.maxother = VALUE_CHARS
+_refs: dict[int, Any] = {}  # ref -> object, until the rank runs on
+_armed = False
+#: the signal the kernel sends a running rank for the debugger's Pause (kept once set: the
+#: default action of SIGUSR2 would end the rank)
+PAUSE_SIGNAL = signal.SIGUSR2
+_visual = False  # the notebook's visual debugger is on
+
+
+def _cell_file(code: str) -> str:
+    """The file name this engine's IPython gives a cell of ``code`` (pdb stops by it)."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    return str(shell.compile.get_code_name(code, code, 0))
+
+
+def arm(code: str | None, cells: dict[str, list[int]], files: dict[str, list[int]]) -> str:
+    """Breakpoints for the cell of ``code`` (``cells[""]``), for earlier cells by their file's
+    base name, and for ``files``; the rank's file name of the cell ('' without code)."""
+    global _armed, _visual
+    _visual = code is not None
+    bdb.Breakpoint.clearBreakpoints()
+    here = _cell_file(code) if code is not None else ""
+    folder = os.path.dirname(here or _cell_file(""))
+    wanted: dict[str, list[int]] = dict(files)
+    for name, lines in cells.items():
+        wanted[here if name == "" else os.path.join(folder, name)] = lines
+    for path, lines in wanted.items():
+        if not path:
+            continue
+        for line in lines:
+            bdb.Breakpoint(os.path.abspath(path) if not path.startswith("<") else path, line)
+    _armed = bool(bdb.Breakpoint.bplist)
+    _register()
+    if _visual:
+        signal.signal(PAUSE_SIGNAL, _pause)
+    return here
+
+
+def _pause(signum: int, frame: Any) -> None:
+    """The debugger's Pause (the kernel sends :data:`PAUSE_SIGNAL`): stop at the next line
+    of the user's code (a rank inside a C call stops once it returns)."""
+    hook = sys.modules.get("distcomp_debug_hook")
+    debugger = hook._debugger() if _visual and hook is not None else None
+    if debugger is not None and frame is not None:
+        debugger.set_trace(frame)
+
+
+def _register() -> None:
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    callbacks = shell.events.callbacks["pre_run_cell"]
+    if not any(getattr(c, "__name__", "") == "_trace_cell" for c in callbacks):
+        shell.events.register("pre_run_cell", _trace_cell)
+
+
+def steps_on(pdb: Any, frame: Any) -> bool:
+    """Under the visual debugger a step stops at lines only, as debugpy's does: past the end
+    of a frame to the caller's next line, or to the cell's next statement (IPython runs each
+    top-level statement as code of its own); into a call, at its first line. True when
+    ``pdb`` should not stop here (pdb's ``--Return--`` / ``--Call--`` stops)."""
+    if not _visual or frame is None:
+        return False
+    text = "".join(pdb.channel.output)
+    for mark in ("--Return--\n", "--Call--\n"):
+        if text.endswith(mark):
+            rest = text[: -len(mark)]
+            pdb.channel.output = [rest] if rest else []
+            if mark == "--Return--\n":  # pdb keeps the value in the frame's locals
+                frame.f_locals.pop("__return__", None)
+            pdb.set_step()
+            return True
+    return False
+
+
+def _trace_cell(*_info: object) -> None:
+    """Before each cell, while armed: the rank's pdb traces, stopping only at breakpoints
+    (the hook's post_run_cell callback ends the tracing)."""
+    if not _armed:
+        return
+    hook = sys.modules.get("distcomp_debug_hook")
+    debugger = hook._debugger() if hook is not None else None
+    if debugger is None:
+        return
+    debugger.reset()  # pdb's set_trace, but stopping at breakpoints only (no step)
+    frame: Any = sys._getframe()
+    while frame is not None:
+        frame.f_trace = debugger.trace_dispatch
+        debugger.botframe = frame
+        frame = frame.f_back
+    debugger.set_continue()
+    sys.settrace(debugger.trace_dispatch)
+
+
+def _user_frames(pdb: Any) -> list[tuple[int, Any, int]]:
+    """``(index in pdb.stack, frame, line)`` of the user's frames, innermost first."""
+    start = 0
+    for index, (frame, _) in enumerate(pdb.stack):
+        if pdb.is_skipped_module(frame.f_globals.get("__name__", "")):
+            start = index + 1
+    return [(i, pdb.stack[i][0], pdb.stack[i][1]) for i in range(len(pdb.stack) - 1, start - 1, -1)]
+
+
+def stack(pdb: Any) -> list[dict]:
+    _refs.clear()
+    return [
+        {"index": i, "file": f.f_code.co_filename, "line": line, "name": f.f_code.co_name}
+        for i, f, line in _user_frames(pdb)
+    ]
+
+
+def _frame(pdb: Any, index: int) -> Any:
+    return pdb.stack[index][0]
+
+
+def _locals(pdb: Any, frame: Any) -> dict:
+    return pdb.curframe_locals if frame is pdb.curframe else frame.f_locals
+
+
+def _ref(value: Any) -> int:
+    if isinstance(value, (str, bytes, int, float, complex, bool, type(None))):
+        return 0
+    if not (isinstance(value, (dict, list, tuple, set, frozenset)) or hasattr(value, "__dict__")):
+        return 0
+    number = len(_refs) + 1
+    _refs[number] = value
+    return number
+
+
+def scopes(pdb: Any, index: int) -> list[dict]:
+    frame = _frame(pdb, index)
+    space = _locals(pdb, frame)
+    found = [{"name": "Locals", "ref": _ref(_Space(space))}]
+    if space is not frame.f_globals:
+        found.append({"name": "Globals", "ref": _ref(_Space(frame.f_globals))})
+    return found
+
+
+class _Space:
+    """A frame's namespace, listed as the user's variables."""
+
+    def __init__(self, names: dict):
+        self.names = names
+
+
+def _describe(name: str, value: Any) -> dict:
+    try:
+        text = _repr.repr(value)
+    except Exception as exc:  # a user's __repr__ that fails
+        text = f"<repr failed: {type(exc).__name__}>"
+    return {"name": name, "value": text, "type": type(value).__name__, "ref": _ref(value)}
+
+
+def _children(value: Any) -> list[tuple[str, Any]]:
+    if isinstance(value, _Space):
+        names = value.names
+        return [
+            (k, v)
+            for k, v in names.items()
+            if not k.startswith("_") and k not in HIDDEN and type(v).__name__ != "module"
+        ]
+    if isinstance(value, dict):
+        return [(repr(k), v) for k, v in list(value.items())[:300]]
+    if isinstance(value, (list, tuple)):
+        return [(str(i), v) for i, v in enumerate(value[:300])]
+    if isinstance(value, (set, frozenset)):
+        return [(str(i), v) for i, v in enumerate(list(value)[:300])]
+    return [(k, v) for k, v in vars(value).items() if not k.startswith("__")]
+
+
+def variables(pdb: Any, ref: int) -> list[dict]:
+    value = _refs.get(ref)
+    if value is None:
+        return []
+    return [_describe(name, child) for name, child in _children(value)]
+
+
+def evaluate(pdb: Any, index: int, expression: str) -> dict:
+    """``expression`` in the frame ``index`` (a statement is run there)."""
+    frame = _frame(pdb, index)
+    space = _locals(pdb, frame)
+    try:
+        try:
+            code = compile(expression, "<debug console>", "eval")
+        except SyntaxError:
+            exec(compile(expression, "<debug console>", "exec"), frame.f_globals, space)
+            return {"result": "", "type": "", "ref": 0}
+        value = eval(code, frame.f_globals, space)
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    described = _describe("", value)
+    return {"result": described["value"], "type": described["type"], "ref": described["ref"]}
+
+
+def breaks(pdb: Any, cells: dict[str, list[int]], files: dict[str, list[int]]) -> bool:
+    """New breakpoints while stopped: the cell's file is the one of the frames' cells."""
+    global _armed
+    bdb.Breakpoint.clearBreakpoints()
+    folder = os.path.dirname(_cell_file(""))
+    wanted = dict(files)
+    for name, lines in cells.items():
+        wanted[os.path.join(folder, name)] = lines
+    for path, lines in wanted.items():
+        for line in lines:
+            bdb.Breakpoint(path, line)
+    pdb.breaks = {}
+    pdb._load_breaks()
+    _armed = bool(bdb.Breakpoint.bplist)
+    return _armed
+
+
+def noop(pdb: Any) -> bool:
+    return True

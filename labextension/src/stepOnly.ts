@@ -1,0 +1,44 @@
+/**
+ * The ranks panel's "this rank only" mode for JupyterLab's debugger: Next, Step In, Step Out
+ * and Continue go to one stopped rank instead of every stopped rank. It is a debug request
+ * on the control channel (jupyter_distcomp/local/debug/dap.py), which the kernel answers
+ * while the stopped cell still runs (a comm message would wait for the cell's end).
+ */
+import { KernelMessage } from '@jupyterlab/services';
+
+/** The kernel's debug request that sets the mode (dap.py's STEP_ONLY). */
+export const STEP_ONLY = 'distcompStepOnly';
+
+/** The request's content: steps go to `rank` only, or (null) to every stopped rank. */
+export function stepOnlyRequest(
+  rank: number | null
+): KernelMessage.IDebugRequestMsg['content'] {
+  return {
+    type: 'request',
+    seq: 0,
+    command: STEP_ONLY,
+    arguments: { rank }
+  };
+}
+
+/** The toggle on a stopped rank's row: its label, whether it is on, its tooltip. */
+export function stepOnlyToggle(
+  rank: number,
+  only: number | null
+): { label: string; pressed: boolean; title: string } {
+  const pressed = only === rank;
+  return {
+    label: pressed ? 'only ✓' : 'only',
+    pressed,
+    title: pressed
+      ? `The debugger's steps go to rank ${rank} only: click for every stopped rank again`
+      : `The debugger's Next, Step and Continue go to rank ${rank} only (this rank only)`
+  };
+}
+
+/** The panel's line while the mode is on. */
+export function stepOnlyNote(only: number | null): string {
+  return only === null
+    ? ''
+    : `Debugger steps go to rank ${only} only (the other stopped ranks stay).`;
+}

@@ -1,0 +1,39 @@
+import {
+  stepOnlyNote,
+  stepOnlyRequest,
+  stepOnlyToggle,
+  STEP_ONLY
+} from '../src/stepOnly';
+
+describe("this rank only, for JupyterLab's debugger", () => {
+  it('is a debug request the kernel answers on the control channel', () => {
+    expect(stepOnlyRequest(2)).toEqual({
+      type: 'request',
+      seq: 0,
+      command: STEP_ONLY,
+      arguments: { rank: 2 }
+    });
+    expect(STEP_ONLY).toBe('distcompStepOnly');
+    expect(stepOnlyRequest(null).arguments).toEqual({ rank: null });
+  });
+
+  it('the toggle of the chosen rank is pressed; pressing it again is for all ranks', () => {
+    expect(stepOnlyToggle(1, 1)).toMatchObject({
+      pressed: true,
+      label: 'only ✓'
+    });
+    expect(stepOnlyToggle(1, 1).title).toContain('every stopped rank again');
+    expect(stepOnlyToggle(0, 1)).toMatchObject({
+      pressed: false,
+      label: 'only'
+    });
+    expect(stepOnlyToggle(0, null).title).toContain('rank 0 only');
+  });
+
+  it('says which rank steps alone, and nothing when all do', () => {
+    expect(stepOnlyNote(3)).toBe(
+      'Debugger steps go to rank 3 only (the other stopped ranks stay).'
+    );
+    expect(stepOnlyNote(null)).toBe('');
+  });
+});

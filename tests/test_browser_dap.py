@@ -1,0 +1,175 @@
+"""JupyterLab's own debugger (the bug icon) on the ranks of a ``%%distcomp run`` cell, in a
+real JupyterLab in headless Chromium: a gutter breakpoint stops every rank, the Call Stack
+lists them, the Variables panel shows the chosen rank's locals, Next and Continue act on
+all of them."""
+
+from __future__ import annotations
+
+import pytest
+
+from .browser_support import (
+    DOCS_SCREENSHOTS,
+    NOTEBOOK,
+    cell,
+    command,
+    open_notebook,
+    run_cell_at,
+    screenshot,
+    wait_kernel_idle,
+)
+from .debug_support import MPI_SPEC
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+RANKS = 3
+DEBUG_CELL = """%%distcomp run dbg
+x = comm.rank * 10
+total = comm.allreduce(x)
+y = total + 1
+print('y', y)"""
+
+
+ONLY_CELL = """%%distcomp run dbg
+a = comm.rank
+b = a + 1
+c = b * 2
+print('c', c)"""
+
+
+def places(page) -> dict[str, str]:
+    """Each Call Stack row's name and line."""
+    return page.evaluate(
+        """() => Object.fromEntries([...document.querySelectorAll('.jp-DebuggerCallstackFrame')]
+            .map(row => [row.querySelector('.jp-DebuggerCallstackFrame-name').textContent.trim(),
+                         row.querySelector('.jp-DebuggerCallstackFrame-location')
+                            .textContent.trim().split(':').pop()]))"""
+    )
+
+
+def frames(page) -> list[str]:
+    return page.locator(".jp-DebuggerCallstackFrame-name").all_inner_texts()
+
+
+def wait_frames(page, expected: list[str], timeout: float = 60_000) -> None:
+    page.wait_for_function(
+        """expected => {
+            const names = [...document.querySelectorAll('.jp-DebuggerCallstackFrame-name')]
+                .map(n => n.textContent.trim()).sort();
+            return JSON.stringify(names) === JSON.stringify(expected);
+        }""",
+        arg=sorted(expected),
+        timeout=timeout,
+    )
+
+
+def wait_variable(page, name: str, value: str, timeout: float = 30_000) -> None:
+    page.wait_for_function(
+        """([name, value]) => {
+            const body = document.querySelector('.jp-DebuggerVariables-body');
+            if (!body) return false;
+            const text = body.innerText.replace(/\\s+/g, ' ');
+            return new RegExp('\\\\b' + name + '\\\\s*:?\\\\s*' + value + '\\\\b').test(text);
+        }""",
+        arg=[name, value],
+        timeout=timeout,
+    )
+
+
+def test_gutter_breakpoint_stops_every_rank_and_next_continue_act_on_all(lab, page):
+    url = lab.write_notebook(
+        "visual_debugger.ipynb",
+        [
+            "%load_ext jupyter_distcomp",
+            f"%%distcomp dbg\n{MPI_SPEC}",
+            "dbg.runsettings.resource_layout.configure("
+            f"instance_count=1, process_count_per_node={RANKS})",
+            "%%distcomp run dbg\nfrom mpi4py import MPI\ncomm = MPI.COMM_WORLD",
+            DEBUG_CELL,
+            ONLY_CELL,
+        ],
+    )
+    open_notebook(page, url)
+    for index in range(4):
+        run_cell_at(page, index)
+        wait_kernel_idle(page, timeout=300_000)
+    page.locator(f"{NOTEBOOK} .jp-DebuggerBugButton").first.click()
+    command(page, "debugger:show-panel")
+    page.locator(".jp-DebuggerCallstack").first.wait_for(timeout=30_000)
+
+    gutter = cell(page, 4).locator(".cm-breakpoint-gutter .cm-gutterElement")
+    gutter.nth(3).click()  # line 3, the allreduce (the first element sizes the gutter)
+    page.locator(".jp-DebuggerBreakpoint-line", has_text="3").wait_for(timeout=10_000)
+    run_cell_at(page, 4)
+    expected = [f"rank {r}: <module>" for r in range(RANKS)]
+    wait_frames(page, expected)
+    page.locator(".jp-DebuggerCallstackFrame-name", has_text="rank 2: <module>").click()
+    wait_variable(page, "x", "20")
+    screenshot(page, "visual-debugger-stopped")
+    DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(DOCS_SCREENSHOTS / "visual-debugger.png"))
+
+    command(page, "debugger:next")  # over the collective, on every rank
+    page.wait_for_function(
+        """n => [...document.querySelectorAll('.jp-DebuggerCallstackFrame-location')]
+            .map(e => e.textContent).filter(t => /:4\\b/.test(t)).length >= n""",
+        arg=RANKS,
+        timeout=60_000,
+    )
+    wait_frames(page, expected)
+    page.locator(".jp-DebuggerCallstackFrame-name", has_text="rank 1: <module>").click()
+    wait_variable(page, "total", str(sum(10 * r for r in range(RANKS))))
+    screenshot(page, "visual-debugger-next")
+
+    command(page, "debugger:continue")
+    output = cell(page, 4).locator(".jp-OutputArea")
+    total = sum(10 * r for r in range(RANKS)) + 1
+    page.wait_for_function(
+        "([el, n, y]) => (el.textContent.match(new RegExp('\\\\] y ' + y, 'g')) || []).length === n",
+        arg=[output.element_handle(), RANKS, total],
+        timeout=60_000,
+    )
+    assert not frames(page)
+
+    # the ranks panel's "this rank only": Next moves rank 1 alone
+    wait_kernel_idle(page)
+    cell(page, 5).locator(".cm-breakpoint-gutter .cm-gutterElement").nth(3).click()
+    page.locator(".jp-DebuggerBreakpoint-line", has_text="3").nth(1).wait_for(timeout=10_000)
+    run_cell_at(page, 5)
+    wait_frames(page, expected)
+    page.evaluate("() => window.jupyterapp.shell.activateById('jupyter-distcomp-ranks')")
+    only = page.locator('.distcomp-rank[data-rank="1"] .distcomp-step-only')
+    only.click()
+    page.locator('.distcomp-rank[data-rank="1"] .distcomp-step-only[aria-pressed="true"]').wait_for(
+        timeout=10_000
+    )
+    assert "rank 1 only" in page.locator(".distcomp-step-only-note").inner_text()
+    screenshot(page, "visual-debugger-this-rank-only")
+    command(page, "debugger:next")
+    want = {f"rank {r}: <module>": "4" if r == 1 else "3" for r in range(RANKS)}
+    page.wait_for_function(
+        """want => {
+            const got = Object.fromEntries([...document.querySelectorAll(
+                '.jp-DebuggerCallstackFrame')].map(row => [
+                row.querySelector('.jp-DebuggerCallstackFrame-name').textContent.trim(),
+                row.querySelector('.jp-DebuggerCallstackFrame-location')
+                    .textContent.trim().split(':').pop()]));
+            return JSON.stringify(got, Object.keys(got).sort())
+                === JSON.stringify(want, Object.keys(want).sort());
+        }""",
+        arg=want,
+        timeout=60_000,
+    )
+    assert places(page) == want
+    page.locator('.distcomp-rank[data-rank="1"] .distcomp-step-only').click()  # all again
+    page.locator(
+        '.distcomp-rank[data-rank="1"] .distcomp-step-only[aria-pressed="false"]'
+    ).wait_for(timeout=10_000)
+    command(page, "debugger:continue")
+    output = cell(page, 5).locator(".jp-OutputArea")
+    page.wait_for_function(
+        "([el, n]) => (el.textContent.match(/\\] c \\d/g) || []).length === n",
+        arg=[output.element_handle(), RANKS],
+        timeout=60_000,
+    )
+    page.locator(f"{NOTEBOOK} .jp-DebuggerBugButton").first.click()  # the debugger off
+    wait_kernel_idle(page)

@@ -1,0 +1,280 @@
+"""JupyterLab's visual debugger on the ranks, at the protocol level: a real kernel with real
+MPI ranks, sent the debug requests exactly as JupyterLab sends them (dap_support.py)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from .dap_support import RANK_THREADS, DapClient
+from .debug_support import MPI_SPEC, DebugKernel
+
+RANKS = 4
+
+
+@pytest.fixture(scope="module")
+def dap():
+    kernel = DebugKernel()
+    client = DapClient(kernel.kc)
+    client.kernel = kernel  # its run() answers the pdb prompt's stdin requests
+    setup = [
+        "%load_ext jupyter_distcomp",
+        f"%%distcomp dbg\n{MPI_SPEC}",
+        f"dbg.runsettings.resource_layout.configure(instance_count=1, process_count_per_node={RANKS})",
+        "%%distcomp run dbg\nfrom mpi4py import MPI\ncomm = MPI.COMM_WORLD\nimport sys",
+    ]
+    for code in setup:
+        reply, text = client.run(code, timeout=300)
+        assert reply["status"] == "ok", text
+    yield client
+    kernel.close()
+
+
+@pytest.fixture
+def debugger(dap):
+    info = dap.start()
+    yield dap, info
+    dap.stop()
+
+
+CELL = """%%distcomp run dbg
+x = comm.rank * 10
+total = comm.allreduce(x)
+y = total + 1
+print('y', y)"""
+
+
+def rank_of(thread: int) -> int:
+    assert thread >= RANK_THREADS, thread
+    return (thread - RANK_THREADS) % 100_000
+
+
+def variables_of(dap: DapClient, frame: dict) -> dict[str, str]:
+    scopes = dap.request("scopes", frameId=frame["id"])["body"]["scopes"]
+    assert scopes, frame
+    found = dap.request("variables", variablesReference=scopes[0]["variablesReference"])
+    return {v["name"]: v["value"] for v in found["body"]["variables"]}
+
+
+@pytest.mark.slow
+def test_gutter_breakpoint_stops_every_rank_at_the_cell_line_and_next_steps_over_allreduce(
+    debugger,
+):
+    dap, info = debugger
+    assert info["isStarted"] and info["hashMethod"] == "Murmur2"
+    path = dap.breakpoints(CELL, [3])  # the allreduce line, as the cell shows it
+    assert dap.request("configurationDone")["success"]
+    since = len(dap.events)
+    msg_id = dap.execute(CELL)
+    stops = dap.wait_events("stopped", RANKS, since)
+    assert sorted(rank_of(e["body"]["threadId"]) for e in stops) == list(range(RANKS))
+    threads = dap.request("threads")["body"]["threads"]
+    names = {t["name"] for t in threads if t["id"] >= RANK_THREADS}
+    assert names == {f"rank {r}" for r in range(RANKS)}, threads
+    assert any(t["id"] < RANK_THREADS for t in threads)  # the kernel's own threads too
+
+    current = stops[-1]["body"]["threadId"]  # JupyterLab shows the thread that stopped last
+    frames = dap.request("stackTrace", threadId=current)["body"]["stackFrames"]
+    assert frames[0]["name"] == f"rank {rank_of(current)}: <module>"
+    assert sorted(f["name"] for f in frames) == [f"rank {r}: <module>" for r in range(RANKS)]
+    assert {(f["line"], f["source"]["path"]) for f in frames} == {(3, path)}
+    by_rank = {int(f["name"].split(":")[0].split()[1]): f for f in frames}
+    assert variables_of(dap, by_rank[2])["x"] == "20"
+    assert "total" not in variables_of(dap, by_rank[2])  # not yet computed
+    evaluated = dap.request(
+        "evaluate", expression="x + 1", frameId=by_rank[1]["id"], context="repl"
+    )
+    assert evaluated["success"] and evaluated["body"]["result"] == "11", evaluated
+
+    since = len(dap.events)
+    assert dap.request("next", threadId=current)["success"]
+    steps = dap.wait_events("stopped", RANKS, since, reason="step")  # over the collective
+    current = steps[-1]["body"]["threadId"]
+    frames = dap.request("stackTrace", threadId=current)["body"]["stackFrames"]
+    assert {f["line"] for f in frames} == {4}, (frames, dap.output(msg_id))
+    for frame in frames:
+        assert variables_of(dap, frame)["total"] == "60"
+
+    # JupyterLab's Continue forgets the stopped thread before it asks: it names thread 1
+    assert dap.request("continue", threadId=1)["success"]
+    reply = dap.wait_reply(msg_id)
+    text = dap.output(msg_id)
+    assert reply["status"] == "ok", text
+    assert all(f"[rank {r}] y 61" in text for r in range(RANKS)), text
+    assert "ipykernel_" not in text, text
+
+
+@pytest.mark.slow
+def test_a_plain_cell_keeps_its_own_debugging(debugger):
+    dap, _ = debugger
+    code = "a = 1\nb = a + 1\nc = b * 3"
+    path = dap.breakpoints(code, [2])
+    dap.request("configurationDone")
+    since = len(dap.events)
+    msg_id = dap.execute(code)
+    stop = dap.wait_events("stopped", 1, since, ranks=False)[0]
+    thread = stop["body"]["threadId"]
+    assert thread < RANK_THREADS  # debugpy's thread, not a rank
+    frames = dap.request("stackTrace", threadId=thread)["body"]["stackFrames"]
+    assert frames[0]["line"] == 2 and frames[0]["source"]["path"] == path
+    dap.request("continue", threadId=thread)
+    assert dap.wait_reply(msg_id)["status"] == "ok"
+
+
+@pytest.mark.slow
+def test_breakpoint_call_stops_in_the_visual_debugger_and_a_module_breakpoint_too(
+    debugger, tmp_path
+):
+    dap, _ = debugger
+    module = tmp_path / "helper_dap.py"
+    module.write_text("def double(v):\n    w = v * 2\n    return w\n")
+    dap.request(
+        "setBreakpoints",
+        source={"path": str(module)},
+        breakpoints=[{"line": 2}],
+        sourceModified=False,
+    )
+    dap.request("configurationDone")
+    code = (
+        f"%%distcomp run dbg\nsys.path.insert(0, {str(tmp_path)!r})\nimport helper_dap\n"
+        "z = helper_dap.double(comm.rank)\nbreakpoint()\nprint('z', z)"
+    )
+    since = len(dap.events)
+    msg_id = dap.execute(code)
+    stops = dap.wait_events("stopped", RANKS, since)
+    thread = stops[-1]["body"]["threadId"]
+    frames = dap.request("stackTrace", threadId=thread)["body"]["stackFrames"]
+    in_module = [f for f in frames if f["source"]["path"] == str(module)]
+    assert len(in_module) == RANKS and {f["line"] for f in in_module} == {2}, frames
+    assert {f["name"].split(": ")[1] for f in in_module} == {"double"}
+    since = len(dap.events)
+    dap.request("continue", threadId=thread)
+    stops = dap.wait_events("stopped", RANKS, since)  # breakpoint() in the cell
+    thread = stops[-1]["body"]["threadId"]
+    frames = dap.request("stackTrace", threadId=thread)["body"]["stackFrames"]
+    cell_frames = [f for f in frames if f["name"].endswith("<module>")]
+    assert {f["line"] for f in cell_frames} == {6}, frames
+    dap.request("continue", threadId=thread)
+    reply = dap.wait_reply(msg_id)
+    assert reply["status"] == "ok", dap.output(msg_id)
+    assert "[rank 3] z 6" in dap.output(msg_id)
+
+
+@pytest.mark.slow
+def test_debugger_off_detaches_the_ranks(dap):
+    dap.start()
+    path = dap.breakpoints(CELL, [3])
+    dap.request("configurationDone")
+    dap.stop()
+    since = len(dap.events)
+    reply, text = dap.run(CELL)  # the breakpoint is gone with the debugger
+    assert reply["status"] == "ok", text
+    assert not [e for e in dap.events[since:] if e.get("event") == "stopped"]
+    reply, text = dap.run("%%distcomp run dbg\nprint('traced', sys.gettrace() is not None)")
+    assert all(f"[rank {r}] traced False" in text for r in range(RANKS)), text
+    assert path
+    # breakpoint() opens the notebook's pdb prompt again
+    out = dap.kernel.run("%%distcomp run dbg\nv = comm.rank\nbreakpoint()\nw = v", ["p v", "c"])
+    assert out.ok, out.text
+    assert out.prompts == [f"(Pdb ranks 0-{RANKS - 1}) "] * 2, out.prompts
+    assert "[rank 3] 3" in out.text, out.text
+
+
+@pytest.mark.slow
+def test_restarted_ranks_leave_and_join_as_threads(debugger):
+    dap, _ = debugger
+    dap.run("%%distcomp run dbg\npass")  # the rank threads are told
+    since = len(dap.events)
+    reply, text = dap.run("%distcomp restart dbg", timeout=300)
+    assert reply["status"] == "ok", text
+    exited = dap.wait_events("thread", RANKS, since, reason="exited")
+    started = dap.wait_events("thread", RANKS, since, reason="started", timeout=120)
+    assert {e["body"]["threadId"] for e in exited} == {e["body"]["threadId"] for e in started}
+    time.sleep(0.1)
+    reply, text = dap.run(
+        "%%distcomp run dbg\nfrom mpi4py import MPI\ncomm = MPI.COMM_WORLD\nimport sys"
+    )
+    assert reply["status"] == "ok", text
+
+
+@pytest.mark.slow
+def test_this_rank_only_steps_one_rank_and_the_others_stay(debugger):
+    dap, _ = debugger
+    code = "%%distcomp run dbg\na = comm.rank\nb = a + 1\nc = b * 2\nprint('c', c)"
+    dap.breakpoints(code, [3])
+    dap.request("configurationDone")
+    since = len(dap.events)
+    msg_id = dap.execute(code)
+    stops = dap.wait_events("stopped", RANKS, since)
+    only = dap.request("distcompStepOnly", rank=1)
+    assert only["success"] and only["body"] == {"rank": 1}, only
+    since = len(dap.events)
+    dap.request("next", threadId=stops[-1]["body"]["threadId"])
+    step = dap.wait_events("stopped", 1, since, reason="step")[0]
+    assert rank_of(step["body"]["threadId"]) == 1
+    continued = [e for e in dap.events[since:] if e.get("event") == "continued"]
+    assert [rank_of(e["body"]["threadId"]) for e in continued] == [1]
+    frames = dap.request("stackTrace", threadId=step["body"]["threadId"])["body"]["stackFrames"]
+    lines = {f["name"]: f["line"] for f in frames}
+    assert lines == {f"rank {r}: <module>": 4 if r == 1 else 3 for r in range(RANKS)}, lines
+    assert dap.request("distcompStepOnly", rank=None)["body"] == {"rank": None}
+    dap.request("continue", threadId=1)
+    reply = dap.wait_reply(msg_id)
+    assert reply["status"] == "ok", dap.output(msg_id)
+    assert all(f"[rank {r}] c {2 * (r + 1)}" in dap.output(msg_id) for r in range(RANKS))
+
+
+@pytest.mark.slow
+def test_pause_stops_the_running_ranks_in_their_code(debugger):
+    dap, _ = debugger
+    dap.request("configurationDone")
+    code = (
+        "%%distcomp run dbg\nimport time\nfor i in range(100):\n    time.sleep(0.05)\nprint('i', i)"
+    )
+    since = len(dap.events)
+    msg_id = dap.execute(code)
+    time.sleep(2.0)
+    assert dap.request("pause", threadId=1)["success"]  # JupyterLab names thread 1 then
+    stops = dap.wait_events("stopped", RANKS, since, reason="pause")
+    thread = stops[-1]["body"]["threadId"]
+    frames = dap.request("stackTrace", threadId=thread)["body"]["stackFrames"]
+    assert {f["name"] for f in frames} == {f"rank {r}: <module>" for r in range(RANKS)}, frames
+    assert {f["line"] for f in frames} <= {3, 4}, frames
+    dap.request("continue", threadId=1)
+    reply = dap.wait_reply(msg_id)
+    assert reply["status"] == "ok", dap.output(msg_id)
+    assert all(f"[rank {r}] i 99" in dap.output(msg_id) for r in range(RANKS))
+
+
+@pytest.mark.slow
+def test_switching_the_debugger_off_at_a_stop_lets_the_ranks_run_on(dap):
+    dap.start()
+    dap.breakpoints(CELL, [3])
+    dap.request("configurationDone")
+    since = len(dap.events)
+    msg_id = dap.execute(CELL)
+    dap.wait_events("stopped", RANKS, since)
+    dap.stop()  # JupyterLab's bug icon, off
+    reply = dap.wait_reply(msg_id)
+    assert reply["status"] == "ok", dap.output(msg_id)
+    assert all(f"[rank {r}] y 61" in dap.output(msg_id) for r in range(RANKS))
+    continued = [e for e in dap.events[since:] if e.get("event") == "continued"]
+    assert len(continued) == RANKS
+    reply, text = dap.run("%%distcomp run dbg\nprint('traced', sys.gettrace() is not None)")
+    assert all(f"[rank {r}] traced False" in text for r in range(RANKS)), text
+
+
+@pytest.mark.slow
+def test_load_ext_after_the_debugger_says_how_to_get_ranks():
+    kernel = DebugKernel()
+    try:
+        client = DapClient(kernel.kc)
+        client.start()
+        reply, text = client.run("%load_ext jupyter_distcomp")
+        assert reply["status"] == "ok", text
+        assert "switched on in this kernel before %load_ext jupyter_distcomp" in text, text
+        assert "Fix: restart the kernel, run %load_ext jupyter_distcomp first" in text, text
+        client.stop()
+    finally:
+        kernel.close()
