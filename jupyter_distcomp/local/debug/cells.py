@@ -24,6 +24,7 @@ from ...core.ranges import format_ranks
 from ...errors import LayoutError, RankError
 from ...machine.network import is_local_host, listen_address
 from ...rank_side import debug_hook
+from ...rank_side.rank_setup import load_hook
 from .channel import DebugChannel
 from .held import HeldStops
 from .places import summary
@@ -36,17 +37,6 @@ if TYPE_CHECKING:
 
 HOOK_MODULE = "distcomp_debug_hook"
 POST_MORTEM = f"__import__('sys').modules[{HOOK_MODULE!r}].post_mortem()"
-
-
-def load_hook(source: str, host: str, port: int, key: str, rank: int) -> None:
-    """Run on each engine (shipped as code): the hook module from its source, installed."""
-    import sys
-    import types
-
-    module = types.ModuleType("distcomp_debug_hook")
-    exec(compile(source, "distcomp_debug_hook.py", "exec"), module.__dict__)
-    sys.modules["distcomp_debug_hook"] = module
-    module.install(host, port, key, rank)
 
 
 def channel_host(world: World) -> str:
