@@ -139,13 +139,16 @@ def printed(stdout: str) -> list[str]:
 
 
 def test_a_new_rank_loads_numpy_once_a_cell_does_and_sends_arrays_whole(ip):
+    """A rank starts without numpy and debugpy (the engine's kernel has no debugger)."""
     from jupyter_distcomp.local.ranks.backend import get_backend
 
     define(ip, "fresh", MPI_SPEC, nodes=1, per_node=2)
     try:
-        cell = run_cell(ip, "%%distcomp run fresh\nimport sys\nprint('numpy' in sys.modules)")
+        code = "import sys\nprint('numpy' in sys.modules, 'debugpy' in sys.modules)"
+        cell = run_cell(ip, f"%%distcomp run fresh\n{code}")
         assert cell.ok, cell.stdout
-        assert printed(cell.stdout) == ["False", "False"]
+        # neither is loaded for the rank's start: numpy waits for the cell that imports it
+        assert printed(cell.stdout) == ["False False", "False False"]
         code = (
             "import numpy as np\nfrom ipyparallel.serialize import canning\n"
             "a = np.arange(6.0) * mpi_rank\nprint(np.ndarray in canning.can_map)"

@@ -14,7 +14,7 @@ ctypes), so the imports go on meanwhile. mpi4py, imported after, finds MPI initi
 sets it up as it would have (its error handlers); this process finalises MPI at exit, as
 mpi4py does when it initialised MPI itself. Where the library cannot be called so, mpi4py
 initialises MPI as usual. The engine imports numpy only once the rank's code does
-(:func:`can_arrays_once_numpy_loads`).
+(:func:`can_arrays_once_numpy_loads`), and debugpy never (:func:`without_kernel_debugger`).
 """
 
 from __future__ import annotations
@@ -105,6 +105,20 @@ def can_arrays_once_numpy_loads() -> None:
     after_import.when_imported("numpy", can_arrays)
 
 
+def without_kernel_debugger() -> None:
+    """The engine's kernel without ipykernel's debugger: ipyparallel gives an engine no
+    channel for it (no debugpy stream), yet building the kernel imports debugpy and pydevd
+    to make one (a tenth of a second of each rank's start). A stand-in for that module says
+    debugpy is not available, as ipykernel says where it is not installed; breakpoints on
+    ranks go through the package's own debugger."""
+    if "ipykernel.debugger" in sys.modules:
+        return
+    stand_in = ModuleType("ipykernel.debugger")
+    stand_in._is_debugpy_available = False  # type: ignore[attr-defined]
+    stand_in.Debugger = type("Debugger", (), {})  # type: ignore[attr-defined]  # never made
+    sys.modules["ipykernel.debugger"] = stand_in
+
+
 def main(argv: list[str]) -> None:
     path, args = argv[0], argv[1:]
     if "--mpi" in args:
@@ -116,6 +130,7 @@ def main(argv: list[str]) -> None:
     else:
         importlib.import_module(ENGINE)
     can_arrays_once_numpy_loads()
+    without_kernel_debugger()
     os.environ["IPP_CONNECTION_INFO"] = read_connection(path)
     sys.argv = ["ipengine", *args]
     runpy.run_module("ipyparallel.engine", run_name="__main__", alter_sys=True)
