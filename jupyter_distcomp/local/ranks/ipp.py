@@ -341,12 +341,15 @@ def close(client: Client) -> None:
         pass
 
 
-def call_each(
-    client: Client, calls: Sequence[tuple[int, Callable[..., Any], tuple]], timeout: float
-) -> list[Any]:
-    """Run ``function(*args)`` on each engine of ``calls`` at once; their results, in order."""
-    results = [client[eid].apply_async(function, *args) for eid, function, args in calls]
-    return [result.get(timeout=timeout) for result in results]
+def send_each(client: Client, calls: Sequence[tuple[int, Callable[..., Any], tuple]]) -> list:
+    """Start ``function(*args)`` on each engine of ``calls`` at once; :func:`results` waits
+    for them. An engine runs what it is sent in the order sent."""
+    return [client[eid].apply_async(function, *args) for eid, function, args in calls]
+
+
+def results(pending: list, timeout: float) -> list[Any]:
+    """The results of :func:`send_each`, in order."""
+    return [result.get(timeout=timeout) for result in pending]
 
 
 def send_signal(client: Client, sig: int, ids: list[int]) -> None:
