@@ -123,6 +123,46 @@ def test_memory_error_names_the_rank_and_keeps_it_alive(ip):
     assert run_cell(ip, "%%distcomp run mpi\nprint('still here')").ok
 
 
+def test_an_mpi_error_is_an_exception_on_its_rank_which_lives_on(ip):
+    code = "from mpi4py import MPI\nif mpi_rank == 1:\n    MPI.COMM_WORLD.send(1, dest=99)"
+    cell = run_cell(ip, f"%%distcomp run mpi\n{code}")
+    assert not cell.ok
+    text = cell.traceback_text()
+    assert "--- rank 1 ---" in text or "rank 1" in text, text
+    assert "MPI_ERR_RANK" in text, text
+    assert run_cell(ip, "%%distcomp run mpi\nprint('still here')").ok
+
+
+def printed(stdout: str) -> list[str]:
+    """What the ranks printed, without their labels, in order of their ranks."""
+    return [line.partition("] ")[2] for line in sorted(stdout.splitlines()) if line[:1] == "["]
+
+
+def test_a_new_rank_loads_numpy_once_a_cell_does_and_sends_arrays_whole(ip):
+    """A rank starts without numpy and debugpy (the engine's kernel has no debugger)."""
+    from jupyter_distcomp.local.ranks.backend import get_backend
+
+    define(ip, "fresh", MPI_SPEC, nodes=1, per_node=2)
+    try:
+        code = "import sys\nprint('numpy' in sys.modules, 'debugpy' in sys.modules)"
+        cell = run_cell(ip, f"%%distcomp run fresh\n{code}")
+        assert cell.ok, cell.stdout
+        # neither is loaded for the rank's start: numpy waits for the cell that imports it
+        assert printed(cell.stdout) == ["False False", "False False"]
+        code = (
+            "import numpy as np\nfrom ipyparallel.serialize import canning\n"
+            "a = np.arange(6.0) * mpi_rank\nprint(np.ndarray in canning.can_map)"
+        )
+        cell = run_cell(ip, f"%%distcomp run fresh\n{code}")
+        assert cell.ok, cell.stdout
+        # arrays go by ipyparallel's own canning (no copy) once numpy is loaded
+        assert printed(cell.stdout) == ["True", "True"]
+        pulled = get_backend().world("fresh").client[1].pull("a", block=True)
+        assert type(pulled).__name__ == "ndarray" and list(pulled) == [0, 1, 2, 3, 4, 5]
+    finally:
+        run_cell(ip, "%distcomp stop fresh")
+
+
 def test_rich_outputs_are_displayed_and_labelled(ip):
     code = (
         "import pandas as pd, matplotlib.pyplot as plt\n"

@@ -30,6 +30,7 @@ DistComp.default_timeout = 120`` (local ranks) and ``%config AzureML.compute = "
 from __future__ import annotations
 
 import argparse
+import copy
 import re
 import shlex
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -193,6 +194,7 @@ def _build_parser() -> _Parser:
     return parser
 
 
+PARSED_KEPT = 256  # subcommand lines whose parsed arguments are remembered
 _COMPARE_OPTION = re.compile(r"(?:^|\s+)--(ranks|rtol|timeout)(?:=|\s+)(\S+)\s*$")
 _LEADING_OPTION = re.compile(r"^--(ranks|rtol|timeout)(?:=|\s+)(\S+)\s+")
 
@@ -237,6 +239,9 @@ class DistCompMagics(Magics):
         super().__init__(shell=shell, **kwargs)
         self.session = session
         self._parser = _build_parser()
+        #: the arguments of each subcommand line parsed so far (a line parses the same way
+        #: each time; a cell run again need not parse it again)
+        self._parsed: dict[tuple[str, ...], argparse.Namespace] = {}
 
     @line_cell_magic
     @no_var_expand  # `{x}` and `$x` stay as written: values never leak in unasked
@@ -262,7 +267,7 @@ class DistCompMagics(Magics):
                 self._handle_compare(compare_arguments(line), cell)
                 return
             if words[0] in SUBCOMMANDS or words[0] in ("-h", "--help"):
-                args = self._parser.parse_args(words)
+                args = self._parse(words)
                 getattr(self, f"_handle_{args.subcommand}")(args, cell)
                 return
             if len(words) > 1:
@@ -278,6 +283,16 @@ class DistCompMagics(Magics):
             raise RankInterrupt(f"%distcomp {line}: interrupted.") from None
         except Exception as exc:  # the package's own frames are no help to the user
             raise InternalError(exc) from exc
+
+    def _parse(self, words: list[str]) -> argparse.Namespace:
+        """The subcommand's arguments (a copy: a handler may change them)."""
+        key = tuple(words)
+        parsed = self._parsed.get(key)
+        if parsed is None:
+            parsed = self._parser.parse_args(words)
+            if len(self._parsed) < PARSED_KEPT:
+                self._parsed[key] = parsed
+        return copy.deepcopy(parsed)
 
     # -- definition ---------------------------------------------------------------------
     def _handle_define(self, name: str, cell: str | None) -> None:

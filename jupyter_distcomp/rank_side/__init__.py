@@ -6,10 +6,13 @@
   ends the trees it started with it too.
 - ``rank_exec``: the supervisor of each rank of ``%distcomp command``, run as a file.
 - ``engine_start``: ``python -m jupyter_distcomp.rank_side.engine_start FILE ...``: an engine
-  on this machine, started beside its controller; it runs ipyparallel's engine (by name)
-  once the controller's connection FILE is written.
+  on this machine, started beside its controller; it initialises MPI while ipyparallel's
+  engine loads, and runs that engine (by name) once the controller's connection FILE is
+  written.
 - ``rank_setup``, ``debug_hook``, ``dap_side``, ``compare``: code ipyparallel ships into
   each engine (``dap_side``: JupyterLab's debugger's breakpoints, frames and variables).
+- ``after_import``: a function run on a module right after it is imported (the ledger's
+  wrappers, numpy's entry in ipyparallel's canning map).
 - ``stack_site``: put on the path of ``%distcomp command`` ranks (stacks on SIGUSR1,
   ``pdb.set_trace`` to the notebook).
 

@@ -59,6 +59,7 @@ class _State:
     seqs: dict = {}
     last_seq = 0  # the sequence number :func:`record` gave last
     in_buckets = False  # in DDP's comm hook (ledger_torch): its async calls block backward
+    hooked = False  # the imports of _TARGETS are watched
 
 
 STATE = _State()
@@ -135,7 +136,8 @@ def mismatch(group: str, seq: int, sigs: dict[int, tuple], me: int) -> None:
 
 # -- installing ----------------------------------------------------------------------------
 def _sibling(name: str):
-    """ledger_torch.py or ledger_mpi.py: from the package, or by path on a rank."""
+    """ledger_torch.py, ledger_mpi.py, after_import.py: from the package, or by path on a
+    rank."""
     if __package__:
         return importlib.import_module(f"{__package__}.{name}")
     return _load(f"distcomp_{name}", f"{name}.py")
@@ -166,34 +168,15 @@ _TARGETS = {
 }
 
 
-class _Finder:
-    """``sys.meta_path`` entry: wraps each target module right after it is executed."""
-
-    def find_spec(self, name, path=None, target=None):
-        wrap = _TARGETS.get(name)
-        if wrap is None or name in _busy:
-            return None
-        _busy.add(name)
+def _after_import(name: str, wrap):
+    def after(module) -> None:
         try:
-            spec = importlib.util.find_spec(name)
-        finally:
-            _busy.discard(name)
-        if spec is None or spec.loader is None:
-            return spec
-        load = spec.loader.exec_module
+            wrap(module)
+        except Exception as exc:  # the user's import must work, ledger or not
+            print(f"distcomp: no collectives ledger for {name}: {exc!r}", file=sys.stderr)
 
-        def exec_module(module) -> None:
-            load(module)
-            try:
-                wrap(module)
-            except Exception as exc:  # the user's import must work, ledger or not
-                print(f"distcomp: no collectives ledger for {name}: {exc!r}", file=sys.stderr)
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
-
-
-_busy: set[str] = set()
+    after.__name__ = wrap.__name__
+    return after
 
 
 def install(path: str, rank: int = 0, check: bool = False) -> None:
@@ -206,8 +189,11 @@ def install(path: str, rank: int = 0, check: bool = False) -> None:
     for name, wrap in _TARGETS.items():
         if name in sys.modules:
             wrap(sys.modules[name])
-    if not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
+    if not STATE.hooked:  # each import from now on
+        STATE.hooked = True
+        after_import = _sibling("after_import")
+        for name, wrap in _TARGETS.items():
+            after_import.when_imported(name, _after_import(name, wrap))
 
 
 def configure(check: bool) -> None:

@@ -1,8 +1,10 @@
 """Code that runs inside each rank once, right after it registers.
 
-ipyparallel ships these functions to the engines as code objects (not by import), so they
-import what they need inside and use no module globals: a user's own cluster on other hosts
-need not have jupyter-distcomp installed.
+ipyparallel ships these functions to the engines as code objects; they import what they need
+inside and use no module globals. ipyparallel first imports a function's module on the
+engine (for the function's globals), so what ranks run at start-up lives here, in a module
+that imports nothing heavy: the debugger's hook (:func:`load_hook`) too, not beside the
+debugger's own code, which a rank never needs.
 """
 
 from __future__ import annotations
@@ -144,6 +146,27 @@ def setup_rank(
         "mpi_rank": mpi_rank,
         "mpi_size": mpi_size,
     }
+
+
+def load_hook(source: str, host: str, port: int, key: str, rank: int, dap: str = "") -> None:
+    """The debugger's hook module (debug_hook.py) from its ``source``, installed; the visual
+    debugger's side (dap_side.py, from ``dap``) beside it."""
+    import sys
+    import types
+
+    for name, text in (("distcomp_dap_side", dap), ("distcomp_debug_hook", source)):
+        if text:
+            module = types.ModuleType(name)
+            exec(compile(text, f"{name}.py", "exec"), module.__dict__)
+            sys.modules[name] = module
+    sys.modules["distcomp_debug_hook"].install(host, port, key, rank)
+
+
+def arm_rank(code: str | None, cells: dict, files: dict) -> str:
+    """The visual debugger's breakpoints on this rank (dap_side.arm)."""
+    import sys
+
+    return str(sys.modules["distcomp_dap_side"].arm(code, cells, files))
 
 
 def check_collectives(on: bool) -> None:

@@ -25,6 +25,7 @@ from ...errors import LayoutError, RankError
 from ...machine.network import is_local_host, listen_address
 from ...rank_side import dap_side, debug_hook
 from ...rank_side.dap_side import PAUSE_SIGNAL
+from ...rank_side.rank_setup import arm_rank, load_hook
 from . import dap
 from .channel import DebugChannel
 from .held import HeldStops
@@ -38,27 +39,6 @@ if TYPE_CHECKING:
 
 HOOK_MODULE = "distcomp_debug_hook"
 POST_MORTEM = f"__import__('sys').modules[{HOOK_MODULE!r}].post_mortem()"
-
-
-def load_hook(source: str, host: str, port: int, key: str, rank: int, dap: str = "") -> None:
-    """Run on each engine (shipped as code): the hook module from its source, installed;
-    the visual debugger's side (``dap``) beside it."""
-    import sys
-    import types
-
-    for name, text in (("distcomp_dap_side", dap), ("distcomp_debug_hook", source)):
-        if text:
-            module = types.ModuleType(name)
-            exec(compile(text, f"{name}.py", "exec"), module.__dict__)
-            sys.modules[name] = module
-    sys.modules["distcomp_debug_hook"].install(host, port, key, rank)
-
-
-def arm_rank(code: str | None, cells: dict, files: dict) -> str:
-    """Run on each engine: the visual debugger's breakpoints (dap_side.arm)."""
-    import sys
-
-    return str(sys.modules["distcomp_dap_side"].arm(code, cells, files))
 
 
 def cell_source(shell: Any, code: str) -> str:

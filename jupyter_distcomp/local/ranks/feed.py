@@ -2,7 +2,8 @@
 
 ipyparallel's receiving thread appends every output message to a queue and wakes the cell's
 thread, which takes them all at once: a printed line is shown as soon as the cell's thread
-runs, with nothing polled, and messages stay in the order each rank sent them.
+runs, with nothing polled, and messages stay in the order each rank sent them. The end of a
+rank's output goes to ``on_complete``, which decides whether it is worth a wake.
 """
 
 from __future__ import annotations
@@ -13,11 +14,18 @@ from collections.abc import Callable
 
 
 class OutputFeed:
-    """The output messages of ``ranks`` (``execution.listen`` gives them by index)."""
+    """The output messages of ``ranks`` (an ``ipp.Execution`` gives them by index)."""
 
-    def __init__(self, ranks: list[int], wake: Callable[[], None]):
+    def __init__(
+        self,
+        ranks: list[int],
+        wake: Callable[[], None],
+        on_complete: Callable[[int], None] | None = None,
+    ):
         self.ranks = ranks
         self._wake = wake
+        #: called with the rank whose output is complete (instead of waking the cell)
+        self._on_complete = on_complete
         self._items: deque[tuple[int, str, dict]] = deque()
         #: rank -> when its last message arrived (monotonic seconds)
         self.last: dict[int, float] = {}
@@ -31,7 +39,11 @@ class OutputFeed:
         self.last[rank] = time.monotonic()
         if kind == "status":
             if content.get("execution_state") != "idle":
-                return  # the idle status ends a rank's output: the cell's thread checks it
+                return
+            # the idle status ends a rank's output: the cell's thread checks it
+            if self._on_complete is not None:
+                self._on_complete(rank)
+                return
         else:
             self._items.append((rank, kind, content))
         self._wake()

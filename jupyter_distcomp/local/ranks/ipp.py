@@ -15,6 +15,7 @@ import functools
 import os
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -64,7 +65,11 @@ RELIES_ON = (
     "ipyparallel.client.asyncresult.AsyncResult.add_done_callback",
     "ipyparallel.client.asyncresult.AsyncResult.stream_output",  # how iopub_callbacks are used
     "ipyparallel.Client._dispatch_iopub",  # calls each MessageFuture's iopub_callbacks
-    "ipyparallel.Client._io_loop",
+    "ipyparallel.Client._io_loop",  # the thread that makes and sends a cell's requests
+    "ipyparallel.Client._build_targets",
+    "ipyparallel.Client.send_execute_request",  # with message_future_hook
+    "ipyparallel.Client.direct_view",
+    "ipyparallel.client.view.View._socket",
     "ipyparallel.client.futures.MessageFuture",  # and its msg_id (set in __init__)
     "ipyparallel.cluster.launcher.ipcontroller_cmd_argv",
     "ipyparallel.cluster.launcher.LocalProcessLauncher.process",
@@ -371,12 +376,15 @@ def close(client: Client) -> None:
         pass
 
 
-def call_each(
-    client: Client, calls: Sequence[tuple[int, Callable[..., Any], tuple]], timeout: float
-) -> list[Any]:
-    """Run ``function(*args)`` on each engine of ``calls`` at once; their results, in order."""
-    results = [client[eid].apply_async(function, *args) for eid, function, args in calls]
-    return [result.get(timeout=timeout) for result in results]
+def send_each(client: Client, calls: Sequence[tuple[int, Callable[..., Any], tuple]]) -> list:
+    """Start ``function(*args)`` on each engine of ``calls`` at once; :func:`results` waits
+    for them. An engine runs what it is sent in the order sent."""
+    return [client[eid].apply_async(function, *args) for eid, function, args in calls]
+
+
+def results(pending: list, timeout: float) -> list[Any]:
+    """The results of :func:`send_each`, in order."""
+    return [result.get(timeout=timeout) for result in pending]
 
 
 def send_signal(client: Client, sig: int, ids: list[int]) -> None:
@@ -428,66 +436,102 @@ OUTPUT_MESSAGES = frozenset(
 
 
 class Execution:
-    """``code`` sent to some engines: the whole AsyncResult and each engine's reply."""
+    """``code`` sent to the engines ``ids``: each engine's reply, and its output given to
+    ``on_message(index, msg_type, content)`` (``index`` into ``ids``) in ipyparallel's thread,
+    in arrival order, as it arrives; then ``status`` ``idle`` once that engine's output is
+    complete. ``on_reply(index, reply)`` runs in that thread when the engine's reply
+    (:class:`RankReply`) arrives.
 
-    def __init__(self, client: Client, ids: list[int], code: str):
-        self.result = client[ids].execute(code, silent=False, block=False)
-        # a kernel runs cells for days: keep ipyparallel's per-message records bounded
-        del client.history[:-HISTORY_KEPT]
-        client.session.digest_history_size = min(client.session.digest_history_size, DIGESTS_KEPT)
-        self.replies = [RankReply(future) for future in self.result._children]
+    Each request is what ``%%px`` sends (``Client.send_execute_request`` on a direct view's
+    socket), without the view and AsyncResult made per call around it, and all of a cell's
+    requests are made in ipyparallel's thread in one go: the kernel's thread hands over
+    once, not once per engine. The listener is attached to each request's future before it
+    is sent, so nothing can arrive unseen. The texts and displays are not accumulated in
+    ipyparallel's metadata as well (that joins each new piece to all earlier text of the
+    cell: quadratic in a burst).
+    """
 
-    def listen(self, on_message: Callable[[int, str, dict], None], timeout: float = 30) -> bool:
-        """``on_message(index, msg_type, content)`` in ipyparallel's thread for each output
-        message of the engine at ``index`` (of ``ids``), in arrival order, as it arrives; then
-        ``status`` ``idle`` once that engine's output is complete.
+    def __init__(
+        self,
+        client: Client,
+        ids: list[int],
+        code: str,
+        on_message: Callable[[int, str, dict], None],
+        on_reply: Callable[[int, RankReply], None],
+    ):
+        socket = _sender(client)._socket
+        idents, _ = client._build_targets(ids)
+        self.replies: list[RankReply] = []
+        self._error: BaseException | None = None
+        self._sent = threading.Event()
 
-        Registered in ipyparallel's own thread, which is the one that reads the messages:
-        what arrived before is replayed first, and nothing is seen twice or missed. The
-        texts and displays are then not accumulated in ipyparallel's metadata as well (that
-        joins each new piece to all earlier text of the cell: quadratic in a burst), so
-        ipyparallel's ``AsyncResult.stdout`` and ``outputs`` stay empty. False if
-        ipyparallel's thread did not take the registration within ``timeout`` seconds.
-        """
-        children = self.result._children
-        registered = threading.Event()
-
-        def register() -> None:
+        def send() -> None:
             try:
-                for index, future in enumerate(children):
-                    md = future.output.metadata
-                    for name in ("stdout", "stderr"):
-                        if md[name]:
-                            on_message(index, "stream", {"name": name, "text": md[name]})
-                            md[name] = ""
-                    for content in md["outputs"]:
-                        on_message(index, "display_data", content)
-                    md["outputs"] = []
-                    if md["execute_result"]:
-                        on_message(index, "execute_result", md["execute_result"])
-                    future.iopub_callbacks.append(functools.partial(forward, index, md))
-                    # the output is complete: ipyparallel drops the future before it would
-                    # pass on the idle status that says so, when the reply came first
-                    future.output.add_done_callback(functools.partial(complete, index))
+                for index, ident in enumerate(idents):
+                    future = client.send_execute_request(
+                        socket,
+                        code,
+                        silent=False,
+                        ident=ident,
+                        message_future_hook=functools.partial(_listen, index, on_message),
+                    )
+                    reply = RankReply(future)
+                    reply.on_reply(functools.partial(on_reply, index, reply))
+                    self.replies.append(reply)
+                # a kernel runs cells for days: keep ipyparallel's per-message records bounded
+                del client.history[:-HISTORY_KEPT]
+                session = client.session
+                session.digest_history_size = min(session.digest_history_size, DIGESTS_KEPT)
+            except BaseException as exc:
+                self._error = exc
             finally:
-                registered.set()
+                self._sent.set()
 
-        def complete(index: int, _future: Any) -> None:
-            on_message(index, "status", {"execution_state": "idle"})
+        client._io_loop.add_callback(send)
 
-        def forward(index: int, md: dict, msg: dict) -> None:
-            kind = msg["header"]["msg_type"]
-            if kind not in OUTPUT_MESSAGES:
-                return
-            content = msg["content"]
-            on_message(index, kind, content)
-            if kind == "stream":
-                md[content["name"]] = ""
-            elif kind == "display_data":
-                md["outputs"] = []
+    def wait_sent(self, timeout: float) -> bool:
+        """Wait until the requests are sent (False after ``timeout`` seconds: ipyparallel's
+        thread does not run); raises what sending them raised."""
+        if not self._sent.wait(timeout):
+            return False
+        if self._error is not None:
+            raise self._error
+        return True
 
-        self.result._client._io_loop.add_callback(register)
-        return registered.wait(timeout)
+
+_senders: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def _sender(client: Client) -> Any:
+    """One direct view per client, whose socket every execution goes out on."""
+    view = _senders.get(client)
+    if view is None:
+        view = _senders[client] = client.direct_view()
+    return view
+
+
+def _listen(index: int, on_message: Callable[[int, str, dict], None], future: Any) -> None:
+    """Before the request is sent: its output to ``on_message`` (see :class:`Execution`)."""
+    md = future.output.metadata
+
+    def forward(msg: dict) -> None:
+        kind = msg["header"]["msg_type"]
+        if kind not in OUTPUT_MESSAGES:
+            return
+        content = msg["content"]
+        on_message(index, kind, content)
+        if kind == "stream":
+            md[content["name"]] = ""
+        elif kind == "display_data":
+            md["outputs"] = []
+
+    def complete(_future: Any) -> None:
+        # ipyparallel drops the future before it would pass on the idle status that says
+        # so, when the reply came first
+        on_message(index, "status", {"execution_state": "idle"})
+
+    future.iopub_callbacks.append(forward)
+    future.output.add_done_callback(complete)
 
 
 # -- processes --------------------------------------------------------------------------

@@ -84,7 +84,7 @@ class RankOutput:
         self._lines: dict[tuple[int, str], _Line] = {}
         self._pending: list[tuple[str, str]] = []  # (stream name, text) not yet written
         self._groups: dict[int, list[tuple[str, Any]]] = {}
-        self._cell = uuid.uuid4().hex[:12]
+        self._cell = ""  # names the cell's displays; made with the first one
         self._shown = 0  # lines shown in place so far
         #: the kernel whose iopub thread sends the output on (None outside a kernel)
         self._kernel = pace_iopub(shell)
@@ -194,6 +194,7 @@ class RankOutput:
         update = line.display_id is not None
         if line.display_id is None:
             self._shown += 1
+            self._cell = self._cell or uuid.uuid4().hex[:12]
             line.display_id = f"distcomp-{self._cell}-{self._shown}"
         line.drawn, line.drawn_at = shown, time.monotonic()
         self.shell.display_pub.publish(

@@ -10,7 +10,6 @@ cell's thread wakes for each message and writes it (output.py).
 
 from __future__ import annotations
 
-import functools
 import signal
 import sys
 import threading
@@ -43,6 +42,7 @@ OUTPUT_LIMIT = 300.0  # seconds after a rank's reply its output may keep arrivin
 #: acknowledged (text it counted that never reached the kernel does not stop it for good)
 CATCH_UP = 1.0
 ALIVE_CHECK = 0.2  # seconds between checks that every rank's process still exists
+SEND_LIMIT = 30.0  # seconds ipyparallel's thread has to send a cell's requests
 SAID_LINES = 40  # lines of mpiexec's output shown with a death
 REPORT_LINES = 2000  # lines of mpiexec's output searched for the cause of a death
 
@@ -109,9 +109,8 @@ class CellRun:
         )
         self.wake = threading.Event()
         self.futures: dict[int, ipp.RankReply] = {}
-        self.execution: ipp.Execution | None = None
         self.running: set[int] = set()
-        self.feed = OutputFeed(ranks, self.wake.set)
+        self.feed = OutputFeed(ranks, self.wake.set, self._output_complete)
         self._replied_at: dict[int, float] = {}
         self._cut_short: set[int] = set()  # ranks that ended with their output incomplete
         self._started = time.monotonic()
@@ -130,8 +129,8 @@ class CellRun:
         self.hang = ledgers.HangWatch(world, hang_notice if timeout is None else None)
 
     # -- main ---------------------------------------------------------------------------
-    def run(self) -> Any:
-        """Run the cell; ipyparallel's AsyncResult of the execution."""
+    def run(self) -> None:
+        """Run the cell (its output is written as it arrives; its errors are raised)."""
         world = self.world
         self.log_offset = world.output_size()
         world.cell_code = self.code
@@ -144,22 +143,24 @@ class CellRun:
             ledgers.set_check(world, self.check_collectives)
             self.debug.arm(self.code, self.out.shell, self.ranks)
             execution = ipp.Execution(
-                world.client, [e for e in engine_ids if e is not None], self.code
+                world.client,
+                [e for e in engine_ids if e is not None],
+                self.code,
+                self.feed.on_message,
+                self._replied,
             )
+            if not execution.wait_sent(SEND_LIMIT):
+                raise RankError(
+                    f"the connection to the ranks of {world.name!r} does not answer "
+                    f"(ipyparallel's client thread is stuck). Fix: `%distcomp restart "
+                    f"{world.name}`."
+                )
         except Exception:
             world.set_state(self.ranks, RankState.IDLE)
             raise
-        self.execution = execution
-        if not execution.listen(self.feed.on_message):
-            world.set_state(self.ranks, RankState.IDLE)
-            raise RankError(
-                f"the connection to the ranks of {world.name!r} does not answer (ipyparallel's "
-                f"client thread is stuck). Fix: `%distcomp restart {world.name}`."
-            )
-        for rank, reply in zip(self.ranks, execution.replies, strict=True):
-            self.futures[rank] = reply
-            reply.on_reply(functools.partial(self._replied, rank))
-            if self.flows is not None:
+        self.futures = dict(zip(self.ranks, execution.replies, strict=True))
+        if self.flows is not None:
+            for rank, reply in self.futures.items():
                 self.flows.show(rank, reply.request_id)
         self.running = set(self.ranks)
         self._started = time.monotonic()
@@ -176,17 +177,22 @@ class CellRun:
             self.out.finish()
             self._say_lost()
             self.debug.finish(self._errors())
-        return execution.result
 
-    def _replied(self, rank: int) -> None:
-        """ipyparallel's thread: the rank answered (maybe long after the cell ended)."""
+    def _replied(self, index: int, reply: ipp.RankReply) -> None:
+        """ipyparallel's thread: the rank at ``index`` (of the cell's ranks) answered (maybe
+        long after the cell ended)."""
+        rank = self.ranks[index]
         self._replied_at.setdefault(rank, time.monotonic())
         self.world.set_state([rank], RankState.IDLE)
         # the loop wakes for the last reply and for a failure (fail-fast); the other replies
         # wait for its next look, so that the busy ranks keep the processor
-        if len(self._replied_at) >= len(self.ranks) or isinstance(
-            self.futures[rank].outcome(), BaseException
-        ):
+        if len(self._replied_at) >= len(self.ranks) or isinstance(reply.outcome(), BaseException):
+            self.wake.set()
+
+    def _output_complete(self, rank: int) -> None:
+        """ipyparallel's thread: all of the rank's output is in. The loop wakes when this
+        may end the cell, once every rank replied; until then the last reply wakes it."""
+        if len(self._replied_at) >= len(self.ranks):
             self.wake.set()
 
     def _loop(self) -> None:

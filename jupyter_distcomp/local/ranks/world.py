@@ -34,9 +34,11 @@ if TYPE_CHECKING:
 __all__ = ["START_TIMEOUT", "RankInfo", "World"]
 
 START_TIMEOUT = 120.0
+SETUP_TIMEOUT = 60.0  # seconds the ranks have to answer a call of the start (or call_each)
 
 #: run once the ranks are set up, before the world counts as started (its start fails if
-#: one raises)
+#: one raises); on this machine, as soon as the setup is sent: each rank runs the hook's
+#: calls after its setup
 StartHook = Callable[["World"], None]
 
 
@@ -221,7 +223,7 @@ class World(WorldHealth):
         if self.flows is None:
             self.flows = Flows(self._segments or self._tmp, self.world_size)
         flows = self.flows
-        facts = self.call_each(
+        pending = self.send_each(
             list(range(self.world_size)),
             setup_rank,
             lambda info: (
@@ -232,6 +234,13 @@ class World(WorldHealth):
                 (flow.__file__, flows.paths[info.rank]),
             ),
         )
+        # on this machine the hooks need nothing the setup answers: their calls follow it
+        # at once (a round trip less), and each rank runs them after its setup
+        early = self.connection.embedded and self.placement.local
+        if early:
+            for hook in self._on_ready:
+                hook(self)
+        facts = ipp.results(pending, SETUP_TIMEOUT)
         for info, fact in zip(self.ranks, facts, strict=True):
             info.pid, info.host = fact["pid"], fact["host"]
             info.main_thread = fact["main_thread"]
@@ -242,8 +251,9 @@ class World(WorldHealth):
                     f"expected rank {info.rank} of {self.world_size}."
                 )
             info.state = RankState.IDLE
-        for hook in self._on_ready:
-            hook(self)
+        if not early:
+            for hook in self._on_ready:
+                hook(self)
         self.ready_count = self.world_size
         self._monitor = threading.Thread(
             target=self._watch, name=f"distcomp-watch-{self.name}", daemon=True
@@ -260,10 +270,16 @@ class World(WorldHealth):
         ranks: list[int],
         function: Callable[..., Any],
         args: Callable[[RankInfo], tuple],
-        timeout: float = 60,
+        timeout: float = SETUP_TIMEOUT,
     ) -> list[Any]:
         """``function(*args(info))`` on each of ``ranks`` at once (shipped to the engine as
         code); their results, in order."""
+        return ipp.results(self.send_each(ranks, function, args), timeout)
+
+    def send_each(
+        self, ranks: list[int], function: Callable[..., Any], args: Callable[[RankInfo], tuple]
+    ) -> list:
+        """:meth:`call_each` without waiting: what ``ipp.results`` waits for."""
         client = self.client
         if client is None:
             raise RankError(f"The ranks of {self.name!r} are stopped.")
@@ -272,7 +288,7 @@ class World(WorldHealth):
             info = self.ranks[rank]
             assert info.engine_id is not None, "every rank of a started world has its engine"
             calls.append((info.engine_id, function, args(info)))
-        return ipp.call_each(client, calls, timeout)
+        return ipp.send_each(client, calls)
 
     def _start_failure(self, exc: BaseException) -> RankError:
         output = self.mpiexec_output()
