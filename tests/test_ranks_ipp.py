@@ -144,7 +144,7 @@ def test_serialization_is_ready_before_two_worlds_can_use_it_at_once():
         "pending = lambda: [k for m in (canning.can_map, canning.uncan_map) for k in m "
         "if isinstance(k, str)]\n"
         "assert pending(), 'a fresh interpreter has types to import'\n"
-        "ipp.with_kernel_log(Client())\n"
+        "ipp.ready_client(Client())\n"
         "print(pending())\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

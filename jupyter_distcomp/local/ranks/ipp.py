@@ -36,11 +36,11 @@ T = TypeVar("T")
 #: What this module uses of ipyparallel, as dotted names (a test checks each exists).
 RELIES_ON = (
     "ipyparallel.Client",
-    "ipyparallel.client.client.unpack_message",
+    "ipyparallel.client.client.unpack_message",  # drops what it cannot read, via client.log
     "ipyparallel.serialize.canning.can",
     "ipyparallel.serialize.canning.uncan",
     "ipyparallel.serialize.canning.can_map",
-    "ipyparallel.serialize.canning.uncan_map",  # drops what it cannot read, via client.log
+    "ipyparallel.serialize.canning.uncan_map",
     "ipyparallel.Client.__getitem__",
     "ipyparallel.Client.ids",
     "ipyparallel.Client.send_signal",
@@ -273,7 +273,7 @@ class LocalCluster:
         await self._cluster.start_controller()
 
     def connect(self) -> Client:
-        return with_kernel_log(run(self._cluster.connect_client()))
+        return ready_client(run(self._cluster.connect_client()))
 
     def stop(self) -> None:
         """Stop the controller and mpiexec; SIGKILL whatever outlives that. Idempotent."""
@@ -334,7 +334,7 @@ def connect(timeout: float, **connection: str) -> Client:
     """A client of a running cluster (``profile``, ``profile_dir``, ``cluster_id``)."""
     import ipyparallel
 
-    return with_kernel_log(ipyparallel.Client(**connection, timeout=timeout))
+    return ready_client(ipyparallel.Client(**connection, timeout=timeout))
 
 
 _canning_lock = threading.Lock()
@@ -351,8 +351,9 @@ def ready_canning() -> None:
         canning.uncan(None)
 
 
-def with_kernel_log(client: Client) -> Client:
-    """``client``, ready for use from several threads and logging into the kernel's own log. ipyparallel's client drops a message
+def ready_client(client: Client) -> Client:
+    """``client``, logging into the kernel's own log, with ipyparallel's serialization
+    ready for several threads (:func:`ready_canning`). ipyparallel's client drops a message
     it cannot read (e.g. signed by an engine of another cluster that reconnected to a port
     the system gave again) and logs it through ``client.log``, which it does not set."""
     client.log = kernel_log()
