@@ -59,9 +59,8 @@ class DebugKernel:
                 if data.get("type") == "world":
                     ranks = data["world"]["ranks"]
                     out.states.append({r["rank"]: r["state"] for r in ranks})
-            if msg and msg["msg_type"] == "stream":  # a background cell's output too
-                parent = msg["parent_header"].get("msg_id", "")
-                self.streams.setdefault(parent, []).append(msg["content"]["text"])
+            if msg:
+                self._keep_stream(msg)  # a background cell's output too
             if msg and msg["parent_header"].get("msg_id") == msg_id:
                 content = msg["content"]
                 if msg["msg_type"] == "stream":
@@ -96,6 +95,22 @@ class DebugKernel:
         out.transcript = strip_ansi("".join(transcript))
         assert out.reply is not None, f"no reply within {timeout} s:\n{out.text}"
         return out
+
+    def _keep_stream(self, msg: dict) -> None:
+        if msg["msg_type"] == "stream":
+            parent = msg["parent_header"].get("msg_id", "")
+            self.streams.setdefault(parent, []).append(msg["content"]["text"])
+
+    def output_until(self, msg_id: str, needle: str, seconds: float = 30) -> str:
+        """The stream text of cell ``msg_id`` once it holds ``needle`` (or after ``seconds``),
+        reading output as a notebook does between cells."""
+        deadline = time.monotonic() + seconds
+        while needle not in self.output_of(msg_id) and time.monotonic() < deadline:
+            try:
+                self._keep_stream(self.kc.get_iopub_msg(timeout=0.1))
+            except queue.Empty:
+                pass
+        return self.output_of(msg_id)
 
     def output_of(self, msg_id: str) -> str:
         """The stream text of cell ``msg_id`` seen so far (also after its reply)."""

@@ -204,10 +204,8 @@ def test_a_background_cell_says_a_rank_stopped_and_wait_opens_its_prompt(kernel)
     stopped = "rank 1 stopped at a breakpoint: `%distcomp wait dbg` opens its prompt"
     text = status_until(kernel, "dbg", stopped)
     assert stopped in text, text
-    assert (
-        "[rank 1] stopped at cell line 4, in <module>: `%distcomp wait dbg` opens its prompt."
-        in kernel.output_of(started.msg_id)
-    )
+    told = "[rank 1] stopped at cell line 4, in <module>: `%distcomp wait dbg` opens its prompt."
+    assert told in kernel.output_until(started.msg_id, told)
     time.sleep(11)  # longer than the cell's time-out, which waits while rank 1 is stopped
     out = kernel.run("%distcomp wait dbg", ["p x + 1", "c"])
     assert out.ok, out.text
@@ -344,9 +342,8 @@ def test_breakpoint_in_a_command_run_in_the_background_prompts_in_wait(kernel, t
     stopped = "rank 1 stopped at a breakpoint: `%distcomp wait bgcmd` opens its prompt"
     text = status_until(kernel, "bgcmd", stopped)
     assert stopped in text, text
-    assert f"[rank 1] stopped at {tmp_path / 'train.py'}:8, in <module>: `%distcomp wait" in (
-        kernel.output_of(started.msg_id)
-    )
+    told = f"[rank 1] stopped at {tmp_path / 'train.py'}:8, in <module>: `%distcomp wait"
+    assert told in kernel.output_until(started.msg_id, told)
     out = kernel.run("%distcomp wait bgcmd", ["p secret", "c"])
     assert out.ok, out.text
     assert out.prompts == ["(Pdb rank 1) "] * 2 and "\n7\n" in out.text, out.text

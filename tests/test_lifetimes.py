@@ -311,7 +311,7 @@ def test_stop_from_another_thread_says_the_ranks_were_stopped(ip, tmp_path):
     def stop_once_busy() -> None:
         deadline = time.monotonic() + 120
         while not flag.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+            time.sleep(0.001)
         ip.run_line_magic("distcomp", "stop stoppee")
 
     stopper = threading.Thread(target=stop_once_busy)
@@ -319,8 +319,9 @@ def test_stop_from_another_thread_says_the_ranks_were_stopped(ip, tmp_path):
     try:
         cell = run_cell(
             ip,
-            "%%distcomp run stoppee\nimport pathlib, time\n"
-            f"print('working', flush=True)\npathlib.Path({str(flag)!r}).touch()\ntime.sleep(120)",
+            "%%distcomp run stoppee\nimport pathlib, sys, time\n"
+            "for i in range(20000):\n    print('working', i)\n"
+            f"sys.stdout.flush()\npathlib.Path({str(flag)!r}).touch()\ntime.sleep(120)",
         )
     finally:
         stopper.join()
@@ -328,7 +329,10 @@ def test_stop_from_another_thread_says_the_ranks_were_stopped(ip, tmp_path):
     message = str(cell.error)
     assert "were stopped while the cell ran" in message, message
     assert "died" not in message and "the process is gone" not in message
-    assert "working" in cell.stdout
+    # what the ranks printed before the stop is all shown
+    for rank in range(2):
+        shown = [line for line in cell.stdout.splitlines() if line.startswith(f"[rank {rank}]")]
+        assert len(shown) == 20000 and shown[-1] == f"[rank {rank}] working 19999", shown[-3:]
 
 
 STALE_PIDS = 300  # more than the processes a run starts before mpiexec

@@ -14,6 +14,7 @@ ipywidgets with the first panel.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
     from ..core.model import Component
     from ..local.command import CommandResult
+    from ..local.command.active import ActiveRun
     from ..local.inspect.compare import CompareTable
     from ..local.inspect.where import WhereReport
     from ..local.ranks.backend import RankBackend
@@ -36,6 +38,10 @@ if TYPE_CHECKING:
     from .comm import RanksChannel
     from .views.env import EnvTable
     from .widgets import RunSettingsPanel
+
+#: seconds `where`, `interrupt` and `collectives` wait for a background `%distcomp command`
+#: to set up its processes (it renders its command and opens its ports first)
+COMMAND_SETUP = 10.0
 
 
 @dataclass(frozen=True)
@@ -340,11 +346,10 @@ class Session:
         """Where each rank of ``name`` is: its `%distcomp command` processes while that
         command runs, else its ranks."""
         from ..core.ranges import parse_ranks
-        from ..local.command.active import running_command
         from ..local.inspect.where import where, where_processes
 
         self.component(name)
-        command = running_command(name)
+        command = self._running_command(name)
         if command is None:
             world = self.backend.running_world(name)
             return where(world, parse_ranks(ranks, world.world_size))
@@ -441,12 +446,25 @@ class Session:
             return self.backend.replay(name, component, replay)
         return self.backend.restart(name, component)
 
-    def interrupt(self, name: str) -> list[int]:
-        """SIGINT to the busy ranks of ``name`` (its `%distcomp command` run, while one runs)."""
+    def _running_command(self, name: str) -> ActiveRun | None:
+        """The `%distcomp command` run of ``name`` in progress (an ActiveRun), if any; a
+        background one that is still setting up its processes is waited for."""
         from ..local.command.active import running_command
 
-        self.component(name)
         command = running_command(name)
+        job = self._backend.background.running(name) if self._backend is not None else None
+        if command is not None or job is None or job.kind != "command":
+            return command
+        deadline = time.monotonic() + COMMAND_SETUP
+        while command is None and job.running and time.monotonic() < deadline:
+            time.sleep(0.01)
+            command = running_command(name)
+        return command
+
+    def interrupt(self, name: str) -> list[int]:
+        """SIGINT to the busy ranks of ``name`` (its `%distcomp command` run, while one runs)."""
+        self.component(name)
+        command = self._running_command(name)
         if command is not None:
             command.interrupt()
             return list(range(command.world_size))
@@ -455,11 +473,10 @@ class Session:
     def interrupt_report(self, name: str) -> str:
         """SIGINT to the busy ranks of ``name``; which stopped, which could not, what to do."""
         from ..core.ranges import format_ranks
-        from ..local.command.active import running_command
         from ..local.ranks.ledgers import stuck_fix
 
         self.component(name)
-        if running_command(name) is not None:
+        if self._running_command(name) is not None:
             sent = self.interrupt(name)
             return f"Sent SIGINT to {format_ranks(sent)} of {name} (its `%distcomp command` run)."
         sent, still = self.backend.interrupt_and_wait(name)
@@ -476,11 +493,10 @@ class Session:
 
     def collectives(self, name: str, last: int = 10) -> WhereReport:
         """The recent collectives of ``name``'s ranks (or of its `%distcomp command` run)."""
-        from ..local.command.active import running_command
         from ..local.inspect.collectives import collectives, collectives_processes
 
         self.component(name)
-        command = running_command(name)
+        command = self._running_command(name)
         if command is None:
             return collectives(self.backend.running_world(name), last)
         title = f"{name}: the last {last} collective(s) of its `%distcomp command` processes"

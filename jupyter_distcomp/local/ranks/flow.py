@@ -14,6 +14,7 @@ import mmap
 import os
 import struct
 import threading
+import time
 from typing import Any
 
 from ...rank_side.flow import (
@@ -103,6 +104,32 @@ class Flows:
             (cell,) = struct.unpack_from("<q", view, CELL)
             written = struct.unpack_from(WRITTEN_FORMAT, view, WRITTEN)
         return written if cell == cell_key(msg_id) else None
+
+    def shown_behind(self) -> int:
+        """Units the ranks wrote for the cells on show that are not acknowledged yet."""
+        total = 0
+        with self._lock:
+            for view in self._maps.values():
+                token, shown = view[:TOKEN_BYTES], struct.unpack_from("<q", view, OPEN)[0]
+                (cell,) = struct.unpack_from("<q", view, CELL)
+                if shown and cell == cell_key(token.rstrip(b"\0").decode(errors="replace")):
+                    acked, sent = _acked_and_sent(view)
+                    total += max(0, sent - acked)
+        return total
+
+    def settle(self, limit: float, stall: float = 0.25) -> None:
+        """Wait up to ``limit`` seconds until the cells on show have all the ranks wrote for
+        them, giving up once nothing more arrives for ``stall`` seconds."""
+        now = time.monotonic()
+        deadline, last, moved = now + limit, None, now
+        while now < deadline and now - moved < stall:
+            behind = self.shown_behind()
+            if not behind:
+                return
+            if behind != last:
+                last, moved = behind, now
+            time.sleep(0.01)
+            now = time.monotonic()
 
     def release(self, ranks: list[int]) -> None:
         """The cell no longer shows the output of ``ranks``: they write without waiting."""

@@ -35,6 +35,9 @@ __all__ = ["START_TIMEOUT", "RankInfo", "World"]
 
 START_TIMEOUT = 120.0
 SETUP_TIMEOUT = 60.0  # seconds the ranks have to answer a call of the start (or call_each)
+#: seconds a stop waits at most for output on its way to the cell on show (it waits only
+#: while that output keeps arriving)
+STOP_SETTLE = 1.0
 
 #: run once the ranks are set up, before the world counts as started (its start fails if
 #: one raises); on this machine, as soon as the setup is sent: each rank runs the hook's
@@ -303,8 +306,11 @@ class World(WorldHealth):
         """Stop every process this world started (nothing, for a cluster we do not own).
 
         While the world is still starting, its start thread does the teardown as soon as
-        it notices; ``wait=False`` returns without waiting for that.
+        it notices; ``wait=False`` returns without waiting for that. Output the ranks wrote
+        for the cell on show and that is still on its way gets a moment to arrive first.
         """
+        if self.flows is not None and self.client is not None:
+            self.flows.settle(STOP_SETTLE)
         with self._lock:
             self._stopped = True
             self._stop_event.set()
