@@ -42,6 +42,8 @@ def test_the_ring_keeps_the_newest_calls_and_their_end(tmp_path):
     assert [e.seq for e in entries] == [3, 4, 5, 6], "the ring holds the newest 4"
     assert [e.running for e in entries] == [False, False, False, True]
     assert entries[-1].site() == "cell line 5"
+    assert [e.seq for e in read_ring(path, last=2)] == [5, 6]
+    assert [e.seq for e in read_ring(path, last=9)] == [3, 4, 5, 6]
     assert read_ring(str(tmp_path / "missing.ledger")) == []
 
 

@@ -97,8 +97,12 @@ def test_where_shows_the_stacks_of_a_background_command(kernel, tmp_path, launch
     spec = COMMAND_SPEC.format(code=tmp_path, launcher=launcher)
     reply, text, _ = kernel.run(f"%%distcomp cmd\n{spec}")
     assert reply["status"] == "ok", text
-    reply, text, _ = kernel.run("%distcomp command cmd --background --timeout 60")
+    # `where` at once, in the same cell: the command's processes, though still starting
+    reply, text, _ = kernel.run(
+        "%distcomp command cmd --background --timeout 60\n%distcomp where cmd"
+    )
     assert reply["status"] == "ok" and "%distcomp where cmd" in text, text
+    assert "cmd: where the `%distcomp command` processes of 2 rank(s) are" in text, text
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         reply, text, _ = kernel.run("%distcomp where cmd")

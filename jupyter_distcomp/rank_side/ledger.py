@@ -157,8 +157,9 @@ class Ring:
             _FINISHED.pack_into(self.map, offset + 16, -time.time())
 
 
-def read_ring(path: str) -> list[Entry]:
-    """The calls in a ledger file, oldest first; [] when there is none (yet)."""
+def read_ring(path: str, last: int | None = None) -> list[Entry]:
+    """The calls in a ledger file, oldest first (only the ``last`` ones, when given); []
+    when there is none (yet)."""
     try:
         with open(path, "rb") as handle:
             data = handle.read()
@@ -169,7 +170,7 @@ def read_ring(path: str) -> list[Entry]:
     magic, slot_size, capacity, written = _HEADER.unpack_from(data, 0)
     if magic != MAGIC or slot_size != SLOT_SIZE:
         return []
-    first = max(0, written - capacity)
+    first = max(0, written - capacity, 0 if last is None else written - last)
     entries = []
     for index in range(first, written):
         offset = _HEADER.size + slot_size * (index % capacity)
@@ -227,9 +228,10 @@ def flight_recorder_entries(raw: bytes) -> list[Entry]:
     return entries
 
 
-def read_ledger(path: str) -> list[Entry]:
-    """A rank's ledger file, with its NCCL Flight Recorder dump (``PATH.nccl``) if any."""
-    entries = read_ring(path)
+def read_ledger(path: str, last: int | None = None) -> list[Entry]:
+    """A rank's ledger file (its ``last`` calls, when given), with its NCCL Flight Recorder
+    dump (``PATH.nccl``) if any."""
+    entries = read_ring(path, last)
     try:
         with open(path + ".nccl", "rb") as handle:
             raw = handle.read()

@@ -24,11 +24,14 @@ HOOKS_FILE = str(Path(ledger.__file__).with_name("ledger_hooks.py"))
 HANG_CHECK = 1.0  # seconds between reads of the ledgers while a cell may hang
 
 
-def read(world: World, ranks: list[int] | None = None) -> dict[int, list[ledger.Entry]]:
-    """Each rank's recorded calls, oldest first (ranks on this machine)."""
+def read(
+    world: World, ranks: list[int] | None = None, last: int | None = None
+) -> dict[int, list[ledger.Entry]]:
+    """Each rank's recorded calls, oldest first (its ``last`` ones, when given; ranks on
+    this machine)."""
     chosen = range(world.world_size) if ranks is None else ranks
     return {
-        r: ledger.read_ledger(world.ledger_path(r))
+        r: ledger.read_ledger(world.ledger_path(r), last)
         for r in chosen
         if world.ranks[r].host is None or is_local_host(world.ranks[r].host)
     }
@@ -53,7 +56,7 @@ def blocked_ranks(world: World, ranks: list[int]) -> list[int]:
     """Those of ``ranks`` waiting in their last recorded call: inside a collective or a
     point-to-point call, or in a Wait for a non-blocking one (where SIGINT waits until the
     call returns); a non-blocking call merely posted does not hold a rank."""
-    ledgers = read(world, ranks)
+    ledgers = read(world, ranks, last=1)
     return [r for r in ranks if ledgers.get(r) and ledgers[r][-1].blocked]
 
 
@@ -80,7 +83,7 @@ class HangWatch:
             return
         self._next = time.monotonic() + HANG_CHECK
         busy = sorted(running)
-        ledgers = read(self.world, busy)
+        ledgers = read(self.world, busy, last=1)
         now = time.time()
         last = [ledgers[r][-1] if ledgers.get(r) else None for r in busy]
         if any(e is None or not e.blocked or now - e.started < self.seconds for e in last):
