@@ -105,5 +105,6 @@ def where_processes(title: str, ranks: list[int], run: ActiveRun) -> WhereReport
     sections = stack_sections(absolute, "", "running, current stack")
     quiet = [r for r in ranks if r not in stacks]
     if quiet:
-        sections.append((f"{format_ranks(quiet)}: no Python stack (not started yet, exited, or not Python)", []))
+        why = "not started yet, exited, or not Python"
+        sections.append((f"{format_ranks(quiet)}: no Python stack ({why})", []))
     return WhereReport(title, sections)
