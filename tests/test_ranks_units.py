@@ -459,3 +459,31 @@ def test_stopping_a_world_that_is_starting_leaves_the_backend_free(monkeypatch):
     finally:
         release.set()
         backend.shutdown()
+
+
+def test_a_burst_of_rank_changes_tells_the_panel_twice_and_the_last_state_wins():
+    from jupyter_distcomp.local.ranks.health import NOTICE_GAP, Notices
+
+    state = {"idle": 0}
+    told: list[int] = []
+    notices = Notices(lambda: told.append(state["idle"]))
+    for rank in range(16):  # 16 ranks reply within a few milliseconds
+        state["idle"] = rank + 1
+        notices.changed()
+    assert told == [1], "the first change is told at once, the others wait for the gap"
+    time.sleep(NOTICE_GAP * 4)
+    assert told == [1, 16], "the rest are told once, with the latest state"
+
+    state["idle"] = 0
+    with notices.held():  # a cell's start: told once its requests are out
+        notices.changed()
+        notices.changed()
+        assert told == [1, 16]
+    assert told == [1, 16, 0], "told at once after the block, whatever the gap"
+
+    state["idle"] = 4
+    notices.changed()  # within the gap: waits
+    notices.flush()  # the cell ends: told now
+    assert told == [1, 16, 0, 4]
+    time.sleep(NOTICE_GAP * 4)
+    assert told == [1, 16, 0, 4], "a flushed change is not told twice"

@@ -6,12 +6,13 @@ stays readable. It declares the attributes of World it reads; World sets them.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,80 @@ if TYPE_CHECKING:
 
     from ...machine.hosts import Placement
     from .ipp import Client, LocalCluster
+
+
+#: seconds between two notices of one world's changes (to the ranks panel, the widget, the
+#: debugger's threads): the changes within are told once, at the end of the gap
+NOTICE_GAP = 0.05
+
+
+class Notices:
+    """Calls ``tell`` on a change: at once when the last call is NOTICE_GAP ago, else once
+    at the end of the gap for every change within it (16 ranks that reply within a few
+    milliseconds make one notice, not 16). ``tell`` reads the state when it runs, so the
+    last notice tells the latest state; notices never overlap."""
+
+    def __init__(self, tell: Callable[[], None]) -> None:
+        self._tell = tell
+        self._lock = threading.Lock()
+        self._telling = threading.RLock()  # a listener may change the world again
+        self._told_at = -NOTICE_GAP
+        self._timer: threading.Timer | None = None
+        self._held = 0  # callers in :meth:`held`
+        self._due = False  # a change while held
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Changes in the block are told right after it, at once (a cell's requests go out
+        first, then the panel hears that its ranks are busy)."""
+        with self._lock:
+            self._held += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._held -= 1
+                due = self._due and not self._held
+                if due:
+                    self._due = False
+            if due:
+                self._call()
+
+    def changed(self) -> None:
+        with self._lock:
+            if self._held:
+                self._due = True
+                return
+            if self._timer is not None:  # the notice due tells this change too
+                return
+            wait = self._told_at + NOTICE_GAP - time.monotonic()
+            if wait > 0:
+                self._timer = threading.Timer(wait, self.flush)
+                self._timer.daemon = True
+                self._timer.start()
+                return
+        self._call()
+
+    def flush(self) -> None:
+        """Tell the changes a timer waits for now (a cell ends: its ranks' last states
+        before its end)."""
+        with self._lock:
+            if self._timer is None:
+                return
+        self._call()
+
+    def _call(self) -> None:
+        """Tell now; a notice that was due is told by this one."""
+        with self._lock:
+            timer, self._timer = self._timer, None
+            self._told_at = time.monotonic()
+        if timer is not None:
+            timer.cancel()
+        with self._telling:
+            try:
+                self._tell()
+            except Exception:
+                pass
 
 
 @dataclass
@@ -53,6 +128,7 @@ class WorldHealth:
     placement: Placement
     error: BaseException | None
     _on_change: Callable[[Any], None]
+    notices: Notices  # calls _on_change
     _done: threading.Event
     _lock: threading.RLock
     _stopped: bool
@@ -60,10 +136,7 @@ class WorldHealth:
 
     # -- state --------------------------------------------------------------------------
     def _changed(self) -> None:
-        try:
-            self._on_change(self)
-        except Exception:
-            pass
+        self.notices.changed()
 
     def set_state(self, ranks: list[int], state: RankState) -> None:
         """Put ``ranks`` in ``state`` (a dead rank stays dead)."""

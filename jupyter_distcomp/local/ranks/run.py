@@ -135,6 +135,32 @@ class CellRun:
         self.log_offset = world.output_size()
         world.cell_code = self.code
         engine_ids = [world.ranks[r].engine_id for r in self.ranks]
+        with world.notices.held():  # the panel hears of the cell once its requests are out
+            execution = self._send(engine_ids)
+        self.futures = dict(zip(self.ranks, execution.replies, strict=True))
+        if self.flows is not None:
+            for rank, reply in self.futures.items():
+                self.flows.show(rank, reply.request_id)
+        self.running = set(self.ranks)
+        self._started = time.monotonic()
+        try:
+            self._loop()
+        except KeyboardInterrupt:
+            self._interrupt()  # raises RankInterrupt, saying where each rank was
+        finally:
+            for rank, kind, content in self.feed.drain():
+                self.out.message(rank, kind, content)
+            self.feed.close()
+            if self.flows is not None:
+                self.flows.release(self.ranks)
+            self.out.finish()
+            self._say_lost()
+            self.debug.finish(self._errors())
+            self.world.notices.flush()  # the panel has the ranks' states before the cell ends
+
+    def _send(self, engine_ids: list[int | None]) -> ipp.Execution:
+        """The cell's requests, sent; its ranks busy until they reply."""
+        world = self.world
         world.set_state(self.ranks, RankState.BUSY)
         world.used = True
         try:
@@ -158,25 +184,7 @@ class CellRun:
         except Exception:
             world.set_state(self.ranks, RankState.IDLE)
             raise
-        self.futures = dict(zip(self.ranks, execution.replies, strict=True))
-        if self.flows is not None:
-            for rank, reply in self.futures.items():
-                self.flows.show(rank, reply.request_id)
-        self.running = set(self.ranks)
-        self._started = time.monotonic()
-        try:
-            self._loop()
-        except KeyboardInterrupt:
-            self._interrupt()  # raises RankInterrupt, saying where each rank was
-        finally:
-            for rank, kind, content in self.feed.drain():
-                self.out.message(rank, kind, content)
-            self.feed.close()
-            if self.flows is not None:
-                self.flows.release(self.ranks)
-            self.out.finish()
-            self._say_lost()
-            self.debug.finish(self._errors())
+        return execution
 
     def _replied(self, index: int, reply: ipp.RankReply) -> None:
         """ipyparallel's thread: the rank at ``index`` (of the cell's ranks) answered (maybe

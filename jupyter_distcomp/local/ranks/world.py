@@ -25,7 +25,7 @@ from ...rank_side.rank_setup import OPEN_MPI_WORLD_KEYS, setup_rank
 from . import ipp, ledgers
 from .connection import Connection, connect_client
 from .flow import Flows
-from .health import RankInfo, WorldHealth
+from .health import Notices, RankInfo, WorldHealth
 
 if TYPE_CHECKING:
     from ..debug.channel import DebugChannel
@@ -79,6 +79,7 @@ class World(WorldHealth):
         self.error: BaseException | None = None
         self.started_seconds: float | None = None
         self._on_change = on_change or (lambda world: None)
+        self.notices = Notices(lambda: self._on_change(self))
         self._on_ready = tuple(on_ready)
         self._done = threading.Event()
         self._stopped = False
