@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from jupyter_distcomp.local.ranks.health import RankInfo, WorldHealth
+from jupyter_distcomp.local.ranks.health import Notices, RankInfo, WorldHealth
 
 
 def _live_results() -> int:
@@ -53,6 +53,7 @@ class _Health(WorldHealth):
         self.client = None
         self.error = None
         self._on_change = lambda _: None
+        self.notices = Notices(lambda: self._on_change(self))
         self._done = threading.Event()
         self._done.set()
         self._lock = threading.RLock()
