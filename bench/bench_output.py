@@ -9,6 +9,8 @@ its clock LINES times, flushing each line; the client notes when each line reach
    (targets: median <= 5 ms and <= 3x %%px --stream)
 2. 10,000 lines x 4 ranks: every line kept, labelled and in order per rank, vs %%px --stream
 3. 200,000 lines on one rank: every line kept, and the next cell gets its own output
+4. a warm round trip (``x = 1``) in this kernel, as a notebook times it (execute request to
+   idle status): ours vs ``%%px`` on the same engines, cells alternated (target <= 1.0x)
 """
 
 from __future__ import annotations
@@ -69,6 +71,27 @@ def delays(kc, code: str) -> list[float]:
 
     run(kc, code, note)
     return found
+
+
+def round_trips(kc, pairs: int = 100) -> tuple[float, float, float]:
+    """Medians: ours/%%px per pair of cells, ours (s), %%px (s)."""
+    cells = ["%%distcomp run bench\nx = 1", "%%px\nx = 1"]
+    for _ in range(5):  # warm both paths
+        for cell in cells:
+            run(kc, cell)
+    times = []
+    for i in range(pairs):
+        took = {}
+        for cell in cells if i % 2 else cells[::-1]:  # alternate which goes first
+            tic = time.perf_counter()
+            run(kc, cell)
+            took[cell] = time.perf_counter() - tic
+        times.append((took[cells[0]], took[cells[1]]))
+    return (
+        statistics.median(o / p for o, p in times),
+        statistics.median(o for o, _ in times),
+        statistics.median(p for _, p in times),
+    )
 
 
 def count_lines(messages: list[dict], lines: int) -> tuple[int, bool]:
@@ -155,6 +178,12 @@ def main() -> None:
             f"200,000 lines on one rank:        ours {ours_s:6.2f} s ({got} of 200000 lines, "
             f"{'in order' if in_order else 'OUT OF ORDER'}); the next cell "
             f"{'got its own output' if next_ok else 'LOST OUTPUT'}"
+        )
+
+        ratio, ours_s, px_s = round_trips(kc)
+        print(
+            f"warm round trip in the kernel:     ours {ours_s * 1000:6.2f} ms   %%px "
+            f"{px_s * 1000:6.2f} ms   ratio {ratio:.2f} (target: <= 1.0x)"
         )
     finally:
         kc.stop_channels()

@@ -286,3 +286,55 @@ def test_default_timeout_from_config_interrupts_a_slow_rank(ip):
     assert "timed out after 2 s" in text and "rank 3: busy" in text
     assert "time.sleep(60)" in text and "Interrupted rank 3 (SIGINT)" in text
     assert run_cell(ip, "%%distcomp run mpi\nprint('ok')").ok
+
+
+def test_a_run_cells_ranks_publish_only_output_and_idle_while_px_gets_its_usual_messages(ip):
+    """A ``%%distcomp run`` request is lean: its ranks publish neither a busy status nor the
+    echo of its code (two messages less per rank and cell); ``%%px`` on the same engines
+    still gets both. Read on the controller's own output socket, beside the kernel."""
+    import time
+
+    import zmq
+    from jupyter_client.session import Session
+
+    from jupyter_distcomp.local.ranks.backend import get_backend
+
+    assert run_cell(ip, "%%distcomp run mpi\npass").ok  # the ranks are up
+    client = get_backend().world("mpi").client
+    # a session of its own, with the client's key: it checks each signature once itself
+    session = Session(key=client.session.key, signature_scheme=client.session.signature_scheme)
+    sub = zmq.Context.instance().socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(client._config["iopub"])
+    try:
+        time.sleep(0.5)  # the subscription reaches the controller
+        cell = run_cell(ip, "%%distcomp run mpi\nprint('lean', mpi_rank)")
+        assert cell.ok and sorted(t for (t,) in by_rank(cell.stdout).values()) == [
+            f"lean {r}" for r in range(4)
+        ]
+        px = client[:].execute("print('full')", silent=False, block=True)  # as %%px sends it
+        seen: dict[str, list[str]] = {}
+        texts: dict[str, str] = {}
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and sum(
+            "status idle" in seen.get(m, []) for m in px.msg_ids
+        ) < len(px.msg_ids):
+            if not sub.poll(200):
+                continue
+            _, frames = session.feed_identities(sub.recv_multipart())
+            msg = session.deserialize(frames)
+            parent = msg["parent_header"].get("msg_id")
+            kind = msg["msg_type"]
+            if kind == "status":
+                kind += " " + msg["content"]["execution_state"]
+            if kind == "stream":
+                texts[parent] = texts.get(parent, "") + msg["content"]["text"]
+            seen.setdefault(parent, []).append(kind)
+    finally:
+        sub.close(linger=0)
+    ours = [m for m, text in texts.items() if text.startswith("lean")]
+    assert len(ours) == 4, texts
+    for msg_id in ours:
+        assert seen[msg_id] == ["stream", "status idle"], seen[msg_id]
+    for msg_id in px.msg_ids:
+        assert seen[msg_id] == ["status busy", "execute_input", "stream", "status idle"]

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from jupyter_distcomp.local.ranks import ipp
+from jupyter_distcomp.rank_side import rank_setup
 
 RANKS = Path(ipp.__file__).parent
 
@@ -39,6 +40,14 @@ def test_what_the_adapter_relies_on_exists(dotted):
         resolve(dotted)
     except (ImportError, AttributeError) as exc:
         pytest.fail(f"ipyparallel no longer has {dotted}: {exc!r}; adapt ranks/ipp.py")
+
+
+@pytest.mark.parametrize("dotted", rank_setup.RELIES_ON)
+def test_what_the_ranks_setup_relies_on_in_ipykernel_exists(dotted):
+    try:
+        resolve(dotted)
+    except (ImportError, AttributeError) as exc:
+        pytest.fail(f"ipykernel no longer has {dotted}: {exc!r}; adapt rank_side/rank_setup.py")
 
 
 @pytest.mark.parametrize("dotted", ipp.COROUTINES)

@@ -18,6 +18,17 @@ OPEN_MPI_WORLD_KEYS = (
     "OMPI_COMM_WORLD_LOCAL_SIZE",
     "OMPI_COMM_WORLD_NODE_RANK",
 )
+#: the metadata key of a lean execute request (a ``%%distcomp run`` cell's): the rank
+#: publishes neither its busy status nor the echo of its code, which nobody reads (a cell
+#: ends on the idle status; its code is the notebook's own); two messages less per rank
+LEAN_REQUEST = "distcomp_lean"
+#: what setup_rank uses of ipykernel beyond its public API (a test checks each exists)
+RELIES_ON = (
+    "ipykernel.kernelbase.Kernel._publish_status",
+    "ipykernel.kernelbase.Kernel._publish_execute_input",
+    "ipykernel.kernelbase.Kernel.get_parent",
+    "ipykernel.kernelbase.Kernel.execute_request",
+)
 
 
 def setup_rank(
@@ -26,6 +37,7 @@ def setup_rank(
     stack_path: str | None,
     ledger: tuple[str, str] | None = None,
     flow: tuple[str, str] | None = None,
+    lean: str = "",
 ) -> dict:
     """Apply this rank's variables, arm the stack dump and the collectives ledger, keep cells
     that follow a failed one (and give them a working stdout and stderr), and say who we are.
@@ -36,6 +48,9 @@ def setup_rank(
 
     ``flow`` is ``(flow.py, flow file)``: the rank's output waits while the notebook is behind
     (see flow.py); skipped where that file is not on the rank's host.
+
+    ``lean`` is :data:`LEAN_REQUEST`: requests whose metadata has it publish no busy status
+    and no echo of their code.
 
     ``drop`` lists variables to remove unless ``env`` sets them. SIGUSR1 makes faulthandler
     write every thread's Python stack to ``stack_path`` even while the main thread is stuck
@@ -105,6 +120,24 @@ def setup_rank(
 
             execute_request.keeps_cells = True  # type: ignore[attr-defined]
             kernel.shell_handlers["execute_request"] = execute_request
+            if lean:
+                publish_status = kernel._publish_status
+                publish_input = kernel._publish_execute_input
+
+                def is_lean(parent: dict | None) -> bool:
+                    return bool(((parent or {}).get("metadata") or {}).get(lean))
+
+                def lean_status(status, channel, parent=None):
+                    if status == "busy" and is_lean(parent or kernel.get_parent(channel)):
+                        return
+                    publish_status(status, channel, parent)
+
+                def lean_input(code, parent, execution_count):
+                    if not is_lean(parent):
+                        publish_input(code, parent, execution_count)
+
+                kernel._publish_status = lean_status
+                kernel._publish_execute_input = lean_input
     except Exception:  # not an ipykernel engine
         pass
     if ledger is not None and os.path.exists(ledger[0]):

@@ -24,6 +24,7 @@ from ...machine.hosts import Placement
 from ...machine.network import LOOPBACK
 from ...rank_side import reaper
 from ...rank_side.guard import GRACE
+from ...rank_side.rank_setup import LEAN_REQUEST
 
 if TYPE_CHECKING:
     import logging
@@ -449,7 +450,8 @@ class Execution:
     once, not once per engine. The listener is attached to each request's future before it
     is sent, so nothing can arrive unseen. The texts and displays are not accumulated in
     ipyparallel's metadata as well (that joins each new piece to all earlier text of the
-    cell: quadratic in a burst).
+    cell: quadratic in a burst). The requests are lean (rank_setup.LEAN_REQUEST): a rank
+    publishes no busy status and no echo of the code for them.
     """
 
     def __init__(
@@ -473,6 +475,7 @@ class Execution:
                         socket,
                         code,
                         silent=False,
+                        metadata={LEAN_REQUEST: True},
                         ident=ident,
                         message_future_hook=functools.partial(_listen, index, on_message),
                     )
