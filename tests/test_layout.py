@@ -16,6 +16,7 @@ from jupyter_distcomp.core.layout import (
     RUNTIME_VARIABLES,
     rank_environments,
     rank_table,
+    start_environment,
 )
 from jupyter_distcomp.errors import LayoutError
 from jupyter_distcomp.machine.network import free_ports, listener_ports
@@ -341,3 +342,15 @@ def test_rank_table_rows():
         ("1", "0"),
         ("1", "1"),
     ]
+
+
+def test_the_start_environment_is_the_specs_variables_every_rank_shares():
+    envs = [
+        {"PYTHONPATH": "/src", "RANK": "0", "MIXED": "a"},
+        {"PYTHONPATH": "/src", "RANK": "1", "MIXED": "b"},
+    ]
+    # a launcher's own variable (RANK) is not the spec's; a spec's that differs per rank
+    # (the launcher set it) stays with each rank's setup
+    assert start_environment(envs, ["PYTHONPATH", "MIXED", "ABSENT"]) == {"PYTHONPATH": "/src"}
+    assert start_environment([], ["PYTHONPATH"]) == {}
+

@@ -111,6 +111,18 @@ def test_the_cluster_config_uses_our_mpiexec_and_heartbeat():
     assert config.MPIEngineSetLauncher.environment["PYTHONUNBUFFERED"] == "1"
 
 
+def test_the_start_environment_is_mpiexecs_and_reaches_other_hosts():
+    from jupyter_distcomp.machine.hosts import Placement
+
+    start = {"PYTHONPATH": "/src", "PYTHONUNBUFFERED": "0"}
+    local = ipp.cluster_config(4, start_env=start).MPIEngineSetLauncher.environment
+    assert local["PYTHONPATH"] == "/src"
+    assert local["PYTHONUNBUFFERED"] == "1", "the engines' own variables win"
+    remote = ipp.cluster_config(2, Placement(("127.0.0.2", "127.0.0.3")), start_env=start)
+    args = remote.MPILauncher.mpi_args
+    assert ["-x", "PYTHONPATH"] in [args[i : i + 2] for i in range(len(args))]
+
+
 def test_local_engines_start_beside_the_controller_without_a_nanny(tmp_path):
     from jupyter_distcomp.machine.hosts import Placement
 

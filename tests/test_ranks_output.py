@@ -398,6 +398,41 @@ def test_the_specs_environment_variables_are_on_every_rank_and_in_the_views(kern
     run(kernel, f"%distcomp stop {name}")
 
 
+START_SPEC = """\
+name: starts
+type: DistributedComponent
+environment_variables:
+  PYTHONPATH: {path}
+  DISTCOMP_AT_START: "yes"
+launcher:
+  type: {launcher}
+  additional_arguments: python train.py
+"""
+
+
+@pytest.mark.parametrize("launcher", ["mpi", "torch.distributed"])
+def test_the_specs_environment_variables_hold_from_each_ranks_start(kernel, launcher, tmp_path):
+    """As on Azure ML, a rank's process starts with the spec's variables: what Python reads
+    only at its start (PYTHONPATH) takes effect, and they are in the process's first
+    environment, not only set later."""
+    (tmp_path / "distcomp_start_probe.py").write_text("FOUND = 'probe'\n")
+    name = "starts_" + launcher.replace(".", "_")
+    spec = START_SPEC.replace("starts", name).format(path=tmp_path, launcher=launcher)
+    assert run(kernel, f"%%distcomp {name}\n{spec}").ok
+    code = (
+        "import distcomp_start_probe\n"
+        "with open('/proc/self/environ', 'rb') as f:\n"
+        "    first = dict(v.split(b'=', 1) for v in f.read().split(b'\\0') if b'=' in v)\n"
+        "print(distcomp_start_probe.FOUND, first.get(b'DISTCOMP_AT_START'))"
+    )
+    out = run(kernel, f"%%distcomp run {name}\n{code}")
+    assert out.ok, out.reply
+    assert sorted(out.stream("stdout").splitlines()) == [
+        f"[rank {r}] probe b'yes'" for r in range(2)
+    ]
+    run(kernel, f"%distcomp stop {name}")
+
+
 class Answering:
     """Answers the kernel's input requests as a notebook user would: ``answer(prompt)``."""
 

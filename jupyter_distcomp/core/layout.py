@@ -292,3 +292,17 @@ __all__ = [
     "rank_table",
     "tensorflow_tasks",
 ]
+
+
+def start_environment(envs: Sequence[RankEnv], names: Sequence[str]) -> RankEnv:
+    """The variables of ``names`` (a spec's ``environment_variables``) that every rank has
+    with one value, as the ranks have them: a process gets these from its start, as on
+    Azure ML, so that what is read only then (PYTHONPATH, LD_PRELOAD, OMPI_MCA_*) holds."""
+    if not envs:
+        return {}
+    first, *rest = envs
+    return {
+        name: first[name]
+        for name in names
+        if name in first and all(env.get(name) == first[name] for env in rest)
+    }

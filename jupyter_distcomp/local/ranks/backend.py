@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ...contracts import RankState
-from ...core.layout import layout_text
+from ...core.layout import layout_text, start_environment
 from ...core.ranges import format_ranks, parse_ranks
 from ...core.summary import pending_text
 from ...errors import RankError
@@ -252,10 +252,12 @@ class RankBackend:
         placement = self.placement_of(name).for_layout(layout.instance_count)
         if placement.local and signature[-1].embedded:
             _warn_if_oversubscribed(layout.world_size)
+        # the ports are chosen here, once per world; every view shows these values
+        envs = placement.rank_environments(component, self.master_addr)
         world = World(
             name,
-            # the ports are chosen here, once per world; every view shows these values
-            placement.rank_environments(component, self.master_addr),
+            envs,
+            start_env=start_environment(envs, list(component.environment_variables)),
             launcher=component.launcher_type or "mpi",
             instance_count=layout.instance_count,
             process_count_per_node=layout.process_count_per_node,

@@ -181,9 +181,12 @@ def cluster_config(
     placement: Placement | None = None,
     process_count_per_node: int = 1,
     files: Mapping[str, str] | None = None,
+    start_env: Mapping[str, str] | None = None,
 ) -> Config:
     """traitlets config for ``Cluster(engines="mpi")``: our mpiexec, flags, heartbeat; with
-    hosts, the engines run there and the controller listens on the address reaching them."""
+    hosts, the engines run there and the controller listens on the address reaching them.
+    ``start_env``: variables every rank has from its start (passed on to other hosts too);
+    the engines' own win."""
     from ipyparallel.cluster.launcher import ipcontroller_cmd_argv
     from traitlets.config import Config
 
@@ -195,10 +198,12 @@ def cluster_config(
     guard = [*GUARD, "--parent", str(os.getpid())]
     config.MPILauncher.mpi_cmd = [*guard, mpi.mpiexec_path()]
     config.LocalControllerLauncher.controller_cmd = [*guard, *ipcontroller_cmd_argv]
+    start_env = dict(start_env or {})
+    forward = [*FORWARDED, *(name for name in start_env if name not in FORWARDED)]
     config.MPILauncher.mpi_args = mpi.mpiexec_flags(
-        placement, world_size, process_count_per_node, FORWARDED
+        placement, world_size, process_count_per_node, forward
     )
-    config.MPIEngineSetLauncher.environment = engine_environment(listen, files)
+    config.MPIEngineSetLauncher.environment = {**start_env, **engine_environment(listen, files)}
     config.MPIEngineSetLauncher.engine_args = [
         "--log-level=WARN",
         f"--IPEngine.max_heartbeat_misses={ENGINE_MISSES}",
@@ -218,7 +223,8 @@ def cluster_config(
 
 class LocalCluster:
     """A controller and one mpiexec engine set of ``world_size`` ranks, started by us;
-    ``files``: where mpiexec keeps its files (:func:`mpi.run_files_environment`).
+    ``files``: where mpiexec keeps its files (:func:`mpi.run_files_environment`);
+    ``start_env``: variables every rank has from its start.
 
     Keeps mpiexec's launcher after the stop: it holds what mpiexec printed.
     """
@@ -231,6 +237,7 @@ class LocalCluster:
         placement: Placement | None = None,
         process_count_per_node: int = 1,
         files: Mapping[str, str] | None = None,
+        start_env: Mapping[str, str] | None = None,
     ):
         import ipyparallel
 
@@ -239,7 +246,7 @@ class LocalCluster:
             engines="mpi",
             n=world_size,
             profile_dir=profile_dir,
-            config=cluster_config(world_size, placement, process_count_per_node, files),
+            config=cluster_config(world_size, placement, process_count_per_node, files, start_env),
             load_profile=False,
             delay=0,  # engines wait for the controller's connection info anyway
             engine_timeout=int(timeout),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...contracts import RankState
@@ -60,9 +60,12 @@ class World(WorldHealth):
         placement: Placement | None = None,
         on_change: Callable[[World], None] | None = None,
         on_ready: Sequence[StartHook] = (),
+        start_env: Mapping[str, str] | None = None,
     ):
         self.name = name
         self.envs = [dict(env) for env in envs]
+        #: variables in mpiexec's environment: every rank has them from its start
+        self.start_env = dict(start_env or {})
         self.launcher = launcher
         self.instance_count = instance_count
         self.process_count_per_node = process_count_per_node
@@ -174,6 +177,7 @@ class World(WorldHealth):
             self.placement,
             self.process_count_per_node,
             mpi.run_files_environment(self._tmp, self._segments, os.environ),
+            self.start_env,
         )
         cluster.start()
         if self._stopped:
