@@ -353,4 +353,3 @@ def test_the_start_environment_is_the_specs_variables_every_rank_shares():
     # (the launcher set it) stays with each rank's setup
     assert start_environment(envs, ["PYTHONPATH", "MIXED", "ABSENT"]) == {"PYTHONPATH": "/src"}
     assert start_environment([], ["PYTHONPATH"]) == {}
-
