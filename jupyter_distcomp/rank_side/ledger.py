@@ -158,30 +158,35 @@ class Ring:
 
 
 def read_ring(path: str, last: int | None = None) -> list[Entry]:
-    """The calls in a ledger file, oldest first (only the ``last`` ones, when given); []
-    when there is none (yet)."""
+    """The calls in a ledger file, oldest first (only the ``last`` ones, when given: only
+    their slots are read); [] when there is none (yet)."""
     try:
         with open(path, "rb") as handle:
-            data = handle.read()
+            header = handle.read(_HEADER.size)
+            if len(header) < _HEADER.size:
+                return []
+            magic, slot_size, capacity, written = _HEADER.unpack(header)
+            if magic != MAGIC or slot_size != SLOT_SIZE:
+                return []
+            first = max(0, written - capacity, 0 if last is None else written - last)
+            body = handle.read() if last is None else b""
+            entries = []
+            for index in range(first, written):
+                place = slot_size * (index % capacity)
+                if last is None:
+                    raw = body[place : place + slot_size]
+                else:
+                    raw = os.pread(handle.fileno(), slot_size, _HEADER.size + place)
+                if len(raw) < slot_size:
+                    break
+                seq, started, finished, size = _SLOT.unpack_from(raw, 0)
+                text = raw[_SLOT.size : _SLOT.size + size].decode(errors="replace")
+                entry = _entry(seq, started, finished, text)
+                if entry is not None:
+                    entries.append(entry)
+            return entries
     except OSError:
         return []
-    if len(data) < _HEADER.size:
-        return []
-    magic, slot_size, capacity, written = _HEADER.unpack_from(data, 0)
-    if magic != MAGIC or slot_size != SLOT_SIZE:
-        return []
-    first = max(0, written - capacity, 0 if last is None else written - last)
-    entries = []
-    for index in range(first, written):
-        offset = _HEADER.size + slot_size * (index % capacity)
-        if offset + slot_size > len(data):
-            break
-        seq, started, finished, size = _SLOT.unpack_from(data, offset)
-        text = data[offset + _SLOT.size : offset + _SLOT.size + size].decode(errors="replace")
-        entry = _entry(seq, started, finished, text)
-        if entry is not None:
-            entries.append(entry)
-    return entries
 
 
 def flight_recorder_entries(raw: bytes) -> list[Entry]:
