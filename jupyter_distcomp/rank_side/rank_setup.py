@@ -140,32 +140,28 @@ def setup_rank(
                 kernel._publish_execute_input = lean_input
     except Exception:  # not an ipykernel engine
         pass
-    if ledger is not None and os.path.exists(ledger[0]):
-        try:  # ledger_hooks.py by path, as ``distcomp_ledger_hooks``: no package needed
-            import importlib.util
 
-            hooks = sys.modules.get("distcomp_ledger_hooks")
-            if hooks is None:
-                spec = importlib.util.spec_from_file_location("distcomp_ledger_hooks", ledger[0])
-                assert spec is not None and spec.loader is not None
-                hooks = importlib.util.module_from_spec(spec)
-                sys.modules["distcomp_ledger_hooks"] = hooks
-                spec.loader.exec_module(hooks)
-            hooks.install(ledger[1])
+    def by_path(name: str, path: str):
+        """The module of the file ``path``, loaded once as ``name``: no package needed."""
+        import importlib.util
+
+        module = sys.modules.get(name)
+        if module is None:
+            spec = importlib.util.spec_from_file_location(name, path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+        return module
+
+    if ledger is not None and os.path.exists(ledger[0]):
+        try:
+            by_path("distcomp_ledger_hooks", ledger[0]).install(ledger[1])
         except Exception as exc:
             print(f"distcomp: no collectives ledger on this rank: {exc!r}", file=sys.stderr)
     if flow is not None and os.path.exists(flow[0]) and os.path.exists(flow[1]):
-        try:  # flow.py by path, as ``distcomp_flow``
-            import importlib.util
-
-            paced = sys.modules.get("distcomp_flow")
-            if paced is None:
-                spec = importlib.util.spec_from_file_location("distcomp_flow", flow[0])
-                assert spec is not None and spec.loader is not None
-                paced = importlib.util.module_from_spec(spec)
-                sys.modules["distcomp_flow"] = paced
-                spec.loader.exec_module(paced)
-            paced.install(flow[1])
+        try:
+            by_path("distcomp_flow", flow[0]).install(flow[1])
         except Exception as exc:
             print(f"distcomp: this rank's output is not paced: {exc!r}", file=sys.stderr)
     mpi_rank = mpi_size = None
