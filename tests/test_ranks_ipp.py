@@ -34,20 +34,16 @@ def resolve(dotted: str) -> object:
     raise ImportError(dotted)
 
 
-@pytest.mark.parametrize("dotted", ipp.RELIES_ON)
-def test_what_the_adapter_relies_on_exists(dotted):
+@pytest.mark.parametrize(
+    ("dotted", "user"),
+    [(d, "local/ranks/ipp.py") for d in ipp.RELIES_ON]
+    + [(d, "rank_side/rank_setup.py") for d in rank_setup.RELIES_ON],
+)
+def test_what_the_adapters_rely_on_exists(dotted, user):
     try:
         resolve(dotted)
     except (ImportError, AttributeError) as exc:
-        pytest.fail(f"ipyparallel no longer has {dotted}: {exc!r}; adapt ranks/ipp.py")
-
-
-@pytest.mark.parametrize("dotted", rank_setup.RELIES_ON)
-def test_what_the_ranks_setup_relies_on_in_ipykernel_exists(dotted):
-    try:
-        resolve(dotted)
-    except (ImportError, AttributeError) as exc:
-        pytest.fail(f"ipykernel no longer has {dotted}: {exc!r}; adapt rank_side/rank_setup.py")
+        pytest.fail(f"{dotted} no longer exists: {exc!r}; adapt {user}")
 
 
 @pytest.mark.parametrize("dotted", ipp.COROUTINES)
