@@ -105,6 +105,69 @@ def test_gutter_breakpoint_stops_every_rank_at_the_cell_line_and_next_steps_over
     assert "ipykernel_" not in text, text
 
 
+STEP_CELL = """%%distcomp run dbg
+import json
+def double(v):
+    return v * 2
+text = json.dumps({"rank": comm.rank})
+total = comm.allreduce(double(comm.rank))
+print('total', total)"""
+
+
+def lines_after(dap: DapClient, request: str, thread: int) -> tuple[int, set[int], set[str]]:
+    """``request`` (next, stepIn) on the ranks: the thread that stopped last, and the lines
+    and the files of the ranks' innermost frames there."""
+    since = len(dap.events)
+    assert dap.request(request, threadId=thread)["success"]
+    steps = dap.wait_events("stopped", RANKS, since, reason="step")
+    thread = steps[-1]["body"]["threadId"]
+    frames = dap.request("stackTrace", threadId=thread)["body"]["stackFrames"]
+    inner = [f for f in frames if not f["name"].endswith("<module>")] or frames
+    return thread, {f["line"] for f in inner}, {f["source"]["path"] for f in inner}
+
+
+@pytest.mark.slow
+def test_step_in_stops_in_the_users_code_only(debugger):
+    """As debugpy in JupyterLab (justMyCode): Step In over a library call (json) and over a
+    collective goes to the cell's next line; into the user's own function, to its line."""
+    dap, _ = debugger
+    path = dap.breakpoints(STEP_CELL, [5])
+    dap.request("configurationDone")
+    since = len(dap.events)
+    msg_id = dap.execute(STEP_CELL)
+    thread = dap.wait_events("stopped", RANKS, since)[-1]["body"]["threadId"]
+    thread, lines, files = lines_after(dap, "stepIn", thread)
+    assert (lines, files) == ({6}, {path}), dap.output(msg_id)
+    thread, lines, files = lines_after(dap, "stepIn", thread)  # into double, not allreduce
+    assert (lines, files) == ({4}, {path}), dap.output(msg_id)
+    dap.request("continue", threadId=1)
+    reply = dap.wait_reply(msg_id)
+    assert reply["status"] == "ok", dap.output(msg_id)
+    assert "[rank 3] total 12" in dap.output(msg_id)
+
+
+@pytest.mark.slow
+def test_a_ranks_variable_in_the_rich_view_and_copied_to_the_ranks_globals(debugger):
+    dap, _ = debugger
+    dap.breakpoints(CELL, [3])
+    dap.request("configurationDone")
+    since = len(dap.events)
+    msg_id = dap.execute(CELL)
+    thread = dap.wait_events("stopped", RANKS, since)[-1]["body"]["threadId"]
+    frames = dap.request("stackTrace", threadId=thread)["body"]["stackFrames"]
+    by_rank = {int(f["name"].split(":")[0].split()[1]): f for f in frames}
+    rich = dap.request("richInspectVariables", variableName="x", frameId=by_rank[2]["id"])
+    assert rich["success"] and rich["body"]["data"]["text/plain"] == "20", rich
+    copied = dap.request(
+        "copyToGlobals", srcVariableName="x", dstVariableName="x_seen", srcFrameId=by_rank[1]["id"]
+    )
+    assert copied["success"], copied
+    dap.request("continue", threadId=1)
+    assert dap.wait_reply(msg_id)["status"] == "ok", dap.output(msg_id)
+    reply, text = dap.run("%%distcomp run dbg --ranks 1\nprint('seen', x_seen)")
+    assert reply["status"] == "ok" and "[rank 1] seen 10" in text, text
+
+
 @pytest.mark.slow
 def test_a_plain_cell_keeps_its_own_debugging(debugger):
     dap, _ = debugger

@@ -280,6 +280,27 @@ def test_the_ranks_of_a_command_share_one_prompt_and_step_over_all_reduce(kernel
     assert "[rank 0] total 3.0" in text and "[rank 1] total 3.0" in text, text
 
 
+STEP_INTO_PRINT = """%%distcomp run dbg
+def f():
+    breakpoint()
+    print('x')
+    done = 1
+    return done
+f()
+"""
+
+
+@pytest.mark.slow
+def test_a_step_into_print_goes_to_the_next_line_not_into_the_output_machinery(kernel):
+    """``s`` on a line that prints: the rank's output code (ipykernel's and ours, and the
+    threading code they call) is not the user's, so the step stops at the next line."""
+    out = kernel.run(STEP_INTO_PRINT, ["s", "s", "c"])
+    assert out.ok, out.text
+    assert "> cell line 5, in f()" in out.transcript, out.transcript
+    for foreign in ("flow.py", "threading.py", "ipykernel", "jupyter_distcomp", "<string>"):
+        assert foreign not in out.transcript, out.transcript
+
+
 @pytest.mark.slow
 def test_q_on_a_rank_the_others_wait_for_ends_the_cell_within_the_grace(kernel):
     """The last test of the module: ranks 0-1 stay blocked in MPI's C code."""

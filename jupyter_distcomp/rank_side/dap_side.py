@@ -8,7 +8,8 @@ Shipped to each engine as source (like ``debug_hook``) and run as module
   that cell (its lines) and of files; the cell then runs traced by the rank's pdb
   (``debug_hook.RankPdb``), which stops only at those lines. ``arm(None, {})`` clears them.
 - at a stop, through the rank's pdb prompt (``distcomp_call NAME JSON``): :func:`stack`,
-  :func:`scopes`, :func:`variables`, :func:`evaluate`, :func:`breaks`. Each answers JSON.
+  :func:`scopes`, :func:`variables`, :func:`evaluate`, :func:`rich`, :func:`to_globals`,
+  :func:`breaks`. Each answers JSON.
 
 Objects the notebook may expand get a number (``ref``), valid until the rank runs on.
 """
@@ -65,6 +66,11 @@ def arm(code: str | None, cells: dict[str, list[int]], files: dict[str, list[int
     if _visual:
         signal.signal(PAUSE_SIGNAL, _pause)
     return here
+
+
+def visual() -> bool:
+    """The notebook's visual debugger is on (its steps stop in the user's code only)."""
+    return _visual
 
 
 def _pause(signum: int, frame: Any) -> None:
@@ -221,6 +227,39 @@ def evaluate(pdb: Any, index: int, expression: str) -> dict:
         return {"error": f"{type(exc).__name__}: {exc}"}
     described = _describe("", value)
     return {"result": described["value"], "type": described["type"], "ref": described["ref"]}
+
+
+def rich(pdb: Any, index: int, name: str) -> dict:
+    """The variable ``name`` of frame ``index`` as the notebook displays it (every format
+    IPython's formatter gives: JupyterLab's rich view of a variable)."""
+    if not name.isidentifier():
+        return {"data": {}, "metadata": {}}
+    frame = _frame(pdb, index)
+    try:
+        value = eval(name, frame.f_globals, _locals(pdb, frame))
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    from IPython import get_ipython
+
+    data, metadata = get_ipython().display_formatter.format(value)
+    return {"data": data, "metadata": {k: v for k, v in metadata.items() if k in data}}
+
+
+def to_globals(pdb: Any, index: int, source: str, target: str) -> dict:
+    """The variable ``source`` of frame ``index`` as ``target`` in the rank's namespace
+    (JupyterLab's Copy to Globals): later cells on this rank see it."""
+    if not (source.isidentifier() and target.isidentifier()):
+        return {"error": f"{source!r} and {target!r} must be variable names"}
+    frame = _frame(pdb, index)
+    try:
+        value = eval(source, frame.f_globals, _locals(pdb, frame))
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    from IPython import get_ipython
+
+    get_ipython().user_ns[target] = value
+    described = _describe(target, value)
+    return {"value": described["value"], "type": described["type"]}
 
 
 def breaks(pdb: Any, cells: dict[str, list[int]], files: dict[str, list[int]]) -> bool:

@@ -48,10 +48,17 @@ SKIP = (
     "zmq.*",
     "contextlib",
     "codeop",
-    "distcomp_debug_hook",
-    "distcomp_dap_side",
+    "distcomp_*",  # this package's rank-side modules, loaded by path (debug, ledger, output)
     "jupyter_distcomp.*",
 )
+#: where library code lives (the standard library, site-packages): a step does not stop in
+#: it when the machinery around the user's code (:data:`SKIP`) called it
+LIBRARY_ROOTS = tuple(
+    os.path.join(os.path.realpath(root), "")
+    for root in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    if os.path.realpath(root) != os.path.sep
+)
+_library_files: dict[str, bool] = {}
 #: how a notebook (which has no Ctrl-D) leaves pdb's ``interact``
 LEAVE_INTERACT = ("exit()", "quit()", "EOF")
 #: seconds to connect to the kernel, pass the key challenge and hear whether to stop: a
@@ -176,6 +183,22 @@ class _In(io.TextIOBase):
         return reply.get("line", "") + "\n"
 
 
+def _is_library(filename: str) -> bool:
+    """``filename`` is the standard library's or an installed package's, or code a library
+    made from text (``<frozen ...>``, ``<string>``: namedtuple's, dataclasses')."""
+    known = _library_files.get(filename)
+    if known is None:
+        if len(_library_files) > 10_000:
+            _library_files.clear()
+        path = os.path.join(os.path.realpath(filename), "")
+        known = _library_files[filename] = (
+            (filename.startswith("<") and not filename.startswith("<ipython-input"))
+            or any(part in path for part in ("/site-packages/", "/dist-packages/"))
+            or path.startswith(LIBRARY_ROOTS)
+        )
+    return known
+
+
 class RankPdb(pdb.Pdb):
     """pdb whose prompt names the rank and whose terminal is the notebook."""
 
@@ -189,6 +212,28 @@ class RankPdb(pdb.Pdb):
         self.channel = channel
         self.prompt = f"(Pdb rank {channel.rank}) "
         self._ending = ""
+
+    def stop_here(self, frame) -> bool:
+        """pdb's rule, and not in library code that the machinery around the user's line
+        called (``print`` on a rank runs ipykernel's and our output code, and the threading
+        code they call): a step into ``print`` goes on to the user's next line. Under the
+        visual debugger a step stops in the user's code only (debugpy's justMyCode, as
+        JupyterLab runs it)."""
+        if not super().stop_here(frame):
+            return False
+        if not _is_library(frame.f_code.co_filename):
+            return True
+        side = sys.modules.get("distcomp_dap_side")
+        if side is not None and side.visual():
+            return False
+        return not self._under_machinery(frame)
+
+    def _under_machinery(self, frame) -> bool:
+        while frame is not None and _is_library(frame.f_code.co_filename):
+            frame = frame.f_back
+            if frame is not None and self.is_skipped_module(frame.f_globals.get("__name__", "")):
+                return True
+        return False
 
     def interaction(self, frame, traceback) -> None:
         side = sys.modules.get("distcomp_dap_side")

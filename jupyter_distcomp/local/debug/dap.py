@@ -193,6 +193,8 @@ class Adapter:
             return self.pause_ranks is not None
         if command in ("scopes", "evaluate", "richInspectVariables"):
             return int(args.get("frameId") or 0) >= REF_BASE
+        if command == "copyToGlobals":
+            return int(args.get("srcFrameId") or 0) >= REF_BASE
         if command == "variables":
             return int(args.get("variablesReference") or 0) >= REF_BASE
         return False

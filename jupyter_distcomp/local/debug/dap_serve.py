@@ -126,7 +126,9 @@ class Serving:
     def _question(self, command: str, args: dict) -> Any:
         if command == "stackTrace":
             return self._stack_trace(int(args["threadId"]))
-        key = "variablesReference" if command == "variables" else "frameId"
+        key = {"variables": "variablesReference", "copyToGlobals": "srcFrameId"}.get(
+            command, "frameId"
+        )
         thread, number = split_ref(int(args[key]))
         rank = thread - thread_of(self.slot, 0)
         if rank not in self._at_prompt():
@@ -153,7 +155,15 @@ class Serving:
                 return str(found["error"])
             ref = ref_of(thread, found["ref"]) if found["ref"] else 0
             return {"result": found["result"], "type": found["type"], "variablesReference": ref}
-        return f"{command} is not available for a rank"
+        if command == "richInspectVariables":
+            name = str(args.get("variableName", ""))
+            found = self._ask({rank}, "rich", [number, name])[rank]
+        elif command == "copyToGlobals":
+            names = [str(args.get("srcVariableName", "")), str(args.get("dstVariableName", ""))]
+            found = self._ask({rank}, "to_globals", [number, *names])[rank]
+        else:
+            return f"{command} is not available for a rank"
+        return str(found["error"]) if "error" in found else found
 
     @staticmethod
     def _variable(thread: int, found: dict) -> dict:
