@@ -329,15 +329,34 @@ def test_switching_the_debugger_off_at_a_stop_lets_the_ranks_run_on(dap):
 
 
 @pytest.mark.slow
-def test_load_ext_after_the_debugger_says_how_to_get_ranks():
+def test_the_debugger_on_before_load_ext_keeps_its_breakpoints_and_the_ranks_start():
+    """JupyterLab's debugger switched on (and a gutter breakpoint set) in a fresh kernel,
+    before ``%load_ext``: debugpy stays out of the processes that start the ranks, and the
+    breakpoint stops every rank."""
     kernel = DebugKernel()
     try:
         client = DapClient(kernel.kc)
         client.start()
-        reply, text = client.run("%load_ext jupyter_distcomp")
-        assert reply["status"] == "ok", text
-        assert "switched on in this kernel before %load_ext jupyter_distcomp" in text, text
-        assert "Fix: restart the kernel, run %load_ext jupyter_distcomp first" in text, text
+        cell = "%%distcomp run first\nx = mpi_rank * 10\ny = x + 1\nprint('y', y)"
+        client.breakpoints(cell, [3])
+        client.request("configurationDone")
+        setup = [
+            "%load_ext jupyter_distcomp",
+            f"%%distcomp first\n{MPI_SPEC.replace('name: dbg', 'name: first')}",
+            "first.runsettings.resource_layout.configure(process_count_per_node=2)",
+        ]
+        for code in setup:
+            reply, text = client.run(code, timeout=120)
+            assert reply["status"] == "ok" and "distcomp:" not in text, text
+        since = len(client.events)
+        msg_id = client.execute(cell)
+        stops = client.wait_events("stopped", 2, since, timeout=120)
+        thread = stops[-1]["body"]["threadId"]
+        frames = client.request("stackTrace", threadId=thread)["body"]["stackFrames"]
+        assert {f["line"] for f in frames} == {3}, frames
+        client.request("continue", threadId=1)
+        assert client.wait_reply(msg_id)["status"] == "ok", client.output(msg_id)
+        assert "[rank 1] y 11" in client.output(msg_id)
         client.stop()
     finally:
         kernel.close()

@@ -13,7 +13,6 @@ ipywidgets with the first panel.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -638,12 +637,9 @@ class Session:
 
             backend = self.backend
             kernel = getattr(self.shell, "kernel", None)
-            first = dap.debugger_came_first(kernel)
             adapter = dap.install(kernel, lambda: dict(backend.worlds))
             if adapter is not None:  # JupyterLab's debugger: rank threads come and go
                 backend.add_listener(adapter.sync_threads)
-                if first:
-                    print(dap.DEBUGGER_FIRST, file=sys.stderr)
 
     def shutdown(self) -> None:
         """Stop every rank this session started (at kernel exit)."""

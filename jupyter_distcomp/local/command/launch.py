@@ -34,6 +34,7 @@ from typing import IO
 from ...machine import mpi, scratch, shim
 from ...machine.hosts import Placement
 from ...rank_side import reaper
+from ..debug.dap import debugpy_out_of_children
 
 #: a line with no newline yet is shown after this many seconds (progress output)
 PARTIAL_LINE_SECONDS = 0.5
@@ -130,15 +131,16 @@ class DirectLaunch:
         self.reported: set[int] = set()
         try:
             for rank, env in enumerate(envs):
-                proc = subprocess.Popen(
-                    [*SUPERVISOR, "--direct", "--", *argv],
-                    cwd=cwd,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    start_new_session=True,
-                )
+                with debugpy_out_of_children():
+                    proc = subprocess.Popen(
+                        [*SUPERVISOR, "--direct", "--", *argv],
+                        cwd=cwd,
+                        env=env,
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE,
+                        start_new_session=True,
+                    )
                 self.procs.append(proc)
                 for name, pipe in _pipes(proc):
                     self.threads.append(_thread(pump, pipe.fileno(), rank, name, events))
@@ -218,15 +220,16 @@ class MpiLaunch:
         self.conns: list[socket.socket] = []
         self.acceptor = _thread(self._accept)
         try:
-            self.proc = subprocess.Popen(
-                mpiexec_argv(len(envs), envfile, argv, placement, process_count_per_node),
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
+            with debugpy_out_of_children():
+                self.proc = subprocess.Popen(
+                    mpiexec_argv(len(envs), envfile, argv, placement, process_count_per_node),
+                    cwd=cwd,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                )
         except BaseException:
             self.server.close()
             scratch.remove(self.tmp, self.segments)

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
+import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 THREAD_BASE = 1_000_000_000  # a rank's thread: THREAD_BASE + world slot * SLOT + rank
@@ -74,23 +76,33 @@ def _no_subprocesses() -> None:
         import debugpy
 
         debugpy.configure(subProcess=False)
-    except Exception:  # listening already (started before %load_ext): nothing to change
+    except Exception:  # listening already (on before %load_ext): no_debugpy_in_children
         pass
 
 
-#: said at %load_ext when debugpy listened before it (ranks started then would wait for it)
-DEBUGGER_FIRST = (
-    "distcomp: JupyterLab's debugger was switched on in this kernel before %load_ext "
-    "jupyter_distcomp: debugpy now enters every process the kernel starts, so ranks cannot "
-    "start (their controller waits for a debugger). Fix: restart the kernel, run %load_ext "
-    "jupyter_distcomp first, then switch the debugger on."
-)
+#: pydevd's module that puts debugpy into each Python process a debugged process starts
+PYDEVD_CHILDREN = "_pydev_bundle.pydev_monkey"
 
 
-def debugger_came_first(kernel: Any) -> bool:
-    """debugpy listened in ``kernel`` before the adapter could tell it to stay out of the
-    processes the kernel starts."""
-    return bool(getattr(getattr(kernel, "debugger", None), "debugpy_initialized", False))
+def no_debugpy_in_children() -> None:
+    """The processes this thread starts from now on run without debugpy. debugpy that
+    listened in the kernel before %load_ext (``subProcess`` on) puts itself into every
+    Python process the kernel starts: the ranks' controller and mpiexec's guard would wait
+    for a debugger that never comes. pydevd's own switch, per thread."""
+    monkey = sys.modules.get(PYDEVD_CHILDREN)
+    if monkey is not None:
+        monkey._arg_patch.apply_arg_patching = False
+
+
+@contextlib.contextmanager
+def debugpy_out_of_children() -> Iterator[None]:
+    """:func:`no_debugpy_in_children` for the processes started in the block only."""
+    monkey = sys.modules.get(PYDEVD_CHILDREN)
+    if monkey is None:
+        yield
+        return
+    with monkey.skip_subprocess_arg_patch():
+        yield
 
 
 def thread_of(slot: int, rank: int) -> int:
@@ -127,6 +139,9 @@ class Adapter:
         self._seq = 0
         self._original = kernel.do_debug_request
         kernel.do_debug_request = self.process
+        # JupyterLab's debugger on before %load_ext: the breakpoints it set by then
+        for path, points in dict(getattr(kernel.debugger, "breakpoint_list", None) or {}).items():
+            self._record_breakpoints({"source": {"path": path}, "breakpoints": points})
 
     def close(self) -> None:
         if self.kernel.do_debug_request == self.process:

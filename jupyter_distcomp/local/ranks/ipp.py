@@ -25,6 +25,7 @@ from ...machine.network import LOOPBACK
 from ...rank_side import reaper
 from ...rank_side.guard import GRACE
 from ...rank_side.rank_setup import LEAN_REQUEST
+from ..debug import dap
 
 if TYPE_CHECKING:
     import logging
@@ -134,6 +135,7 @@ def event_loop() -> asyncio.AbstractEventLoop:
             ready = threading.Event()
 
             def main() -> None:
+                dap.no_debugpy_in_children()  # the controller and mpiexec start here
                 asyncio.set_event_loop(loop)
                 loop.set_exception_handler(_kernel_log_exception)
                 loop.call_soon(ready.set)
