@@ -187,3 +187,69 @@ def test_the_guard_ends_as_its_command_did_and_says_nothing_of_its_own(end, code
         timeout=60,
     )
     assert (guard.returncode, guard.stderr, guard.stdout) == (code, "", "")
+
+
+STUBBORN = """
+import os, signal, subprocess, sys, time
+for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+    signal.signal(sig, signal.SIG_IGN)
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+print(child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_burst_of_stop_signals_leaves_the_guard_in_charge_of_its_whole_tree():
+    """Stop signals that come while the guard handles one (a stop, then the kernel's death)
+    must not break it: the command that ignores them, and what it started, end at the
+    guard's deadline, and nothing is orphaned."""
+    from jupyter_distcomp.rank_side.guard import GRACE
+
+    guard = subprocess.Popen(
+        [sys.executable, "-m", "jupyter_distcomp.rank_side.guard", sys.executable, "-c", STUBBORN],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    grandchild = psutil.Process(int(guard.stdout.readline()))
+    try:
+        for _ in range(300):
+            for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+                guard.send_signal(sig)
+        time.sleep(1)
+        assert guard.poll() is None, f"the guard broke: {guard.stderr.read()}"
+        assert alive([grandchild])
+        guard.wait(timeout=GRACE + 20)
+        assert wait_gone([grandchild], 5) == [], "orphaned: it outlived its guard"
+    finally:
+        for proc in alive([grandchild]):
+            proc.kill()
+        guard.kill()
+
+
+def test_a_stop_signal_inside_the_guards_handler_starts_one_deadline_and_raises_nothing(
+    monkeypatch,
+):
+    """The second stop signal runs the handler again while the first is making its timer
+    (a signal interrupts Python code anywhere): the guard must not break, or its command
+    dies with it and orphans what it started."""
+    import threading
+
+    from jupyter_distcomp.rank_side import guard
+
+    started: list[object] = []
+    handler = guard._Forward(child=2**22 + 7)  # no such process: the kill finds none
+
+    class Timer(threading.Timer):
+        def __init__(self, *args, **kwargs):
+            if not started:
+                started.append("nested")
+                handler(signal.SIGTERM, None)  # the signal that comes meanwhile
+            super().__init__(*args, **kwargs)
+
+        def start(self):
+            started.append(self)
+
+    monkeypatch.setattr(guard.threading, "Timer", Timer)
+    handler(signal.SIGTERM, None)
+    assert [s for s in started if s != "nested"] and len(started) == 2, started

@@ -106,6 +106,27 @@ def test_a_burst_of_200000_lines_all_arrives_in_order_and_the_next_cell_gets_its
     assert sorted(after.stream().splitlines()) == ["[rank 0] next 0", "[rank 1] next 1"]
 
 
+#: the controller's memory (the guard's child; its schedulers have the same command line)
+CONTROLLER_RSS = (
+    "import psutil\n"
+    "(controller,) = [p for p in psutil.Process().children(recursive=True)\n"
+    "    if 'ipyparallel.controller' in ' '.join(p.cmdline())\n"
+    "    and 'rank_side.guard' in ' '.join(p.parent().cmdline())]\n"
+    "print(controller.memory_info().rss)"
+)
+
+
+def test_the_controller_keeps_no_copy_of_what_the_ranks_print(kernel):
+    """40 MB printed on a rank pass through ipyparallel's controller, which keeps none of
+    it: its memory does not grow with the ranks' output."""
+    before = int(run(kernel, CONTROLLER_RSS).stream().split()[-1])
+    code = "line = 'x' * 199\nfor i in range(200_000):\n    print(line)"
+    out = run(kernel, f"%%distcomp run out --ranks 0\n{code}")
+    assert out.ok and len(out.stream("stdout")) > 40_000_000, out.reply
+    after = int(run(kernel, CONTROLLER_RSS).stream().split()[-1])
+    assert after - before < 10_000_000, f"the controller grew by {after - before:,} bytes"
+
+
 def test_20000_displays_on_a_rank_all_arrive_to_a_frontend_that_reads_late(kernel):
     out = run(
         kernel,

@@ -41,21 +41,31 @@ def _start(argv: list[str]) -> int:
     os._exit(127)
 
 
-def _supervise(child: int) -> int:
-    """Pass stop signals on to ``child``, reap what we adopt, and return ``child``'s end."""
-    deadline: list[threading.Timer] = []
+class _Forward:
+    """The signal handler: passes each signal on to ``child``; the first stop signal starts
+    the deadline. Signals arrive while it runs (a stop, then the kernel's death): it is
+    marked as started before the timer is made, so one that comes meanwhile starts none."""
 
-    def forward(signum: int, _frame: object) -> None:
+    def __init__(self, child: int):
+        self.child = child
+        self.started = False
+
+    def __call__(self, signum: int, _frame: object) -> None:
         try:
-            os.kill(child, signum)
+            os.kill(self.child, signum)
         except ProcessLookupError:
             pass
-        if signum in _STOPS and not deadline:
+        if signum in _STOPS and not self.started:
+            self.started = True
             # the main thread's waitpid must see CMD end: the timer kills, it does not reap
-            deadline.append(threading.Timer(GRACE, reaper.kill_tree))
-            deadline[0].daemon = True
-            deadline[0].start()
+            timer = threading.Timer(GRACE, reaper.kill_tree)
+            timer.daemon = True
+            timer.start()
 
+
+def _supervise(child: int) -> int:
+    """Pass stop signals on to ``child``, reap what we adopt, and return ``child``'s end."""
+    forward = _Forward(child)
     for sig in _FORWARDED:
         signal.signal(sig, forward)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)

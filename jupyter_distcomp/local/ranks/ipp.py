@@ -216,6 +216,10 @@ def cluster_config(
         config.MPIEngineSetLauncher.engine_args.append("--IPEngine.enable_nanny=False")
     config.LocalControllerLauncher.controller_args = [
         "--log-level=WARN",
+        # the hub keeps no record of requests and output (its in-memory store joins each
+        # piece of a rank's output to the cell's text so far, and keeps 1,024 cells' worth);
+        # nothing here asks the hub for an earlier result
+        "--nodb",
         f"--HeartMonitor.period={HEARTBEAT_MS}",
         f"--HeartMonitor.max_heartmonitor_misses={HUB_MISSES}",
         f"--ip={listen}",
