@@ -108,6 +108,21 @@ def _text(raw: bytes) -> str:
     return raw.decode("utf-8", errors="replace").rstrip("\r")
 
 
+def _start(argv: list[str], cwd, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """A process of the command, in a session of its own, its output piped; without
+    debugpy, even while it listens in the kernel."""
+    with debugpy_out_of_children():
+        return subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+
+
 def _pipes(proc: subprocess.Popen[bytes]) -> list[tuple[str, IO[bytes]]]:
     """stdout and stderr of a process started with both piped."""
     assert proc.stdout is not None and proc.stderr is not None
@@ -131,16 +146,7 @@ class DirectLaunch:
         self.reported: set[int] = set()
         try:
             for rank, env in enumerate(envs):
-                with debugpy_out_of_children():
-                    proc = subprocess.Popen(
-                        [*SUPERVISOR, "--direct", "--", *argv],
-                        cwd=cwd,
-                        env=env,
-                        stdin=subprocess.DEVNULL,
-                        stdout=subprocess.PIPE,
-                        stderr=subprocess.PIPE,
-                        start_new_session=True,
-                    )
+                proc = _start([*SUPERVISOR, "--direct", "--", *argv], cwd, env)
                 self.procs.append(proc)
                 for name, pipe in _pipes(proc):
                     self.threads.append(_thread(pump, pipe.fileno(), rank, name, events))
@@ -220,16 +226,9 @@ class MpiLaunch:
         self.conns: list[socket.socket] = []
         self.acceptor = _thread(self._accept)
         try:
-            with debugpy_out_of_children():
-                self.proc = subprocess.Popen(
-                    mpiexec_argv(len(envs), envfile, argv, placement, process_count_per_node),
-                    cwd=cwd,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    start_new_session=True,
-                )
+            self.proc = _start(
+                mpiexec_argv(len(envs), envfile, argv, placement, process_count_per_node), cwd, env
+            )
         except BaseException:
             self.server.close()
             scratch.remove(self.tmp, self.segments)
