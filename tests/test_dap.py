@@ -363,7 +363,7 @@ def test_the_debugger_on_before_load_ext_keeps_its_breakpoints_and_the_ranks_sta
 
 
 def test_pydevds_switch_for_child_processes_is_still_there():
-    """What :func:`dap.no_debugpy_in_children` relies on in debugpy's pydevd."""
+    """What :func:`dap.debugpy_out_of_children` relies on in debugpy's pydevd."""
     import subprocess
     import sys
 
@@ -373,7 +373,6 @@ def test_pydevds_switch_for_child_processes_is_still_there():
         "import debugpy.server.api, importlib\n"
         f"monkey = importlib.import_module({dap.PYDEVD_CHILDREN!r})\n"
         "monkey.skip_subprocess_arg_patch\n"
-        "monkey._arg_patch\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, f"adapt local/debug/dap.py: {done.stderr}"

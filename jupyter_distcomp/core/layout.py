@@ -279,21 +279,6 @@ def env_places(envs: list[RankEnv]) -> list[tuple[int, int]]:
     return places
 
 
-__all__ = [
-    "LAUNCHER_VARIABLES",
-    "LOCAL_EXPERIMENT_ID",
-    "PORT_AT_START",
-    "RUNTIME_VARIABLES",
-    "RankEnv",
-    "env_places",
-    "ports_needed",
-    "rank_environments",
-    "rank_places",
-    "rank_table",
-    "tensorflow_tasks",
-]
-
-
 def start_environment(envs: Sequence[RankEnv], names: Sequence[str]) -> RankEnv:
     """The variables of ``names`` (a spec's ``environment_variables``) that every rank has
     with one value, as the ranks have them: a process gets these from its start, as on
@@ -306,3 +291,19 @@ def start_environment(envs: Sequence[RankEnv], names: Sequence[str]) -> RankEnv:
         for name in names
         if name in first and all(env.get(name) == first[name] for env in rest)
     }
+
+
+__all__ = [
+    "LAUNCHER_VARIABLES",
+    "LOCAL_EXPERIMENT_ID",
+    "PORT_AT_START",
+    "RUNTIME_VARIABLES",
+    "RankEnv",
+    "env_places",
+    "ports_needed",
+    "rank_environments",
+    "rank_places",
+    "rank_table",
+    "start_environment",
+    "tensorflow_tasks",
+]

@@ -229,14 +229,19 @@ def evaluate(pdb: Any, index: int, expression: str) -> dict:
     return {"result": described["value"], "type": described["type"], "ref": described["ref"]}
 
 
+def _variable(pdb: Any, index: int, name: str) -> Any:
+    """The value of the variable ``name`` in frame ``index`` (NameError if it has none)."""
+    frame = _frame(pdb, index)
+    return eval(name, frame.f_globals, _locals(pdb, frame))
+
+
 def rich(pdb: Any, index: int, name: str) -> dict:
     """The variable ``name`` of frame ``index`` as the notebook displays it (every format
     IPython's formatter gives: JupyterLab's rich view of a variable)."""
     if not name.isidentifier():
         return {"data": {}, "metadata": {}}
-    frame = _frame(pdb, index)
     try:
-        value = eval(name, frame.f_globals, _locals(pdb, frame))
+        value = _variable(pdb, index, name)
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
     from IPython import get_ipython
@@ -250,9 +255,8 @@ def to_globals(pdb: Any, index: int, source: str, target: str) -> dict:
     (JupyterLab's Copy to Globals): later cells on this rank see it."""
     if not (source.isidentifier() and target.isidentifier()):
         return {"error": f"{source!r} and {target!r} must be variable names"}
-    frame = _frame(pdb, index)
     try:
-        value = eval(source, frame.f_globals, _locals(pdb, frame))
+        value = _variable(pdb, index, source)
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
     from IPython import get_ipython

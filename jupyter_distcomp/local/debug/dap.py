@@ -76,7 +76,7 @@ def _no_subprocesses() -> None:
         import debugpy
 
         debugpy.configure(subProcess=False)
-    except Exception:  # listening already (on before %load_ext): no_debugpy_in_children
+    except Exception:  # listening already (on before %load_ext): debugpy_out_of_children
         pass
 
 
@@ -84,19 +84,12 @@ def _no_subprocesses() -> None:
 PYDEVD_CHILDREN = "_pydev_bundle.pydev_monkey"
 
 
-def no_debugpy_in_children() -> None:
-    """The processes this thread starts from now on run without debugpy. debugpy that
+@contextlib.contextmanager
+def debugpy_out_of_children() -> Iterator[None]:
+    """The processes this thread starts in the block run without debugpy. debugpy that
     listened in the kernel before %load_ext (``subProcess`` on) puts itself into every
     Python process the kernel starts: the ranks' controller and mpiexec's guard would wait
     for a debugger that never comes. pydevd's own switch, per thread."""
-    monkey = sys.modules.get(PYDEVD_CHILDREN)
-    if monkey is not None:
-        monkey._arg_patch.apply_arg_patching = False
-
-
-@contextlib.contextmanager
-def debugpy_out_of_children() -> Iterator[None]:
-    """:func:`no_debugpy_in_children` for the processes started in the block only."""
     monkey = sys.modules.get(PYDEVD_CHILDREN)
     if monkey is None:
         yield

@@ -135,11 +135,11 @@ def event_loop() -> asyncio.AbstractEventLoop:
             ready = threading.Event()
 
             def main() -> None:
-                dap.no_debugpy_in_children()  # the controller and mpiexec start here
                 asyncio.set_event_loop(loop)
                 loop.set_exception_handler(_kernel_log_exception)
                 loop.call_soon(ready.set)
-                loop.run_forever()
+                with dap.debugpy_out_of_children():  # the controller and mpiexec start here
+                    loop.run_forever()
 
             threading.Thread(target=main, name="distcomp-ipyparallel", daemon=True).start()
             ready.wait()
