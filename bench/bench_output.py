@@ -20,7 +20,7 @@ import re
 import statistics
 import time
 
-from common import SPEC
+from common import SPEC, alternated
 
 RANKS = 4
 LINES = 40  # stamped lines per rank
@@ -75,22 +75,8 @@ def delays(kc, code: str) -> list[float]:
 
 def round_trips(kc, pairs: int = 100) -> tuple[float, float, float]:
     """Medians: ours/%%px per pair of cells, ours (s), %%px (s)."""
-    cells = ["%%distcomp run bench\nx = 1", "%%px\nx = 1"]
-    for _ in range(5):  # warm both paths
-        for cell in cells:
-            run(kc, cell)
-    times = []
-    for i in range(pairs):
-        took = {}
-        for cell in cells if i % 2 else cells[::-1]:  # alternate which goes first
-            tic = time.perf_counter()
-            run(kc, cell)
-            took[cell] = time.perf_counter() - tic
-        times.append((took[cells[0]], took[cells[1]]))
-    return (
-        statistics.median(o / p for o, p in times),
-        statistics.median(o for o, _ in times),
-        statistics.median(p for _, p in times),
+    return alternated(
+        lambda: run(kc, "%%distcomp run bench\nx = 1"), lambda: run(kc, "%%px\nx = 1"), pairs
     )
 
 

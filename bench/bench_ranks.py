@@ -26,6 +26,7 @@ import tempfile
 import time
 
 from common import (
+    alternated,
     bare_mpiexec,
     bench_shell,
     figure,
@@ -131,26 +132,12 @@ def bench_round_trip(shell, world, n: int = 60) -> tuple[float, float, float]:
     view = world.client[:]
     view.block = True
     view.activate()  # registers %px / %%px on this shell, on the same engines
-    for _ in range(5):  # warm both paths
-        quiet(shell.run_cell, "%%distcomp run bench\nx = 1")
-        quiet(shell.run_cell, "%%px\nx = 1")
-    pairs = []
-    for i in range(n):
-        cells = ["%%distcomp run bench\nx = 1", "%%px\nx = 1"]
-        if i % 2:  # alternate which goes first
-            cells.reverse()
-        times = {}
-        for cell in cells:
-            tic = time.perf_counter()
-            result, _ = quiet(shell.run_cell, cell)
-            times[cell[:4]] = time.perf_counter() - tic
-            assert result.success, result.error_in_exec
-        pairs.append((times["%%di"], times["%%px"]))
-    return (
-        median_ratio(pairs),
-        statistics.median(o for o, _ in pairs),
-        statistics.median(p for _, p in pairs),
-    )
+
+    def cell(code: str) -> None:
+        result, _ = quiet(shell.run_cell, code)
+        assert result.success, result.error_in_exec
+
+    return alternated(lambda: cell("%%distcomp run bench\nx = 1"), lambda: cell("%%px\nx = 1"), n)
 
 
 def bench_stream(shell, lines: int = 10_000) -> tuple[float, int, float, int]:

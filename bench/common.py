@@ -82,6 +82,28 @@ def median_ratio(pairs: list[tuple[float, float]]) -> float:
     return statistics.median(ours / theirs for ours, theirs in pairs)
 
 
+def alternated(ours: Any, theirs: Any, pairs: int, warm: int = 5) -> tuple[float, float, float]:
+    """``ours()`` and ``theirs()`` timed side by side ``pairs`` times, which goes first
+    alternating (after ``warm`` untimed rounds of both): the median ratio, and the median
+    seconds of each."""
+    for _ in range(warm):
+        ours()
+        theirs()
+    times = []
+    for i in range(pairs):
+        took = {}
+        for name, fn in (("ours", ours), ("theirs", theirs))[:: 1 if i % 2 else -1]:
+            tic = time.perf_counter()
+            fn()
+            took[name] = time.perf_counter() - tic
+        times.append((took["ours"], took["theirs"]))
+    return (
+        median_ratio(times),
+        statistics.median(o for o, _ in times),
+        statistics.median(t for _, t in times),
+    )
+
+
 def figure(what: str, ratio: float, against: str, target: str = "", scale: str = "") -> str:
     """One line of a benchmark's output: the ratio first, absolute times after it."""
     line = f"{what:<34} {ratio:6.2f}x {against}"
