@@ -359,8 +359,21 @@ def test_no_line_is_lost_or_reordered_within_a_rank(tmp_path, launcher):
     assert len(texts) == 4 * 10010
 
 
+@pytest.fixture
+def cell_interrupts():
+    """SIGINT raises KeyboardInterrupt, as in a kernel's cell (ipykernel installs Python's
+    handler while a request runs), whatever this process inherited: a shell starts a job in
+    the background with SIGINT ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["torch.distributed", "mpi"])
+@pytest.mark.usefixtures("cell_interrupts")
 def test_ctrl_c_stops_every_rank(tmp_path, launcher):
     component = make_component(tmp_path, launcher, 1, 2)
     hanging: list[str] = []
