@@ -338,3 +338,20 @@ def test_a_run_cells_ranks_publish_only_output_and_idle_while_px_gets_its_usual_
         assert seen[msg_id] == ["stream", "status idle"], seen[msg_id]
     for msg_id in px.msg_ids:
         assert seen[msg_id] == ["status busy", "execute_input", "stream", "status idle"]
+
+
+def test_a_rank_starts_without_ipyparallels_client_and_a_cell_gets_all_of_ipyparallel(ip):
+    code = (
+        "import sys\n"
+        "heavy = ('ipyparallel.client.client', 'ipyparallel.cluster.cluster')\n"
+        "print([name for name in heavy if name in sys.modules])\n"
+        "import ipyparallel\n"
+        "print(ipyparallel.Client.__name__)"
+    )
+    assert run_cell(ip, "%distcomp restart mpi").ok
+    cell = run_cell(ip, f"%%distcomp run mpi\n{code}")
+    assert cell.ok, cell.stdout
+    assert {label: lines for label, lines in by_rank(cell.stdout).items()} == {
+        label: ["[]", "Client"]
+        for label in ("[node 0 rank 0]", "[node 0 rank 1]", "[node 1 rank 2]", "[node 1 rank 3]")
+    }

@@ -14,26 +14,38 @@ ctypes), so the imports go on meanwhile. mpi4py, imported after, finds MPI initi
 sets it up as it would have (its error handlers); this process finalises MPI at exit, as
 mpi4py does when it initialised MPI itself. Where the library cannot be called so, mpi4py
 initialises MPI as usual. The engine imports numpy only once the rank's code does
-(:func:`can_arrays_once_numpy_loads`), and debugpy never (:func:`without_kernel_debugger`).
+(:func:`can_classes_once_imported`), debugpy never (:func:`without_kernel_debugger`), and
+ipyparallel's client and cluster modules only when something asks for them
+(:func:`package_init_on_demand`).
 """
 
 from __future__ import annotations
 
 import atexit
 import importlib
+import importlib.util
 import json
 import os
 import runpy
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
+from typing import Any
 
 #: seconds to wait for the connection file (the kernel stops a world that takes longer)
 WAIT = 600.0
 POLL = 0.05  # each of up to dozens of ranks looks this often: little load while waiting
 ENGINE = "ipyparallel.engine.app"
-NUMPY_ARRAY = "numpy.ndarray"  # the name ipyparallel's canning map knows arrays by
+#: the package whose ``__init__`` the engine does not need (it imports ipyparallel's client,
+#: its views and its cluster launchers: a third of the engine's imports)
+PACKAGE = "ipyparallel"
+#: what ipyparallel's canning map names by string: the module and name of each class
+CANNED_LATER = {
+    "numpy.ndarray": ("numpy", "ndarray"),
+    "ipyparallel.dependent": ("ipyparallel.controller.dependency", "dependent"),
+}
 #: mpi4py's ``rc.thread_level`` names, and their values in every MPI library
 THREAD_LEVELS = {"single": 0, "funneled": 1, "serialized": 2, "multiple": 3}
 
@@ -85,24 +97,50 @@ def _finalize() -> None:
         MPI.Finalize()
 
 
-def can_arrays_once_numpy_loads() -> None:
-    """ipyparallel sends numpy arrays without copying them: its canning map names
-    ``numpy.ndarray``, and an engine's first reply imports every name of that map, numpy and
-    all (a tenth of a second of each rank's start). No array exists before the rank's code
-    imports numpy: the map gets numpy's entry then."""
+def can_classes_once_imported() -> None:
+    """ipyparallel's canning map names some classes by string (:data:`CANNED_LATER`), and an
+    engine's first reply imports every one of them: numpy, and through ``dependent``
+    ipyparallel's client (a tenth of a second of each rank's start, each). No object of such
+    a class exists before its module is imported: the map gets the class then."""
     from ipyparallel.serialize import canning
 
     from . import after_import
 
-    canner = canning.can_map.get(NUMPY_ARRAY)
-    if canner is None or "numpy" in sys.modules:
+    for name, (module, attribute) in CANNED_LATER.items():
+        canner = canning.can_map.get(name)
+        if canner is None or module in sys.modules:
+            continue
+        del canning.can_map[name]
+
+        def can_class(loaded: ModuleType, attribute: str = attribute, canner: Any = canner) -> None:
+            canning.can_map[getattr(loaded, attribute)] = canner
+
+        after_import.when_imported(module, can_class)
+
+
+def package_init_on_demand(name: str) -> None:
+    """The package ``name`` importable without running its ``__init__``: its submodules
+    import as usual, and the ``__init__`` runs, once, when a name that is not a submodule is
+    first asked of the package (``ipyparallel.Client``, ``from ipyparallel import *``)."""
+    if name in sys.modules:
         return
-    del canning.can_map[NUMPY_ARRAY]
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.loader is None or spec.submodule_search_locations is None:
+        return  # not installed, or a module rather than a package
+    loader = spec.loader
+    package = importlib.util.module_from_spec(spec)
+    running = threading.Lock()
 
-    def can_arrays(numpy: ModuleType) -> None:
-        canning.can_map[numpy.ndarray] = canner
+    def __getattr__(attr: str) -> Any:
+        if not attr.startswith("__") and importlib.util.find_spec(f"{name}.{attr}"):
+            return importlib.import_module(f"{name}.{attr}")
+        with running:
+            if package.__dict__.pop("__getattr__", None) is not None:
+                loader.exec_module(package)
+        return getattr(package, attr)
 
-    after_import.when_imported("numpy", can_arrays)
+    package.__dict__["__getattr__"] = __getattr__
+    sys.modules[name] = package
 
 
 def without_kernel_debugger() -> None:
@@ -121,6 +159,7 @@ def without_kernel_debugger() -> None:
 
 def main(argv: list[str]) -> None:
     path, args = argv[0], argv[1:]
+    package_init_on_demand(PACKAGE)
     if "--mpi" in args:
         with ThreadPoolExecutor(1, thread_name_prefix="distcomp-import") as pool:
             engine = pool.submit(importlib.import_module, ENGINE)
@@ -129,7 +168,7 @@ def main(argv: list[str]) -> None:
             engine.result()
     else:
         importlib.import_module(ENGINE)
-    can_arrays_once_numpy_loads()
+    can_classes_once_imported()
     without_kernel_debugger()
     os.environ["IPP_CONNECTION_INFO"] = read_connection(path)
     sys.argv = ["ipengine", *args]
