@@ -36,6 +36,7 @@ from common import (
     mpiexec_env,
     quiet,
     set_ranks,
+    stop_and_settle,
 )
 
 QUICK = "--quick" in sys.argv
@@ -81,7 +82,7 @@ def start_ipp(ranks: int) -> float:
     client, _ = quiet(cluster.start_and_connect_sync, ranks)  # hides its progress bar
     seconds = time.perf_counter() - tic
     client.close()
-    cluster.stop_cluster_sync()
+    stop_and_settle(cluster.stop_cluster_sync)
     return seconds
 
 
@@ -90,7 +91,7 @@ def start_ours(shell, backend, ranks: int) -> float:
     tic = time.perf_counter()
     quiet(backend.start, "bench", shell.user_ns["bench"])
     seconds = time.perf_counter() - tic
-    backend.stop("bench")
+    stop_and_settle(backend.stop, "bench")
     return seconds
 
 

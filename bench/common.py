@@ -77,6 +77,17 @@ def bare_mpiexec(ranks: int, code: str = FLOOR_CODE) -> float:
     return time.perf_counter() - tic
 
 
+def stop_and_settle(stop: Any, *args: Any) -> None:
+    """``stop(*args)``, then wait (up to 30 s) for every process started below this one to
+    end: the next figure is not timed beside the last one's teardown (ipyparallel's nannies
+    outlive its ``stop_cluster_sync`` by seconds)."""
+    import psutil
+
+    below = psutil.Process().children(recursive=True)
+    stop(*args)
+    psutil.wait_procs(below, timeout=30)
+
+
 def median_ratio(pairs: list[tuple[float, float]]) -> float:
     """The median of ours/theirs over measurements taken side by side."""
     return statistics.median(ours / theirs for ours, theirs in pairs)
