@@ -72,8 +72,9 @@ def run(notebook_path: Path = NOTEBOOK) -> int:
         (found for t in texts if (found := re.findall(ALLREDUCE_LINE, t, re.M))),
         [],
     )
+    # `%distcomp layout` sets the layout, then shows the table of each rank's variables
     env_table = next(
-        (t for c, t in zip(cells, texts, strict=True) if "%distcomp env" in c.source), ""
+        (t for c, t in zip(cells, texts, strict=True) if "%distcomp layout" in c.source), ""
     )
     status = next(
         (t for c, t in zip(cells, texts, strict=True) if "%distcomp status" in c.source), ""
