@@ -87,7 +87,7 @@ heavy = ("numpy", "ipyparallel.client.client", "ipyparallel.cluster.cluster")
 print("loaded", [name for name in heavy if name in sys.modules])
 import ipyparallel
 from ipyparallel import util
-print("submodule", util.__name__)
+print("submodule", util.__name__, hasattr(ipyparallel, "no.such"))
 print("name", ipyparallel.Client.__name__)
 names = {}
 exec("from ipyparallel import *", names)
@@ -108,7 +108,7 @@ def test_an_engine_loads_ipyparallels_client_and_numpy_only_when_asked_for():
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         "loaded []",
-        "submodule ipyparallel.util",
+        "submodule ipyparallel.util False",
         "name Client",
         "star True",
         "canned ['CannedArray', 'CannedObject']",

@@ -132,7 +132,8 @@ def package_init_on_demand(name: str) -> None:
     running = threading.Lock()
 
     def __getattr__(attr: str) -> Any:
-        if not attr.startswith("__") and importlib.util.find_spec(f"{name}.{attr}"):
+        submodule = attr.isidentifier() and not attr.startswith("__")
+        if submodule and importlib.util.find_spec(f"{name}.{attr}"):
             return importlib.import_module(f"{name}.{attr}")
         with running:
             if package.__dict__.pop("__getattr__", None) is not None:
