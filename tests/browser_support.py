@@ -45,20 +45,18 @@ def free_port() -> int:
 
 
 class LabServer:
-    """``python -m jupyterlab`` for one test module."""
+    """``python -m jupyterlab`` for one test module. ``disabled``: extensions or plugins the
+    page leaves out (``disabledExtensions`` of its page_config)."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, disabled: tuple[str, ...] = ()) -> None:
         self.root = workdir / "notebooks"
         self.root.mkdir(parents=True)
         self.port = free_port()
         self.token = secrets.token_hex(16)
         config = workdir / "config"
         (config / "labconfig").mkdir(parents=True)
-        (config / "labconfig" / "page_config.json").write_text(
-            json.dumps(
-                {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}
-            )
-        )
+        self.page_config = config / "labconfig" / "page_config.json"
+        self.disable(disabled)
         env = {
             **os.environ,
             "JUPYTER_CONFIG_DIR": str(config),
@@ -91,6 +89,14 @@ class LabServer:
             start_new_session=True,
         )
         self.wait_ready()
+
+    def disable(self, disabled: tuple[str, ...]) -> None:
+        """Leave ``disabled`` (extension names or plugin ids) out of the pages opened from now
+        on: the server reads page_config.json at each page load."""
+        names = ("@jupyterlab/apputils-extension:announcements", *disabled)
+        self.page_config.write_text(
+            json.dumps({"disabledExtensions": dict.fromkeys(names, True)})
+        )
 
     @property
     def url(self) -> str:

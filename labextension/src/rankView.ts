@@ -4,36 +4,63 @@
  * alone, without labels. Switching re-reads the cell's outputs: nothing is re-run, and the
  * choice stays for the cell's next run. The kernel's output is unchanged, so a plain-text
  * frontend (or JupyterLab without this extension) shows the labelled lines.
+ *
+ * The view is a widget of the cell's own layout, before its output wrapper, and only in run
+ * cells: JupyterLab places each output in its output area by position among that area's
+ * children, so nothing is ever added there, and every output lands where JupyterLab puts it.
  */
 import { CodeCell } from '@jupyterlab/cells';
 import { NotebookPanel } from '@jupyterlab/notebook';
-import { Widget } from '@lumino/widgets';
+import { Panel, PanelLayout, Widget } from '@lumino/widgets';
 
 import { IOutputLike, isRunCell, outputsOfRank, ranksOf } from './rankLines';
 
 const ACTIVE = 'distcomp-rankview-active';
 const SELECTED = 'distcomp-rankview-selected';
+/** JupyterLab's panel of a code cell's output collapser and output area */
+const OUTPUT_WRAPPER = 'jp-Cell-outputWrapper';
 /** the view follows a streaming cell at most this often (a burst re-reads its output) */
 const REDRAW_MS = 150;
 
-/** The view of one code cell (hidden until it shows the output of two ranks or more). */
-class RankView {
+/** The view of one run cell (hidden until it shows the output of two ranks or more). */
+class RankView extends Panel {
   readonly bar = document.createElement('div');
-  readonly body = document.createElement('div');
+  /** the rank's output, shown alone */
+  readonly body = new Panel();
   /** the rank shown alone, or null for all ranks */
   rank: number | null = null;
   private ranks: number[] = [];
-  private shown: Widget[] = [];
   private scheduled = false;
 
   constructor(readonly cell: CodeCell) {
+    super();
+    this.addClass('distcomp-rankview');
     this.bar.className = 'distcomp-rankview-bar';
-    this.body.className = 'distcomp-rankview-body';
     this.bar.hidden = true;
-    this.place();
+    this.addWidget(new Widget({ node: this.bar }));
+    this.body.addClass('distcomp-rankview-body');
+    this.addWidget(this.body);
     cell.outputArea.model.changed.connect(this.schedule, this);
-    cell.model.contentChanged.connect(this.schedule, this);
+    cell.model.metadataChanged.connect(this.schedule, this); // outputs hidden or shown
     this.update();
+  }
+
+  /** Before the cell's output wrapper, once the cell has built it. */
+  place(): void {
+    const layout = this.cell.layout as PanelLayout;
+    const wrapper = layout.widgets.find(widget =>
+      widget.hasClass(OUTPUT_WRAPPER)
+    );
+    if (wrapper && this.parent !== this.cell) {
+      layout.insertWidget(layout.widgets.indexOf(wrapper), this);
+    }
+  }
+
+  dispose(): void {
+    if (!this.isDisposed && !this.cell.isDisposed) {
+      this.cell.outputArea.node.classList.remove(ACTIVE);
+    }
+    super.dispose();
   }
 
   schedule(): void {
@@ -52,26 +79,13 @@ class RankView {
     this.update();
   }
 
-  /** The bar and the rank's output first in the output area, before the outputs. */
-  private place(): void {
-    const area = this.cell.outputArea.node;
-    if (area.firstChild !== this.bar || this.bar.nextSibling !== this.body) {
-      area.insertBefore(this.body, area.firstChild);
-      area.insertBefore(this.bar, this.body);
-    }
-  }
-
   update(): void {
-    if (this.cell.isDisposed) {
+    if (this.isDisposed || this.cell.isDisposed) {
       return;
     }
-    this.place();
-    const run = isRunCell(this.cell.model.sharedModel.getSource());
-    const outputs = run
-      ? (this.cell.model.outputs.toJSON() as IOutputLike[])
-      : [];
-    const ranks = run ? ranksOf(outputs) : [];
-    if (ranks.length < 2) {
+    const outputs = this.cell.model.outputs.toJSON() as IOutputLike[];
+    const ranks = ranksOf(outputs);
+    if (ranks.length < 2 || this.cell.outputHidden) {
       this.bar.hidden = true;
       this.render(null, outputs); // the choice is kept for the cell's next output
       return;
@@ -113,11 +127,9 @@ class RankView {
   }
 
   private render(rank: number | null, outputs: IOutputLike[]): void {
-    for (const widget of this.shown) {
+    for (const widget of [...this.body.widgets]) {
       widget.dispose();
     }
-    this.shown = [];
-    this.body.replaceChildren();
     this.cell.outputArea.node.classList.toggle(ACTIVE, rank !== null);
     if (rank === null) {
       return;
@@ -147,16 +159,42 @@ class RankView {
         trusted: this.cell.model.trusted,
         setData: () => undefined
       } as never);
-      Widget.attach(renderer, this.body);
-      this.shown.push(renderer);
+      this.body.addWidget(renderer);
     }
   }
 }
 
 const views = new WeakMap<CodeCell, RankView>();
+const followed = new WeakSet<CodeCell>();
 const watched = new WeakSet<NotebookPanel>();
 
-/** A per-rank view on each code cell of ``panel``, also on the cells added later. */
+/** A view while the cell is a run cell; none (nothing added to the cell) otherwise. */
+function follow(cell: CodeCell): void {
+  if (followed.has(cell)) {
+    return;
+  }
+  followed.add(cell);
+  const check = () => {
+    if (cell.isDisposed) {
+      return;
+    }
+    const run = isRunCell(cell.model.sharedModel.getSource());
+    let view = views.get(cell);
+    if (run && !view) {
+      view = new RankView(cell);
+      views.set(cell, view);
+    } else if (!run && view) {
+      view.dispose();
+      views.delete(cell);
+      return;
+    }
+    view?.place();
+  };
+  cell.model.contentChanged.connect(check);
+  void cell.ready.then(check);
+}
+
+/** A per-rank view on each run cell of ``panel``, also on the cells added later. */
 export function watchNotebook(panel: NotebookPanel): void {
   if (watched.has(panel)) {
     return;
@@ -164,8 +202,8 @@ export function watchNotebook(panel: NotebookPanel): void {
   watched.add(panel);
   const scan = () => {
     for (const cell of panel.content.widgets) {
-      if (cell instanceof CodeCell && !views.has(cell)) {
-        views.set(cell, new RankView(cell));
+      if (cell instanceof CodeCell) {
+        follow(cell);
       }
     }
   };
