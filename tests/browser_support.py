@@ -94,9 +94,7 @@ class LabServer:
         """Leave ``disabled`` (extension names or plugin ids) out of the pages opened from now
         on: the server reads page_config.json at each page load."""
         names = ("@jupyterlab/apputils-extension:announcements", *disabled)
-        self.page_config.write_text(
-            json.dumps({"disabledExtensions": dict.fromkeys(names, True)})
-        )
+        self.page_config.write_text(json.dumps({"disabledExtensions": dict.fromkeys(names, True)}))
 
     @property
     def url(self) -> str:

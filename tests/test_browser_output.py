@@ -30,9 +30,16 @@ def output_of(page, index: int):
     return cell(page, index).locator(".jp-Cell-outputArea")
 
 
+# the cell's per-rank view (before its output wrapper) and its outputs, as the page shows them
+SHOWN = (
+    "el => [...el.querySelectorAll('.distcomp-rankview, .jp-Cell-outputWrapper')]"
+    ".filter(n => n.checkVisibility()).map(n => n.innerText).join('\\n')"
+)
+
+
 def shown_text(page, index: int) -> str:
-    """What the cell's output area shows (hidden outputs excluded)."""
-    return output_of(page, index).inner_text()
+    """What the cell shows below its input (hidden outputs excluded)."""
+    return cell(page, index).evaluate(SHOWN)
 
 
 def run_and_wait(page, index: int, done: str, timeout: float = 180) -> list[str]:
@@ -122,8 +129,8 @@ def test_progress_bars_and_the_per_rank_view_with_16_ranks(lab, page):
 
     bar.locator("button", has_text=re.compile("^3$")).click()
     page.wait_for_function(
-        "el => !/\\[rank/.test(el.innerText) && /hello from 3/.test(el.innerText)",
-        arg=output_of(page, 5).element_handle(),
+        f"el => (text => !/\\[rank/.test(text) && /hello from 3/.test(text))(({SHOWN})(el))",
+        arg=cell(page, 5).element_handle(),
         timeout=10_000,
     )
     alone = [line for line in shown_text(page, 5).splitlines() if line.strip()]
@@ -133,8 +140,8 @@ def test_progress_bars_and_the_per_rank_view_with_16_ranks(lab, page):
 
     bar.locator("button", has_text=re.compile("^all$")).click()
     page.wait_for_function(
-        "el => (el.innerText.match(/\\[rank \\d+\\] hello from/g) || []).length === 16",
-        arg=output_of(page, 5).element_handle(),
+        f"el => (({SHOWN})(el).match(/\\[rank \\d+\\] hello from/g) || []).length === 16",
+        arg=cell(page, 5).element_handle(),
         timeout=10_000,
     )
     assert rank_lines(shown_text(page, 5)) == merged

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from playwright.sync_api import expect
 
 from .browser_support import cell, open_notebook
 
@@ -21,8 +22,7 @@ PLAIN = [
     "raise ValueError('raised after the output')",
     "import sys, time\nprint('out 1')\ntime.sleep(0.5)\nprint('err 1', file=sys.stderr)\n"
     "time.sleep(0.5)\nprint('out 2')",
-    "print('before')\na = input('q1 ')\nprint('after1', a)\nb = input('q2 ')\n"
-    "print('after2', b)",
+    "print('before')\na = input('q1 ')\nprint('after1', a)\nb = input('q2 ')\nprint('after2', b)",
     "from IPython.display import display\nimport time\n"
     "handle = display('first', display_id=True)\nprint('between')\ntime.sleep(0.5)\n"
     "handle.update('updated')\ndisplay('second')\nprint('end')",
@@ -35,8 +35,10 @@ ANSWERS = {2: ["A", "B"]}
 
 def outputs(page, index: int) -> list[str]:
     """The text of each output of cell ``index``, in the order the page shows them."""
-    return cell(page, index).locator(".jp-OutputArea > .jp-OutputArea-child").evaluate_all(
-        "nodes => nodes.map(n => n.innerText.trim())"
+    return (
+        cell(page, index)
+        .locator(".jp-OutputArea > .jp-OutputArea-child")
+        .evaluate_all("nodes => nodes.map(n => n.innerText.trim())")
     )
 
 
@@ -84,9 +86,9 @@ def test_a_plain_notebook_renders_the_same_with_and_without_the_extension(lab, p
     try:
         lab.disable((PACKAGE,))
         without = rendered(page, lab, "plain-without.ipynb")
-        assert not page.evaluate(
-            f"() => window.jupyterapp.hasPlugin('{PACKAGE}:rank-view')"
-        ), "the extension was not disabled"
+        assert not page.evaluate(f"() => window.jupyterapp.hasPlugin('{PACKAGE}:rank-view')"), (
+            "the extension was not disabled"
+        )
     finally:
         lab.disable(())
     with_it = rendered(page, lab, "plain-with.ipynb")
@@ -100,6 +102,7 @@ def test_a_plain_notebook_renders_the_same_with_and_without_the_extension(lab, p
     assert "'updated'" in displays[0] and displays[-1].endswith("end"), displays
     assert cleared == ["frame 2", "'shown last'"], cleared
     assert with_it == without
+    assert page.locator(".distcomp-rankview").count() == 0, "a plain cell got a per-rank view"
 
 
 SPEC = """\
@@ -131,6 +134,8 @@ def test_replies_at_the_group_debugger_prompt_show_under_their_command(lab, page
     run_answering(page, 0, [])
     run_answering(page, 1, [], timeout=300)
     run_answering(page, 2, ["p x", "n", "p x", "c"], timeout=300)
+    # the per-rank view is there, before the outputs, and they are in order all the same
+    expect(cell(page, 2).locator(".distcomp-rankview-bar button")).to_have_text(["all", "0", "1"])
     # an answer shows after its prompt: "(Pdb ranks 0-1)  p x" reads "p x"
     lines = [
         re.sub(r"^\(Pdb [^)]*\)\s*", "", line.strip())

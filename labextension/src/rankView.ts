@@ -41,6 +41,7 @@ class RankView extends Panel {
     this.body.addClass('distcomp-rankview-body');
     this.addWidget(this.body);
     cell.outputArea.model.changed.connect(this.schedule, this);
+    cell.model.contentChanged.connect(this.schedule, this); // also text added to a stream
     cell.model.metadataChanged.connect(this.schedule, this); // outputs hidden or shown
     this.update();
   }
@@ -58,7 +59,7 @@ class RankView extends Panel {
 
   dispose(): void {
     if (!this.isDisposed && !this.cell.isDisposed) {
-      this.cell.outputArea.node.classList.remove(ACTIVE);
+      this.cell.removeClass(ACTIVE);
     }
     super.dispose();
   }
@@ -130,7 +131,7 @@ class RankView extends Panel {
     for (const widget of [...this.body.widgets]) {
       widget.dispose();
     }
-    this.cell.outputArea.node.classList.toggle(ACTIVE, rank !== null);
+    this.cell.toggleClass(ACTIVE, rank !== null);
     if (rank === null) {
       return;
     }
