@@ -18,7 +18,7 @@ STAMP := $(VENV)/.installed-$(HASH)
 LAB_STAMP := $(VENV)/.installed-lab-$(HASH)
 TEST_STAMP := $(VENV)/.installed-test-$(HASH)
 
-.PHONY: demo lab test test-fast soak lint format bench
+.PHONY: demo lab test test-fast screenshots soak lint format bench
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +79,12 @@ test: lint $(CHROMIUM) $(SSHD)
 # the edit loop: no test that starts ranks, kernels, servers or browsers
 test-fast: $(TEST_STAMP)
 	$(PY) -m pytest -m "not slow"
+
+# the README's screenshots (docs/screenshots/), retaken by the browser tests that take them;
+# make test writes them under test-output/screenshots/ instead
+SCREENSHOT_TESTS := $(shell grep -l 'doc_screenshot\|DOCS_SCREENSHOTS' tests/test_*.py)
+screenshots: $(TEST_STAMP) $(CHROMIUM)
+	DISTCOMP_SCREENSHOTS=docs/screenshots $(PY) -m pytest $(SCREENSHOT_TESTS)
 
 # not part of make test: 1,000 cells, 100 command runs, 50 rank kills in one kernel
 soak: $(TEST_STAMP)

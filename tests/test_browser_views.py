@@ -1,8 +1,8 @@
 """What a person sees in JupyterLab (headless Chromium): states that are true in the widget,
 the ranks panel and the status bar; errors gathered across ranks in the notebook's own cell;
 ``%distcomp env`` that fits its output; the editor marking what the kernel refuses; panels of
-a restarted kernel that say so. The screenshots of the README (docs/screenshots/) are taken
-here, so they stay current.
+a restarted kernel that say so. The screenshots of the README are taken here
+(`make screenshots` writes them to docs/screenshots/).
 """
 
 from __future__ import annotations
