@@ -100,6 +100,7 @@ class Flow:
         self.limit = 0  # units of the cell written before a write looks at the acks again
         self.iopub: Any = None  # the thread that sends: it never waits
         self._lock = threading.Lock()
+        self.pid = os.getpid()  # a process forked from the rank counts nothing
 
     def charge(
         self,
@@ -111,7 +112,7 @@ class Flow:
         """``written`` (:func:`tally`) for ``cell``; with ``wait``, wait while too many units
         are on their way, flushing ``flush`` (a stream) first so that its held text goes out."""
         count, lines, displays = written
-        if cell is None or count <= 0:
+        if cell is None or count <= 0 or os.getpid() != self.pid:
             return
         with self._lock:
             if cell != self.cell:
