@@ -9,6 +9,8 @@ debugger's own code, which a rank never needs.
 
 from __future__ import annotations
 
+from typing import Any
+
 #: variables Open MPI sets per process that would contradict an emulated layout when the
 #: launcher's own variables do not replace them (say, a 2x2 torch.distributed layout)
 OPEN_MPI_WORLD_KEYS = (
@@ -125,7 +127,7 @@ def setup_rank(
             # nothing a process forked from it can do, so such a child ends on SIGTERM and
             # raises KeyboardInterrupt on SIGINT, as Python does by default (multiprocessing's
             # Pool.terminate waited forever for a worker that ignored SIGTERM)
-            engine_handlers = {
+            engine_handlers: dict[int, tuple[object, Any]] = {
                 signal.SIGTERM: (signal.getsignal(signal.SIGTERM), signal.SIG_DFL),
                 signal.SIGINT: (signal.getsignal(signal.SIGINT), signal.default_int_handler),
             }
