@@ -50,6 +50,14 @@ elif mode in ("fail", "kill"):
             os.kill(os.getpid(), signal.SIGKILL)
         sys.exit(3)
     time.sleep(60)
+elif mode == "raise":  # every rank fails the same way, each in its own time, and each
+    import atexit  # takes a while to exit (as mpi4py's MPI_Finalize may): rank 0 ends first
+    atexit.register(time.sleep, 1 if rank == 0 else 5)
+    time.sleep(0.1 * rank)
+    def load_shard():
+        raise ValueError("the shard is empty")
+    print(f"loading {rank}")
+    load_shard()
 elif mode == "hang":
     print(f"hanging {rank}")
     time.sleep(60)
@@ -75,7 +83,7 @@ SPEC = """
 name: probe
 type: DistributedComponent
 inputs:
-  mode: {{type: Enum, enum: [env, fail, kill, hang, wait, many, partial], default: env}}
+  mode: {{type: Enum, enum: [env, fail, kill, raise, hang, wait, many, partial], default: env}}
   value: {{type: String, default: plain}}
   count: {{type: Integer, default: 1, optional: true}}
   data: {{type: AnyFile, optional: true}}

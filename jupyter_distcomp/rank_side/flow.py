@@ -100,6 +100,8 @@ class Flow:
         self.limit = 0  # units of the cell written before a write looks at the acks again
         self.iopub: Any = None  # the thread that sends: it never waits
         self._lock = threading.Lock()
+        self.forked = False  # in a process forked from the rank: it counts nothing
+        os.register_at_fork(after_in_child=self._forked)
 
     def charge(
         self,
@@ -111,7 +113,7 @@ class Flow:
         """``written`` (:func:`tally`) for ``cell``; with ``wait``, wait while too many units
         are on their way, flushing ``flush`` (a stream) first so that its held text goes out."""
         count, lines, displays = written
-        if cell is None or count <= 0:
+        if cell is None or count <= 0 or self.forked:
             return
         with self._lock:
             if cell != self.cell:
@@ -125,6 +127,9 @@ class Flow:
             _WRITTEN.pack_into(self.map, WRITTEN, sent, self.lines, self.displays)
         if wait and sent > self.limit and threading.current_thread() is not self.iopub:
             self._wait(cell, sent, flush)
+
+    def _forked(self) -> None:
+        self.forked = True
 
     def _wait(self, cell: str, sent: int, flush: Any) -> None:
         """Until no more than WINDOW of ``sent`` units are unacknowledged (or the kernel no

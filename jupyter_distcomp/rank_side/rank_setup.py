@@ -9,6 +9,8 @@ debugger's own code, which a rank never needs.
 
 from __future__ import annotations
 
+from typing import Any
+
 #: variables Open MPI sets per process that would contradict an emulated layout when the
 #: launcher's own variables do not replace them (say, a 2x2 torch.distributed layout)
 OPEN_MPI_WORLD_KEYS = (
@@ -120,6 +122,37 @@ def setup_rank(
 
             execute_request.keeps_cells = True  # type: ignore[attr-defined]
             kernel.shell_handlers["execute_request"] = execute_request
+
+            # what the engine does on SIGTERM and SIGINT (stop its event loop; ignore):
+            # nothing a process forked from it can do, so such a child ends on SIGTERM and
+            # raises KeyboardInterrupt on SIGINT, as Python does by default (multiprocessing's
+            # Pool.terminate waited forever for a worker that ignored SIGTERM)
+            engine_handlers: dict[int, tuple[object, Any]] = {
+                signal.SIGTERM: (signal.getsignal(signal.SIGTERM), signal.SIG_DFL),
+                signal.SIGINT: (signal.getsignal(signal.SIGINT), signal.default_int_handler),
+            }
+
+            def in_child() -> None:
+                for number, (engine, default) in engine_handlers.items():
+                    if callable(engine) and signal.getsignal(number) == engine:
+                        signal.signal(number, default)
+                fd_streams()
+
+            def fd_streams() -> None:
+                # a process forked from the rank has neither the iopub thread nor its socket
+                # that ipykernel's streams send through: what it printed went nowhere. Its
+                # streams write to fds 1 and 2 instead, a line at a time (as on a terminal),
+                # pipes the rank's streams watch: the text shows in the rank's current
+                # cell, labelled with the rank, as what a subprocess of the rank prints
+                for name in opened:
+                    if getattr(getattr(sys, name, None), "pub_thread", None) is not None:
+                        fd = 1 if name == "stdout" else 2
+                        text = open(  # noqa: SIM115  # the child's stream while it lives
+                            fd, "w", buffering=1, errors="backslashreplace", closefd=False
+                        )
+                        setattr(sys, name, text)
+
+            os.register_at_fork(after_in_child=in_child)
             if lean:
                 publish_status = kernel._publish_status
                 publish_input = kernel._publish_execute_input

@@ -42,6 +42,7 @@ class RankResult:
     returncode: int | None = None
     stopped: bool = False  # ended by us (another rank failed, timeout, interrupt)
     quit: bool = False  # its user typed q at its debugger prompt
+    raised: bool = False  # its last words were a traceback (not of KeyboardInterrupt)
     stdout_tail: deque = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
     stderr_tail: deque = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
 
@@ -109,6 +110,8 @@ def rank_status(outcome: Any) -> str:
         return "exit code 0"
     if code < 0:
         name = signal_name(-code)
+        if getattr(outcome, "raised", False) and not outcome.stopped:
+            return f"raised an exception, then ended by {name} as it exited"
         prefix = "stopped with " if outcome.stopped else "killed by "
         hint = "" if outcome.stopped else f" ({_SIGNAL_HINTS.get(name, 'a signal')})"
         return f"{prefix}{name}{hint}"
@@ -125,12 +128,28 @@ def _tail(outcome: Any) -> list[str]:
     return [f"  last {len(lines)} lines of {which}:", *(f"    {line}" for line in lines)]
 
 
-def _grouped(outcomes: list[Any]) -> list[tuple[list[int], Any]]:
+def _grouped(outcomes: list[Any]) -> list[tuple[list[int], str, Any]]:
+    """Ranks whose last lines (of stderr, else stdout: what :func:`_tail` shows) are the
+    same, once: (ranks, how each ended, one of them)."""
     groups: dict[tuple, list[Any]] = {}
     for outcome in outcomes:
-        key = (outcome.status, tuple(outcome.stderr_tail), tuple(outcome.stdout_tail))
+        key = (
+            tuple(outcome.stderr_tail),
+            () if outcome.stderr_tail else tuple(outcome.stdout_tail),
+        )
         groups.setdefault(key, []).append(outcome)
-    return [([o.rank for o in members], members[0]) for members in groups.values()]
+    grouped = []
+    for members in groups.values():
+        ranks = [o.rank for o in members]
+        statuses: dict[str, list[int]] = {}
+        for outcome in members:
+            statuses.setdefault(outcome.status, []).append(outcome.rank)
+        if len(statuses) == 1:
+            how = next(iter(statuses))
+        else:
+            how = "; ".join(f"{format_ranks(rs)}: {status}" for status, rs in statuses.items())
+        grouped.append((ranks, how, members[0]))
+    return grouped
 
 
 def failure_message(result: Any) -> str:
@@ -141,14 +160,14 @@ def failure_message(result: Any) -> str:
             f"`{name}` timed out after {result.timeout:g} s: {format_ranks(result.timed_out)} "
             f"still running, stopped (SIGINT, then SIGKILL). Their last lines are below."
         )
-        for ranks, outcome in _grouped([result.ranks[r] for r in result.timed_out]):
-            lines.append(f"{format_ranks(ranks)}: {outcome.status}")
+        for ranks, how, outcome in _grouped([result.ranks[r] for r in result.timed_out]):
+            lines.append(f"{format_ranks(ranks)}: {how}")
             lines.extend(_tail(outcome))
     failed = result.failed if not result.timed_out else []
     if failed:
         lines.append(f"`{name}` failed on {format_ranks([r.rank for r in failed])}:")
-        for ranks, outcome in _grouped(failed):
-            lines.append(f"{format_ranks(ranks)}: {outcome.status}")
+        for ranks, how, outcome in _grouped(failed):
+            lines.append(f"{format_ranks(ranks)}: {how}")
             lines.extend(_tail(outcome))
     stopped = [r.rank for r in result.ranks if r.stopped and r.rank not in result.timed_out]
     if stopped and not result.timed_out:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ...contracts import RankState
 from ...core.bindings import local_inputs, local_outputs
 from ...core.layout import MPI_LAUNCHERS, env_places
-from ...core.ranges import rank_label
+from ...core.ranges import format_ranks, rank_label
 from ...core.tf_config import empty_ps_hint
 from ...errors import RankError, SpecError
 from ...machine.hosts import Placement
@@ -34,6 +34,7 @@ from ..debug.serve import serve
 from . import launch as launch_mod
 from .active import ActiveRun, registered
 from .result import TAIL_LINES, CommandResult, RankResult, failure_message
+from .tracebacks import HeldTracebacks
 
 if TYPE_CHECKING:
     from ...core.model import Component
@@ -205,6 +206,7 @@ class _Run:
         self.debugger: DebugChannel | None = None
         self.quits: set[int] = set()  # ranks whose user typed q at a prompt
         self.held: HeldStops | None = None  # a run in the background: its stops wait
+        self.tracebacks = HeldTracebacks()  # shown once per distinct text at the end
 
     # -- output ---------------------------------------------------------------------------
     def _next(self, timeout: float):
@@ -231,11 +233,19 @@ class _Run:
                 self.launcher_tail.append(item[3])
             elif item[0] == "line":
                 _, rank, stream_name, text = item
-                if batch and stream_name != batch_stream:
-                    self._emit(batch, batch_stream)
-                    batch = []
-                batch_stream = stream_name
-                batch.append(self._record(rank, stream_name, text))
+                line = self._record(rank, stream_name, text)
+                released, held = self.tracebacks.take(rank, stream_name, text)
+                if released:
+                    if batch:
+                        self._emit(batch, batch_stream)
+                        batch = []
+                    self._emit([f"{self.labels[rank]} {text}" for text in released], "stderr")
+                if not held:
+                    if batch and stream_name != batch_stream:
+                        self._emit(batch, batch_stream)
+                        batch = []
+                    batch_stream = stream_name
+                    batch.append(line)
             elif item[0] == "eof":
                 self.eofs[item[1]] += 1
             elif item[0] == "exit":
@@ -261,9 +271,11 @@ class _Run:
         outcome.returncode = code
         if self.result.succeeded(code):
             return
+        outcome.raised = self.tracebacks.raised(rank)
         if self.stop_deadline is not None:
-            # ended while we (or mpiexec, after the first failure) were stopping the ranks
-            outcome.stopped = code is None or code < 0
+            # ended while we (or mpiexec, after the first failure) were stopping the ranks:
+            # by a signal, unless its last words were a traceback (it failed on its own)
+            outcome.stopped = (code is None or code < 0) and not outcome.raised
             return
         self._stop(signal.SIGTERM)
 
@@ -358,6 +370,13 @@ class _Run:
         except KeyboardInterrupt:  # a second Ctrl-C: do not wait for the grace period
             pass
 
+    def _show_tracebacks(self) -> None:
+        """The tracebacks the ranks printed last: each distinct one once, every line
+        labelled with all the ranks that printed it."""
+        for ranks, lines in self.tracebacks.groups():
+            label = self.labels[ranks[0]] if len(ranks) == 1 else f"[{format_ranks(ranks)}]"
+            self._emit([f"{label} {line}" for line in lines], "stderr")
+
     def _label(self, rank: int) -> str:
         return self.labels[rank]
 
@@ -374,6 +393,7 @@ class _Run:
                 thread.join(timeout=max(0.0, deadline - time.monotonic()))
             self.launch.poll()
             self.drain(0)
+            self._show_tracebacks()
         except KeyboardInterrupt:  # impatience while the last lines come in: stop reading
             pass
         finally:

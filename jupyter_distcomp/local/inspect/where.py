@@ -67,6 +67,7 @@ def where(world: World, ranks: list[int] | None = None) -> WhereReport:
     sections: list[tuple[str, list[str]]] = []
     if busy:
         sections.append((f"{format_ranks(busy)}: {_LABELS[RankState.BUSY]}", stack_tree(busy)))
+    sections += _children_sections(world, working)
     silent = [r for r in working if r not in stacks and states[r] == RankState.BUSY]
     if silent:
         sections.append((f"{format_ranks(silent)}: busy, gave no stack", []))
@@ -83,6 +84,28 @@ def where(world: World, ranks: list[int] | None = None) -> WhereReport:
     if world.background:
         title += " (a background cell runs)"
     return WhereReport(title, sections)
+
+
+def _children_sections(world: World, ranks: list[int]) -> list[tuple[str, list[str]]]:
+    """The processes each of ``ranks`` started (a DataLoader's workers, a multiprocessing
+    pool, ``os.fork``): one line each, under the rank's label."""
+    import psutil
+
+    sections = []
+    for rank in ranks:
+        lines = []
+        for child in world.children(rank):
+            try:
+                with child.oneshot():
+                    command = " ".join(child.cmdline())
+                    forked = command == " ".join(psutil.Process(world.ranks[rank].pid).cmdline())
+                    what = "forked from the rank" if forked else command
+                    lines.append(f"pid {child.pid} ({child.status()}): {what}"[:200])
+            except psutil.Error:  # it ended meanwhile
+                continue
+        if lines:
+            sections.append((f"{format_ranks([rank])}: processes it started", lines))
+    return sections
 
 
 def where_processes(title: str, ranks: list[int], run: ActiveRun) -> WhereReport:

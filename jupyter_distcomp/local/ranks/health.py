@@ -228,19 +228,36 @@ class WorldHealth:
 
     # -- signals and stacks ---------------------------------------------------------------
     def signal(self, ranks: list[int], sig: int) -> None:
-        """Send ``sig`` to ranks: directly to local pids, through the nanny otherwise."""
+        """Send ``sig`` to ranks: directly to local pids, through the nanny otherwise. SIGINT
+        reaches the processes a local rank started too (its DataLoader workers, its
+        multiprocessing pool), as Ctrl-C in a terminal reaches the whole foreground job."""
         remote: list[int] = []
         for rank in ranks:
             info = self.ranks[rank]
             if info.pid and is_local_host(info.host):
-                try:
-                    os.kill(info.pid, sig)
-                except ProcessLookupError:
-                    pass
+                pids = [info.pid]
+                if sig == signal.SIGINT:
+                    pids += [child.pid for child in self.children(rank)]
+                for pid in pids:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, sig)
             elif info.engine_id is not None:
                 remote.append(info.engine_id)
         if remote and self.client is not None:
             ipp.send_signal(self.client, sig, remote)
+
+    def children(self, rank: int) -> list[psutil.Process]:
+        """The processes a local ``rank`` started that still run (none for a rank on
+        another host, or one that has ended)."""
+        import psutil
+
+        info = self.ranks[rank]
+        if not info.pid or not is_local_host(info.host):
+            return []
+        try:
+            return psutil.Process(info.pid).children(recursive=True)
+        except psutil.Error:
+            return []
 
     def stacks(self, ranks: list[int], wait: float = 1.0) -> dict[int, str]:
         """Each rank's current main-thread Python stack (via faulthandler on SIGUSR1), taken

@@ -85,6 +85,7 @@ class RankOutput:
         self._pending: list[tuple[str, str]] = []  # (stream name, text) not yet written
         self._groups: dict[int, list[tuple[str, Any]]] = {}
         self._cell = ""  # names the cell's displays; made with the first one
+        self._prefixes: dict[int, str] = {}  # rank -> its label and a space
         self._shown = 0  # lines shown in place so far
         #: the kernel whose iopub thread sends the output on (None outside a kernel)
         self._kernel = pace_iopub(shell)
@@ -119,11 +120,14 @@ class RankOutput:
         if line is not None:
             pieces[0] = line.text + pieces[0]
         *complete, rest = pieces
-        for raw in complete:
+        if complete:
             if line is not None and line.display_id is not None:
-                self._draw(rank, name, line, visible(raw))  # finished where it shows
-            else:
-                self._emit_lines(rank, name, [visible(raw)])
+                self._draw(rank, name, line, visible(complete[0]))  # finished where it shows
+                complete = complete[1:]
+            if "\r" in text or (line is not None and "\r" in line.text):
+                complete = [visible(raw) for raw in complete]
+            if complete:
+                self._emit_lines(rank, name, complete)
             line = None
         if not rest:
             return
@@ -157,8 +161,10 @@ class RankOutput:
 
     # -- output -------------------------------------------------------------------------
     def _emit_lines(self, rank: int, name: str, lines: list[str]) -> None:
-        label = self.label(rank)
-        text = "".join(f"{label} {line}\n" for line in lines)
+        prefix = self._prefixes.get(rank)
+        if prefix is None:
+            prefix = self._prefixes[rank] = self.label(rank) + " "
+        text = prefix + ("\n" + prefix).join(lines) + "\n"
         if self.group:
             self._groups.setdefault(rank, []).append((name, text))
         else:

@@ -1,0 +1,78 @@
+"""The Python traceback each rank prints on stderr, held back while it may be the rank's
+last words, so that ranks that fail the same way show it once.
+
+A traceback starts at ``Traceback (most recent call last):`` and ends at its exception
+line (chained ones, with their ``During handling ...`` lines, belong to it). While a rank
+prints nothing else on stderr, its traceback is held; what it prints there after it (say
+it caught and printed the traceback, then carried on) releases it, to be shown as printed
+(its stdout, another pipe, arrives in no reliable order against stderr). At the run's
+end the tracebacks still held are grouped: identical ones once, for all their ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+HEAD = "Traceback (most recent call last):"
+CHAIN = (
+    "During handling of the above exception, another exception occurred:",
+    "The above exception was the direct cause of the following exception:",
+)
+
+
+@dataclass
+class _Block:
+    lines: list[str] = field(default_factory=list)
+    complete: bool = False  # its exception line has come
+
+
+def _exception_line(text: str) -> bool:
+    return bool(text) and not text[0].isspace() and text != HEAD and text not in CHAIN
+
+
+class HeldTracebacks:
+    def __init__(self) -> None:
+        self._blocks: dict[int, _Block] = {}
+
+    def take(self, rank: int, stream: str, text: str) -> tuple[list[str], bool]:
+        """(lines of ``rank``'s held traceback to show now, before ``text``; whether
+        ``text`` is held itself)."""
+        if stream != "stderr":  # stdout is another pipe: its order against stderr is lost
+            return [], False
+        block = self._blocks.get(rank)
+        if block is not None:
+            if not block.complete:
+                block.lines.append(text)
+                block.complete = _exception_line(text)
+                return [], True
+            if not text.strip() or text in CHAIN or text == HEAD:
+                block.lines.append(text)
+                block.complete = not (text in CHAIN or text == HEAD)
+                return [], True
+        released = self.release(rank)
+        if text == HEAD:
+            self._blocks[rank] = _Block([text])
+            return released, True
+        return released, False
+
+    def release(self, rank: int) -> list[str]:
+        block = self._blocks.pop(rank, None)
+        return block.lines if block is not None else []
+
+    def raised(self, rank: int) -> bool:
+        """``rank``'s last words are a traceback of an exception other than
+        KeyboardInterrupt (how Python answers our SIGINT)."""
+        block = self._blocks.get(rank)
+        if block is None or not block.complete:
+            return False
+        last = [line for line in block.lines if line.strip()][-1]
+        return not last.startswith("KeyboardInterrupt")
+
+    def groups(self) -> list[tuple[list[int], list[str]]]:
+        """Every held traceback, once per distinct text, with the ranks that printed it
+        (in rank order); none is held afterwards."""
+        found: dict[tuple[str, ...], list[int]] = {}
+        for rank in sorted(self._blocks):
+            found.setdefault(tuple(self._blocks[rank].lines), []).append(rank)
+        self._blocks.clear()
+        return [(ranks, list(lines)) for lines, ranks in found.items()]
