@@ -15,17 +15,8 @@ mpi4py (ledger_mpi.py) leaves its objects as mpi4py made them (``COMM_WORLD`` st
 predefined constant that ``free()`` leaves alone, classes that pickle and compare, request
 objects of mpi4py's own class) and that our launch changes no MPI semantics.
 
-Modules: the full suite takes about 95 s a way on 2 ranks on 2 cores, too long for CI
-three times over, so :data:`MODULES` is the part of it about what we touch: communicators
-and their topologies, collectives and point-to-point (buffers and objects, blocking and
-not), requests, messages, statuses, error handlers and error codes, the environment
-(thread level, ``Is_finalized``), the object model and pickling. Set
-``DISTCOMP_MPI4PY_FULL=1`` to run every module. Left out even then, with why:
-
-- ``test_spawn``, ``test_dynproc``, ``test_util_pool``: they start new MPI processes
-  (``Spawn``) or connect worlds by port; inside a long-lived ipyparallel rank the spawned
-  children would join a world whose parent is an engine that keeps running after the test,
-  and Open MPI 5's singleton/port code is what they test, not ours.
+Every module of the suite runs, ``test_spawn`` (``MPI_Comm_spawn``) included: about 50 s
+a way on 2 ranks on 2 cores.
 """
 
 from __future__ import annotations
@@ -45,37 +36,15 @@ from .ranks_support import define, loaded_shell, run_cell
 
 pytestmark = pytest.mark.slow
 
-MODULES = [
-    "test_comm",
-    "test_comm_topo",
-    "test_cco_buf",
-    "test_cco_obj",
-    "test_cco_nb_buf",
-    "test_p2p_buf",
-    "test_p2p_obj",
-    "test_p2p_buf_matched",
-    "test_p2p_obj_matched",
-    "test_request",
-    "test_status",
-    "test_msgspec",
-    "test_errhandler",
-    "test_errorcode",
-    "test_exceptions",
-    "test_environ",
-    "test_objmodel",
-    "test_pickle",
-]
-#: modules left out of every way (see the module's docstring for why)
-NOT_IN_RANKS = ["test_spawn", "test_dynproc", "test_util_pool"]
+#: modules left out of every way (none)
+LEFT_OUT: list[str] = []
 
 _RAN = re.compile(r"Ran (\d+) tests? in ")
 _END = re.compile(r"^(OK|FAILED)(?: \((.*)\))?\s*$")
 
 
 def _arguments() -> list[str]:
-    if os.environ.get("DISTCOMP_MPI4PY_FULL") == "1":
-        return ["-q", *(arg for name in NOT_IN_RANKS for arg in ("-e", f"^{name}$"))]
-    return ["-q", *MODULES]
+    return ["-q", *(arg for name in LEFT_OUT for arg in ("-e", rf"^{name}\.py$"))]
 
 
 @pytest.fixture(scope="module")
