@@ -58,9 +58,9 @@ def suite(request) -> Path:
     if (test_dir / "runtests.py").exists():
         return test_dir
     cache.mkdir(parents=True, exist_ok=True)
+    pip = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "-q"]
     fetched = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
-        + ["--disable-pip-version-check", "-q", f"mpi4py=={version}", "-d", str(cache)],
+        [*pip, "--no-deps", "--no-binary", ":all:", f"mpi4py=={version}", "-d", str(cache)],
         capture_output=True,
         text=True,
         timeout=180,
@@ -302,6 +302,7 @@ def test_each_rank_shows_the_bytes_it_wrote(small):
     assert bare_run.returncode == 0
     _, shown = _command_small(component, "bytes")
     assert ("stdout", "[rank 1] ") in shown  # a blank line is a line
+
     def of_rank_1(name: str) -> str:
         mine = [text for stream, text in shown if stream == name and text.startswith("[rank 1]")]
         return "\n".join(text.removeprefix("[rank 1]").removeprefix(" ") for text in mine)
