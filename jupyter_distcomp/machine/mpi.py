@@ -2,7 +2,7 @@
 
 Both local backends start ranks with these rules (the ipyparallel worlds of ``%%distcomp run``
 and the processes of ``%distcomp command``), so they accept the same layouts. Standard
-library only (psutil on first use).
+library only.
 """
 
 from __future__ import annotations
@@ -29,21 +29,19 @@ def mpiexec_path() -> str:
     )
 
 
-def cores() -> int:
-    """The cores Open MPI counts as slots on this machine: physical cores, not threads."""
-    import psutil
-
-    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
-
-
 def mpiexec_args(world_size: int) -> list[str]:
-    """``--oversubscribe`` when there are more ranks than cores (else Open MPI refuses), and
-    ``--bind-to none``: binding pins each rank (and its threads) to one core, so ranks would
-    compete with the kernel, and two local runs would share the same cores."""
-    args = ["--bind-to", "none"]
-    if world_size > cores():
-        args.insert(0, "--oversubscribe")
-    return args
+    """Flags of an mpiexec on this machine, whatever ``world_size``:
+
+    - ``--oversubscribe``: Open MPI counts one slot per physical core, and without the flag
+      it refuses more ranks than slots, and so refuses every process a rank starts with
+      ``MPI_Comm_spawn`` (mpi4py.futures, ``Spawn``) once the ranks fill the cores; a bare
+      ``mpiexec --oversubscribe`` allows both. (The flag only allows it: Open MPI marks a
+      node oversubscribed, and its ranks yield when idle, only when it runs more ranks than
+      slots.)
+    - ``--bind-to none``: binding pins each rank (and its threads) to one core, so ranks
+      would compete with the kernel, and two local runs would share the same cores."""
+    del world_size  # every local world alike (kept: ipyparallel's launcher passes it)
+    return ["--oversubscribe", "--bind-to", "none"]
 
 
 def mpiexec_environment(env: dict[str, str] | None = None) -> dict[str, str]:
@@ -77,15 +75,17 @@ def run_files_environment(
 
 
 #: the byte transfer layers ranks on one machine leave out
-LOCAL_BTL = "^tcp,ofi,uct"
+LOCAL_BTL = "^ofi,uct"
+#: where ranks on one machine may use TCP: loopback only (see :func:`mpiexec_host_args`)
+LOOPBACK_NETWORK = "127.0.0.0/8"
 
 
 def mpiexec_flags(
     placement: Placement, world_size: int, process_count_per_node: int, forward: Sequence[str] = ()
 ) -> list[str]:
     """Every flag of an mpiexec that starts ``world_size`` ranks so placed: on this machine,
-    :func:`mpiexec_args` (oversubscription); on hosts, ``process_count_per_node`` slots
-    each, so never oversubscribed. Then :func:`mpiexec_host_args`."""
+    :func:`mpiexec_args`; on hosts, ``process_count_per_node`` slots each, as a cluster
+    gives them. Then :func:`mpiexec_host_args`."""
     own = mpiexec_args(world_size) if placement.local else ["--bind-to", "none"]
     return [*own, *mpiexec_host_args(placement, process_count_per_node, forward)]
 
@@ -98,10 +98,22 @@ def mpiexec_host_args(
     without hosts, the flags that keep Open MPI's traffic on this machine."""
     hosts = placement.hosts
     if not hosts:
-        # one machine: shared memory between ranks (ob1 over sm and self); no TCP transport
-        # listening at all, and none of libfabric's (ofi) or UCX's (uct) components, whose
-        # probing for fabrics this machine lacks is about a second of every start
-        return ["--mca", "btl", LOCAL_BTL, "--mca", "pml", "ob1"]
+        # one machine: shared memory between the ranks of the world (ob1 over sm and self);
+        # TCP on loopback only, for what shared memory cannot reach: processes a rank
+        # starts with MPI_Comm_spawn or joins by Connect/Accept (another job); none of
+        # libfabric's (ofi) or UCX's (uct) components, whose probing for fabrics this
+        # machine lacks is about a second of every start
+        return [
+            "--mca",
+            "btl",
+            LOCAL_BTL,
+            "--mca",
+            "btl_tcp_if_include",
+            LOOPBACK_NETWORK,
+            "--mca",
+            "pml",
+            "ob1",
+        ]
     network = network_of(listen_address(hosts))
     forwarded = [arg for key in forward for arg in ("-x", key)]
     return [

@@ -1,26 +1,32 @@
 """The ledger's wrapper of mpi4py (see ledger_hooks.py).
 
-Each communicator class (``Intracomm``, ``Cartcomm``, ``Graphcomm``, ``Distgraphcomm``,
-``Intercomm``) gets a recording subclass whose collectives (blocking and non-blocking, upper
-and lower case) and point-to-point methods record each call, and in check mode exchange
-signatures over the communicator first. ``COMM_WORLD`` and ``COMM_SELF`` become instances of
-it, and so does every communicator made from one (Dup, Split, Create, Create_group,
-Create_cart, ...): each has its own sequence numbers and its own label, given when it is
-made, the same on all its ranks (``comm 2 (ranks 0, 2)``: the second communicator made from
-COMM_WORLD; ``comm 2.1 (ranks 0)``: the first made from that one; ``comm g1 (ranks 0, 1)``:
-the first made by ``Create_group`` for ranks 0 and 1).
+The collectives (blocking and non-blocking, upper and lower case) and point-to-point
+methods of mpi4py's own communicator classes (``Comm``, ``Intracomm``, ``Cartcomm``, ...)
+are replaced, in those classes, by recording ones, which record each call and in check
+mode exchange signatures over the communicator first. Nothing else of mpi4py changes:
+``MPI.COMM_WORLD``, ``MPI.COMM_SELF`` and ``MPI.Request`` stay mpi4py's own objects (still
+predefined constants that ``free()`` leaves alone, still pickled by reference), and every
+communicator keeps its own class, so a program sees mpi4py as it is without us. (mpi4py's
+classes are immutable types: their dictionaries are written directly, see :func:`_put`.)
 
-A non-blocking call (``Iallreduce``, ``Isend``, ``irecv``...) returns a recording
-``Request`` (``MPI.Request`` becomes that subclass; ``isinstance`` still holds for every
-request): the call is finished in the ledger when a Wait or Test (the request's own, or
-``Request.Waitall`` and the other class methods) sees it complete.
+Each communicator has its own sequence numbers and its own label, given when it is made,
+the same on all its ranks and kept by its handle until it is freed (``comm 2 (ranks 0,
+2)``: the second communicator made from COMM_WORLD; ``comm 2.1 (ranks 0)``: the first made
+from that one; ``comm g1 (ranks 0, 1)``: the first made by ``Create_group`` for ranks 0
+and 1).
+
+A non-blocking call (``Iallreduce``, ``Isend``, ``irecv``...) is finished in the ledger
+when a Wait or Test (the request's own, or ``Request.Waitall`` and the other class
+methods) sees its request complete.
 
 Standard library only at import; ``core`` is ledger_hooks, set before :func:`wrap`.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import gc
 import os
 from typing import Any
 
@@ -111,7 +117,17 @@ _CREATORS = (
     "Merge",
 )
 _UNRECORDED_CREATORS = ("Create_group", "Create_intercomm")
-_COMM_CLASSES = ("Intracomm", "Topocomm", "Cartcomm", "Graphcomm", "Distgraphcomm", "Intercomm")
+_COMM_CLASSES = (
+    "Comm",
+    "Intracomm",
+    "Topocomm",
+    "Cartcomm",
+    "Graphcomm",
+    "Distgraphcomm",
+    "Intercomm",
+)
+#: methods that free a communicator: its label goes with it (its handle may be reused)
+_FREES = ("Free", "free", "Disconnect")
 #: Request class methods that complete requests of a list
 _REQUEST_CLASS_METHODS = tuple(
     f"{verb}{what}" for verb in ("Wait", "Test", "wait", "test") for what in ("all", "any", "some")
@@ -128,9 +144,12 @@ class _Mpi:
             if op is not None:
                 self.ops[op.py2f()] = op_name.lower()
         self.unnamed = 0
-        self.classes: dict[type, type] = {}  # mpi4py's class -> its recording subclass
         self.texts: dict[Any, str] = {}
-        self.request: Any = None  # the recording Request class
+        self.labels: dict[int, tuple[str, tuple[int, ...]]] = {}  # comm handle -> label
+        self.made: dict[int, dict] = {}  # comm handle -> counts of the comms made from it
+        self.marks: dict[int, tuple] = {}  # pending request's handle -> (ring, slot, seq, it)
+        # mpi4py's own allgather, for check mode's exchange (never recorded)
+        self.allgather = vars(MPI.Comm)["allgather"]
 
     # -- describing a call ------------------------------------------------------------------
     def buffer_text(self, value) -> str:
@@ -163,7 +182,7 @@ class _Mpi:
 
     def label(self, comm) -> tuple[str, tuple[int, ...]]:
         """The communicator's label and its COMM_WORLD ranks (given when it was made)."""
-        known = getattr(comm, "_distcomp_label", None)
+        known = self.labels.get(_handle(comm))
         if known is None:
             self.unnamed += 1
             known = self.name(comm, f"comm ?{self.unnamed}")
@@ -184,26 +203,25 @@ class _Mpi:
         """Give ``comm`` the label ``stem (ranks ...)``, its ranks in COMM_WORLD."""
         members = self.members(comm)
         known = (f"{stem} (ranks {', '.join(map(str, members))})", members)
-        try:
-            comm._distcomp_label = known
-            comm._distcomp_made = {}
-        except AttributeError:  # one of mpi4py's own classes: named again on each call
-            pass
+        handle = _handle(comm)
+        self.labels[handle] = known
+        self.made[handle] = {}
         return known
 
+    def forget(self, handle: int) -> None:
+        """A freed communicator's label goes (MPI may give its handle to a new one)."""
+        self.labels.pop(handle, None)
+        self.made.pop(handle, None)
+
     def adopt(self, parent, made, key: Any):
-        """``made`` (a communicator made from ``parent``) as a recording instance, named
-        after its parent: ``key`` counts the communicators made alike (every rank of the
-        parent alike, or only those of one group)."""
+        """Label ``made`` (a communicator made from ``parent``) after its parent: ``key``
+        counts the communicators made alike (every rank of the parent alike, or only those
+        of one group). ``made`` is returned as it is."""
         MPI = self.MPI
         if not isinstance(made, MPI.Comm) or made == MPI.COMM_NULL:
             return made
-        cls = self.classes.get(type(made))
-        if cls is None:
-            cls = next((c for t, c in self.classes.items() if isinstance(made, t)), None)
-        if cls is not None and not isinstance(made, cls):
-            made = cls(made)
-        counts = getattr(parent, "_distcomp_made", None)
+        self.label(parent)
+        counts = self.made.get(_handle(parent))
         if counts is None:
             return made
         counts[key] = number = counts.get(key, 0) + 1
@@ -229,6 +247,7 @@ class _Mpi:
         roots: dict = {None: ""}
         COLLECTIVE = core.ledger.COLLECTIVE
         data_keys = ("sendbuf", "buf", "sendobj")
+        labels = self.labels
 
         @functools.wraps(fn)
         def call(comm, *args, **kwargs):
@@ -237,10 +256,8 @@ class _Mpi:
             ring = state.ring
             if ring is None:
                 return fn(comm, *args, **kwargs)
-            try:
-                label = comm._distcomp_label[0]
-            except AttributeError:
-                label = mpi.label(comm)[0]
+            known = labels.get(_handle(comm))
+            label = known[0] if known is not None else mpi.label(comm)[0]
             n = len(args)
             data = args[data_at] if data_at < n else None
             if kwargs and data is None and data_at != _FAR:
@@ -293,6 +310,7 @@ class _Mpi:
         posted = "nb" if nonblocking else ""
         peers: dict = {}
         P2P = core.ledger.P2P
+        labels = self.labels
 
         @functools.wraps(fn)
         def call(comm, *args, **kwargs):
@@ -301,10 +319,8 @@ class _Mpi:
             ring = state.ring
             if ring is None:
                 return fn(comm, *args, **kwargs)
-            try:
-                label = comm._distcomp_label[0]
-            except AttributeError:
-                label = mpi.label(comm)[0]
+            known = labels.get(_handle(comm))
+            label = known[0] if known is not None else mpi.label(comm)[0]
             n = len(args)
             data = args[data_at] if data_at < n else None
             if buffers:
@@ -354,133 +370,160 @@ class _Mpi:
 
         return call
 
+    def freeing(self, base, name: str):
+        """``Free`` and the like: a communicator really freed loses its label (``free()``
+        of a predefined one leaves it as it is)."""
+        fn = getattr(base, name)
+        mpi = self
+
+        @functools.wraps(fn)
+        def call(comm, *args, **kwargs):
+            __tracebackhide__ = True
+            handle = _handle(comm)
+            result = fn(comm, *args, **kwargs)
+            if handle in mpi.labels and comm == mpi.MPI.COMM_NULL:
+                mpi.forget(handle)
+            return result
+
+        return call
+
     def pending(self, request, ring, slot: int, seq: int):
-        """A recording Request for a non-blocking call's request: its call ends when a
-        Wait or Test sees it complete."""
-        if not isinstance(request, self.MPI.Request) or self.request is None:
+        """A non-blocking call's request: its call ends when a Wait or Test sees it
+        complete (marked by the request's handle, which every copy of it shares)."""
+        if not isinstance(request, self.MPI.Request) or request == self.MPI.REQUEST_NULL:
             ring.end(slot)
             return request
-        mine = self.request(request)
-        mine._distcomp = (ring, slot, seq)
-        return mine
+        handle = _handle(request)
+        self.marks[handle] = (ring, slot, seq, handle)
+        return request
 
     def check(self, comm, label: str, sig: tuple, where) -> None:
         """Exchange signatures with the communicator's own (unrecorded) allgather."""
         __tracebackhide__ = True
         code, line = where
         seq = core.STATE.seqs.get(label, 0) + 1
-        base = self.MPI.Comm
-        posted = base.allgather(comm, (*sig, code.co_filename, line, code.co_name))
+        posted = self.allgather(comm, (*sig, code.co_filename, line, code.co_name))
         members = self.label(comm)[1] or tuple(range(len(posted)))
         core.mismatch(label, seq, dict(zip(members, posted, strict=False)), comm.Get_rank())
 
     # -- classes ----------------------------------------------------------------------------
-    def subclass(self, base):
-        """The recording subclass of one of mpi4py's communicator classes."""
-        space: dict = {"__distcomp_ledger__": True, "__module__": "mpi4py.MPI"}
+    def wrap_comms(self, base) -> None:
+        """Record the calls of the methods that mpi4py's communicator class ``base`` itself
+        defines (its subclasses inherit them)."""
+        own = vars(base)
         for name, spec in _MPI_COLLECTIVES.items():
-            if name in vars(base) or hasattr(base, name):
-                space[name] = self.collective(base, name, spec)
+            if name in own:
+                _put(base, name, self.collective(base, name, spec))
         for name, p2p_spec in _MPI_P2P.items():
-            if hasattr(base, name):
-                space[name] = self.p2p(base, name, p2p_spec)
+            if name in own:
+                _put(base, name, self.p2p(base, name, p2p_spec))
         for name in _CREATORS:
-            if hasattr(base, name):
-                space[name] = self.collective(base, name, (-1, -1, -1, None), creator=True)
+            if name in own:
+                _put(base, name, self.collective(base, name, (-1, -1, -1, None), creator=True))
         for name in _UNRECORDED_CREATORS:
-            if hasattr(base, name):
-                space[name] = self.unrecorded_creator(base, name)
-        return type(base.__name__, (base,), space)
+            if name in own:
+                _put(base, name, self.unrecorded_creator(base, name))
+        for name in _FREES:
+            if name in own:
+                _put(base, name, self.freeing(base, name))
 
-    def request_class(self):
-        """``MPI.Request``'s recording subclass: each completion ends its call in the
-        ledger; ``isinstance(r, MPI.Request)`` holds for every request, recording or not."""
+    def wrap_requests(self) -> None:
+        """``MPI.Request``'s completions (Wait, Test, their class methods over lists, Free,
+        Cancel) end the ledger's call of each pending request they complete."""
         base = self.MPI.Request
-
-        class _Meta(type):
-            def __instancecheck__(cls, obj) -> bool:
-                return isinstance(obj, base)
-
-            def __subclasscheck__(cls, sub) -> bool:
-                return issubclass(sub, base)
-
-        def finish(request) -> None:
-            mark = request.__dict__.get("_distcomp")
-            if mark is not None and request == null:
-                del request._distcomp
-                mark[0].end(mark[1], mark[2])
-
-        def waiting(request) -> None:
-            mark = request.__dict__.get("_distcomp")
-            if mark is not None:
-                mark[0].wait(mark[1], mark[2])
+        null = self.MPI.REQUEST_NULL
+        marks = self.marks
 
         def instance_method(name: str):
             fn = getattr(base, name)
             waits = name.lower() == "wait"
 
             @functools.wraps(fn)
-            def method(self, *args, **kwargs):
+            def method(request, *args, **kwargs):
                 __tracebackhide__ = True
+                mark = marks.get(_handle(request)) if marks else None
+                if mark is None:
+                    return fn(request, *args, **kwargs)
                 if waits:
-                    waiting(self)
+                    mark[0].wait(mark[1], mark[2])
                 try:
-                    return fn(self, *args, **kwargs)
+                    return fn(request, *args, **kwargs)
                 finally:
-                    finish(self)
+                    if request == null:
+                        marks.pop(mark[3], None)
+                        mark[0].end(mark[1], mark[2])
 
             return method
 
         def class_method(name: str):
             fn = getattr(base, name)
-
             waits = name.lower().startswith("wait")
 
             @functools.wraps(fn)
             def method(cls, requests, *args, **kwargs):
                 __tracebackhide__ = True
-                if waits:
-                    for request in requests:
-                        if type(request) is recording:
-                            waiting(request)
+                if not marks:
+                    return fn(requests, *args, **kwargs)
+                watched = []
+                for request in requests:
+                    if isinstance(request, base):
+                        mark = marks.get(_handle(request))
+                        if mark is not None:
+                            watched.append((request, mark))
+                            if waits:
+                                mark[0].wait(mark[1], mark[2])
                 try:
                     return fn(requests, *args, **kwargs)
                 finally:
-                    for request in requests:
-                        if type(request) is recording:
-                            finish(request)
+                    for request, mark in watched:
+                        if request == null:
+                            marks.pop(mark[3], None)
+                            mark[0].end(mark[1], mark[2])
 
             return classmethod(method)
 
-        null = self.MPI.REQUEST_NULL
-        space: dict = {"__module__": "mpi4py.MPI", "__doc__": base.__doc__}
+        own = vars(base)
         for name in ("Wait", "Test", "wait", "test", "Free", "free", "Cancel", "cancel"):
-            if hasattr(base, name):
-                space[name] = instance_method(name)
+            if name in own:
+                _put(base, name, instance_method(name))
         for name in _REQUEST_CLASS_METHODS:
-            if hasattr(base, name):
-                space[name] = class_method(name)
-        recording = _Meta("Request", (base,), space)
-        return recording
+            if name in own:
+                _put(base, name, class_method(name))
+
+
+def _handle(obj) -> int:
+    """An mpi4py object's MPI handle (``handle``; ``py2f()`` before mpi4py 4)."""
+    try:
+        return obj.handle
+    except AttributeError:
+        return obj.py2f()
+
+
+def _put(cls: type, name: str, value) -> None:
+    """``cls.name = value`` for one of mpi4py's classes. They are immutable types, which
+    refuse ``setattr``: the value goes into the type's dictionary (the one object behind
+    ``cls.__dict__``'s read-only proxy) and CPython is told the type changed (it caches
+    attribute look-ups by type version)."""
+    gc.get_referents(cls.__dict__)[0][name] = value
+    modified = ctypes.pythonapi.PyType_Modified
+    modified.argtypes = [ctypes.py_object]
+    modified.restype = None
+    modified(cls)
 
 
 def wrap(MPI) -> None:
-    if getattr(type(MPI.COMM_WORLD), "__distcomp_ledger__", False):
-        return
+    if hasattr(vars(MPI.Comm).get("Barrier"), "__wrapped__"):
+        return  # wrapped already (mpi4py's own methods have no __wrapped__)
     mpi = _Mpi(MPI)
     for name in _COMM_CLASSES:
         base = getattr(MPI, name, None)
         if base is not None:
-            mpi.classes[base] = mpi.subclass(base)
-    mpi.request = mpi.request_class()
-    MPI.Request = mpi.request
-    world = mpi.classes[MPI.Intracomm](MPI.COMM_WORLD)
-    world._distcomp_label = ("COMM_WORLD", ())
-    world._distcomp_made = {}
-    MPI.COMM_WORLD = world
-    me = MPI.COMM_SELF
-    alone = mpi.classes[MPI.Intracomm](me)
-    alone._distcomp_made = {}
-    alone._distcomp_label = (f"COMM_SELF (ranks {world.Get_rank()})", (world.Get_rank(),))
-    MPI.COMM_SELF = alone
+            mpi.wrap_comms(base)
+    mpi.wrap_requests()
+    world, me = MPI.COMM_WORLD, MPI.COMM_SELF
+    mpi.labels[_handle(world)] = ("COMM_WORLD", ())
+    mpi.made[_handle(world)] = {}
+    rank = world.Get_rank()
+    mpi.labels[_handle(me)] = (f"COMM_SELF (ranks {rank})", (rank,))
+    mpi.made[_handle(me)] = {}
     core.skip_files(os.path.dirname(MPI.__file__) + os.sep)
