@@ -18,7 +18,7 @@ STAMP := $(VENV)/.installed-$(HASH)
 LAB_STAMP := $(VENV)/.installed-lab-$(HASH)
 TEST_STAMP := $(VENV)/.installed-test-$(HASH)
 
-.PHONY: demo lab test test-fast soak lint format bench
+.PHONY: demo lab test test-fast soak lint format bench docs
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -75,6 +75,10 @@ $(SSHD):
 
 test: lint $(CHROMIUM) $(SSHD)
 	$(PY) -m pytest
+
+# the documentation site, with the shipped notebooks executed as pages (build/docs/html/)
+docs: $(TEST_STAMP)
+	$(PY) docs/build.py build/docs --execute
 
 # the edit loop: no test that starts ranks, kernels, servers or browsers
 test-fast: $(TEST_STAMP)
