@@ -35,12 +35,9 @@ def build(out: Path, notebooks: Path = NOTEBOOKS, execute: bool = False) -> Path
     source = stage(out, notebooks)
     html = out / "html"
     mode = "force" if execute else "off"
-    subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html"]
-        + ["-D", f"nb_execution_mode={mode}", "-d", str(out / "doctrees"), str(source)]
-        + [str(html)],
-        check=True,
-    )
+    sphinx = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html"]
+    options = ["-D", f"nb_execution_mode={mode}", "-d", str(out / "doctrees")]
+    subprocess.run([*sphinx, *options, str(source), str(html)], check=True)
     return html
 
 
