@@ -18,7 +18,11 @@ STAMP := $(VENV)/.installed-$(HASH)
 LAB_STAMP := $(VENV)/.installed-lab-$(HASH)
 TEST_STAMP := $(VENV)/.installed-test-$(HASH)
 
+<<<<<<< HEAD
 .PHONY: demo lab test test-fast screenshots soak lint format bench
+=======
+.PHONY: demo lab test test-fast soak lint format bench docs
+>>>>>>> i38-docs
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -75,6 +79,10 @@ $(SSHD):
 
 test: lint $(CHROMIUM) $(SSHD)
 	$(PY) -m pytest
+
+# the documentation site, with the shipped notebooks executed as pages (build/docs/html/)
+docs: $(TEST_STAMP)
+	$(PY) docs/build.py build/docs --execute
 
 # the edit loop: no test that starts ranks, kernels, servers or browsers
 test-fast: $(TEST_STAMP)

@@ -8,6 +8,7 @@ up by the glob.
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -123,3 +124,27 @@ def test_collectives_finds_a_skipped_collective_and_a_shape_mismatch(tmp_path_fa
     assert shown.count(f"check_collectives: {mismatch}") == 4, "every rank raised at the call"
     assert "after [" not in shown, "a rank went on with a result"
     assert f"{mismatch}; ranks 0-1 went on (their result may be wrong)" in text
+
+
+def test_documentation_site_builds_with_the_executed_notebooks(tmp_path_factory):
+    """docs/build.py, warnings as errors, with the notebooks this module has executed as
+    pages: the quickstart's page shows what its ranks printed."""
+    import nbformat
+
+    folder = tmp_path_factory.mktemp("docs-notebooks") / "notebooks"
+    shutil.copytree(NOTEBOOKS, folder, ignore=shutil.ignore_patterns("outputs", ".ipynb_*"))
+    for path in PATHS:
+        nbformat.write(executed(path, tmp_path_factory), folder / path.name)
+    out = tmp_path_factory.mktemp("docs")
+    build = Path(__file__).resolve().parent.parent / "docs" / "build.py"
+    done = subprocess.run(
+        [sys.executable, str(build), str(out), "--notebooks", str(folder)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    html = out / "html"
+    for page in ("index", "using", "debugging", "commands", "speed", "development"):
+        assert (html / f"{page}.html").is_file(), page
+    quickstart = (html / "notebooks" / "mpi_quickstart.html").read_text()
+    assert "rank 3 of 4 (local rank 1): allreduce sum = 10" in quickstart
