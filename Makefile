@@ -18,11 +18,7 @@ STAMP := $(VENV)/.installed-$(HASH)
 LAB_STAMP := $(VENV)/.installed-lab-$(HASH)
 TEST_STAMP := $(VENV)/.installed-test-$(HASH)
 
-<<<<<<< HEAD
-.PHONY: demo lab test test-fast screenshots soak lint format bench
-=======
-.PHONY: demo lab test test-fast soak lint format bench docs
->>>>>>> i38-docs
+.PHONY: demo lab test test-fast screenshots soak lint format bench docs
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
