@@ -7,12 +7,13 @@ it has handed to the notebook's iopub; the rank writes how much it has written, 
 cell.
 
 On the rank, every write to ``sys.stdout``/``sys.stderr`` and every display counts its
-:func:`units` for the cell it belongs to (a write at the cost of two additions: a burst of
-short lines is as fast as without us). While more than :data:`WINDOW` units of the cell
-the kernel shows are not handed on yet, the writing thread flushes its stream and waits (a
-burst runs at the pace of the notebook instead of piling up in memory); a write of text
-waits only after a line end (or a long open line), so no line is left half-shown. Output
-of anything else (a cell the kernel no longer shows, an apply request) never waits.
+:func:`units` for the cell it belongs to (a write costs two additions and a look at its
+parent header: a fifth of what ipykernel's own write costs). While more than
+:data:`WINDOW` units of the cell the kernel shows are not handed on yet, the writing thread
+flushes its stream and waits (a burst runs at the pace of the notebook instead of piling up
+in memory); a write of text waits only after a line end (or a long open line), so no line
+is left half-shown. Output of anything else (a cell the kernel no longer shows, an apply
+request) never waits.
 
 The rank's counts of lines and displays let a cell that stops waiting for a rank's output
 say exactly what it does not show.
@@ -48,7 +49,8 @@ RICH_KINDS = frozenset({"display_data", "update_display_data", "execute_result",
 DISPLAY_KINDS = frozenset({"display_data", "execute_result"})
 #: a waiting write looks at the kernel's acknowledgements this often at most (seconds)
 POLL_MAX = 0.005
-#: characters written without a line end after which a write may wait all the same
+#: characters written without a line end, once past the limit, after which a write waits
+#: all the same
 OPEN_LINE = 10_000
 
 
@@ -90,8 +92,8 @@ class Flow:
     """This rank's side of its flow file.
 
     A write of text adds to plain counters only (no lock, no system call, nothing looked up
-    but its parent header): CPython switches threads only at calls and loops, never between
-    the read and the store of ``flow.sent += units``. The counters reach the flow file
+    but its parent header): CPython (with its global lock) switches threads only at calls
+    and loops, never between the read and the store of ``flow.sent += units``. The counters reach the flow file
     (:meth:`publish`) when a write takes the cell past :attr:`limit` (a window of text
     after the last look at the acknowledgements), when a stream is flushed (ipykernel
     flushes both before the rank replies: the cell's counts are complete then), and each
@@ -99,8 +101,8 @@ class Flow:
     way)."""
 
     __slots__ = (
-        "map", "parent", "cell", "sent", "lines", "displays", "limit", "open_line", "iopub",
-        "_lock", "forked",
+        "_lock", "cell", "displays", "forked", "iopub", "limit", "lines", "map", "open_line",
+        "parent", "sent",
     )  # fmt: skip
 
     def __init__(self, path: str):
