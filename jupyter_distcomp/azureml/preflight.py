@@ -100,14 +100,18 @@ def check_compute(component: Component, job: Any, ml_client: Any) -> list[str]:
     problems: list[str] = []
     warnings: list[str] = []
     if max_nodes is not None and nodes > int(max_nodes):
-        what = "a compute instance: 1 node" if kind == "computeinstance" else f"{max_nodes} nodes"
+        limit = (
+            "the compute instance's 1 node"
+            if kind == "computeinstance"
+            else (f"the {max_nodes} nodes")
+        )
         grow = (
             f"raise its maximum (az ml compute update --name {name} --max-instances {nodes}), "
             if kind == "amlcompute"
             else ""
         )
         problems.append(
-            f"instance_count {nodes} > the {what} of {where}. Fix: set instance_count to "
+            f"instance_count {nodes} > {limit} of compute '{name}'. Fix: set instance_count to "
             f"{max_nodes} or less (%distcomp layout {component.name} --instance-count "
             f"{max_nodes}, or the panel's nodes field), {grow}or choose a compute with "
             f"{nodes} nodes"
