@@ -129,12 +129,14 @@ class AzureStandIn:
         workspace: str = WORKSPACE,
         token: str = TOKEN,
         statuses: tuple[str, ...] = ("Queued", "Running", "Completed"),
+        latency: float = 0.0,
     ):
         self.subscription = subscription
         self.resource_group = resource_group
         self.workspace = workspace
         self.token = token
         self.statuses = statuses
+        self.latency = latency  # seconds each answer waits (a network round trip, for benches)
         self.requests: list[Recorded] = []
         self.jobs: dict[str, dict] = {}
         self.job_gets: dict[str, int] = {}
@@ -455,6 +457,8 @@ class _Handler(BaseHTTPRequestHandler):
                 body = data
         recorded_headers = {k: v for k, v in headers.items() if k != "authorization"}
         owner.requests.append(Recorded(self.command, split.path, query, recorded_headers, body))
+        if owner.latency:
+            time.sleep(owner.latency)
         failure = owner._scripted_failure(self.command, split.path)
         if failure is not None:
             self._reply(failure.status, failure.body, failure.headers)
