@@ -151,8 +151,8 @@ def submit(
 
         try:
             notes = check_compute(component, job, ml_client)
-        except AzureMLError as error:
-            error.job = job
+        except AzureMLError as refused:
+            refused.job = job
             raise
         for note in notes:
             if on_warning is not None:
