@@ -113,6 +113,7 @@ COMPUTES = {
     "gpu-cluster": ("AmlCompute", "STANDARD_NC24S_V3", 4),
     "gpu-small": ("AmlCompute", "STANDARD_NC6S_V3", 2),
     "my-instance": ("ComputeInstance", "STANDARD_NC6S_V3", 1),
+    "aks": ("Kubernetes", "", 0),
 }
 
 #: where the stand-in says a running job's interactive service listens
@@ -315,7 +316,9 @@ class AzureStandIn:
         """A compute as ``computes/NAME`` GET answers (ComputeResource)."""
         kind, size, max_nodes = self.computes[name]
         own: dict[str, Any] = {"vmSize": size, "osType": "Linux"}
-        if kind == "AmlCompute":
+        if kind == "Kubernetes":
+            own = {"namespace": "default", "defaultInstanceType": "defaultinstancetype"}
+        elif kind == "AmlCompute":
             own.update(
                 vmPriority="Dedicated",
                 scaleSettings={

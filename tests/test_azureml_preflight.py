@@ -132,6 +132,26 @@ def test_a_fitting_layout_is_submitted_after_two_reads(standin, tmp_path):
     assert body["distribution"]["processCountPerInstance"] == 4
 
 
+def test_idle_gpus_warn_and_unchecked_computes_pass(standin, tmp_path):
+    ml_client = standin.ml_client(show_progress=False)
+    with pytest.warns(AzureMLWarning, match=r"3 GPU\(s\) per node stay idle") as caught:
+        submit(make(tmp_path, "deepspeed"), ml_client, inputs={"data": DATA}, compute="gpu")
+    (warning,) = [w for w in caught if issubclass(w.category, AzureMLWarning)]
+    assert "set process_count_per_node to 4" in str(warning.message)
+    # a Kubernetes compute has no VM size or node limit here: nothing is checked or refused
+    submit(
+        make(tmp_path, "torch.distributed", 16, 8), ml_client, inputs={"data": DATA}, compute="aks"
+    )
+    assert len(standin.job_puts()) == 2
+
+
+def test_compute_not_readable_says_the_check_can_be_skipped(standin, tmp_path):
+    standin.fail("GET", r"/computes/gpu$", 403, "may not read computes", "AuthorizationFailed")
+    message = refused(standin, make(tmp_path, "torch.distributed"), "gpu")
+    assert "could not read the compute 'gpu'" in message and "HTTP 403" in message
+    assert "--no-preflight" in message
+
+
 def test_gpu_launcher_on_a_cpu_vm_warns_and_submits(standin, tmp_path):
     component = make(tmp_path, "torch.distributed", per_node=2)
     with pytest.warns(AzureMLWarning) as caught:

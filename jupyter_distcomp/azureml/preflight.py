@@ -9,7 +9,7 @@ compute's location; cached per subscription and location, as GPU counts do not c
 - refuses, for torch.distributed and deepspeed (one process per GPU), a
   ``process_count_per_node`` above the GPUs of a GPU VM size;
 - warns when one of those launchers targets a VM size without GPUs (it may train on CPUs with
-  gloo, so this is not refused);
+  gloo, so this is not refused), or leaves GPUs of each node idle;
 - refuses a compute that does not exist in the workspace, naming those that do.
 
 Other computes (Kubernetes, attached VMs) and VM sizes the location does not list pass
@@ -30,7 +30,10 @@ if TYPE_CHECKING:
 
 #: launchers that start one process per GPU
 GPU_LAUNCHERS = ("torch.distributed", "deepspeed")
-SKIP = "(--no-preflight, or %config AzureML.preflight = False, skips this check)"
+SKIP = (
+    "(to skip this check: --no-preflight, %config AzureML.preflight = False, or "
+    "submit(..., preflight=False))"
+)
 #: (subscription, location) -> {lowercase VM size name: (its name, its GPUs)}
 _SIZES: dict[tuple[str, str], dict[str, tuple[str, int]]] = {}
 _SIZES_LOCK = threading.Lock()
@@ -83,7 +86,12 @@ def _read_compute(ml_client: Any, name: str) -> Any:
             "--type amlcompute --size VM_SIZE --max-instances N)."
         ) from None
     except Exception as exc:
-        raise explain(exc, ml_client, action) from None
+        error = explain(exc, ml_client, action)
+        if error.status_code == 403:  # may submit, not read computes: the check can be left out
+            hinted = AzureMLError(f"{error} {SKIP}")
+            hinted.status_code = 403
+            raise hinted from None
+        raise error from None
 
 
 def check_compute(component: Component, job: Any, ml_client: Any) -> list[str]:
@@ -135,6 +143,15 @@ def check_compute(component: Component, job: Any, ml_client: Any) -> list[str]:
                 f"Fix: set process_count_per_node to {gpus} (%distcomp layout "
                 f"{component.name} --process-count-per-node {gpus}, or the panel's "
                 f"processes per node field), or choose a compute with {per_node} GPUs"
+            )
+        elif found is not None and per_node < found[1]:
+            idle = found[1] - per_node
+            warnings.append(
+                f"'{component.name}' runs {per_node} process(es) per node on compute '{name}' "
+                f"({found[0]}, {found[1]} GPUs): {idle} GPU(s) per node stay idle, as "
+                f"{launcher} uses one GPU per process. Fix: set process_count_per_node to "
+                f"{found[1]} (%distcomp layout {component.name} --process-count-per-node "
+                f"{found[1]}), or ignore this if each process uses several GPUs."
             )
     if problems:
         raise AzureMLError(
