@@ -133,6 +133,11 @@ class AzureML(_Settings):
         config=True, help="Extra MLClient keyword arguments (retry_total, transport, ...)."
     )
     poll_interval = Float(10.0, config=True, help="Seconds between status checks of --wait.")
+    preflight = Bool(
+        True,
+        config=True,
+        help="Check the layout against the compute (max nodes, GPUs per node) before submit.",
+    )
 
 
 __all__ = ["AzureML", "DistComp"]

@@ -16,7 +16,8 @@ Forms::
     %distcomp list
     %distcomp connect NAME [--profile P] [--profile-dir D] [--cluster-id C] [--local]
     %distcomp export NAME PATH [--component] [--input k=v ...]
-    %distcomp submit NAME --compute TARGET [--wait] [--interactive jupyterlab,vscode,ssh] [...]
+    %distcomp submit NAME --compute TARGET [--wait] [--interactive jupyterlab,vscode,ssh]
+        [--no-preflight] [...]
     %distcomp widget NAME
 
 The work is done by the shell's :class:`~.session.Session`; this module parses the arguments
@@ -188,6 +189,13 @@ def _build_parser() -> _Parser:
         help="add Azure ML's interactive services to every node (default: all three)",
     )
     submit.add_argument("--ssh-key", default=None, dest="ssh_key", metavar="PUBLIC_KEY_FILE")
+    submit.add_argument(
+        "--no-preflight",
+        action="store_false",
+        dest="preflight",
+        default=None,
+        help="skip checking the layout against the compute (max nodes, GPUs per node)",
+    )
 
     widget = sub.add_parser("widget", help="show the run-settings panel of NAME")
     widget.add_argument("name")
@@ -497,6 +505,7 @@ class DistCompMagics(Magics):
             ),
             interactive=interactive,
             ssh_key=args.ssh_key,
+            preflight=args.preflight,
         )
         job = submission.job
         display(JobSummary(job, spec_name=args.name))

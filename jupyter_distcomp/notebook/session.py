@@ -578,9 +578,13 @@ class Session:
         workspace: Workspace | None = None,
         interactive: tuple[str, ...] = (),
         ssh_key: str | None = None,
+        preflight: bool | None = None,
+        on_warning: Callable[[str], None] | None = None,
     ) -> Submission:
         """Submit the component as an Azure ML job; ``interactive`` adds Azure ML's
-        interactive services (jupyterlab, vscode, ssh with ``ssh_key``) on every node."""
+        interactive services (jupyterlab, vscode, ssh with ``ssh_key``) on every node.
+        ``preflight`` (default ``%config AzureML.preflight``) checks the layout against the
+        compute first; its warnings go to ``on_warning`` (default: an AzureMLWarning)."""
         from ..azureml import submit
 
         extra: dict[str, Any] = {}
@@ -596,6 +600,8 @@ class Session:
             outputs=outputs,
             compute=self.resolve_compute(component, compute),
             experiment_name=experiment_name or self.azureml.experiment_name,
+            preflight=self.azureml.preflight if preflight is None else preflight,
+            on_warning=on_warning,
             **extra,
         )
         return Submission(job, ml_client)
