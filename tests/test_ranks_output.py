@@ -116,15 +116,23 @@ CONTROLLER_RSS = (
 )
 
 
-def test_the_controller_keeps_no_copy_of_what_the_ranks_print(kernel):
+RANK_RSS = "import psutil\nprint(psutil.Process().memory_info().rss)"
+
+
+def test_neither_the_controller_nor_the_rank_keeps_a_copy_of_what_the_rank_prints(kernel):
     """40 MB printed on a rank pass through ipyparallel's controller, which keeps none of
-    it: its memory does not grow with the ranks' output."""
-    before = int(run(kernel, CONTROLLER_RSS).stream().split()[-1])
-    code = "line = 'x' * 199\nfor i in range(200_000):\n    print(line)"
+    it, and the rank keeps none of it either (IPython's output history): neither grows with
+    the rank's output."""
+    controller = int(run(kernel, CONTROLLER_RSS).stream().split()[-1])
+    rank = int(run(kernel, f"%%distcomp run out --ranks 0\n{RANK_RSS}").stream().split()[-1])
+    code = "line = 'x' * 192\nfor i in range(200_000):\n    print(f'{i:07d}{line}')"
     out = run(kernel, f"%%distcomp run out --ranks 0\n{code}")
     assert out.ok and len(out.stream("stdout")) > 40_000_000, out.reply
-    after = int(run(kernel, CONTROLLER_RSS).stream().split()[-1])
-    assert after - before < 10_000_000, f"the controller grew by {after - before:,} bytes"
+    grown = int(run(kernel, CONTROLLER_RSS).stream().split()[-1]) - controller
+    assert grown < 10_000_000, f"the controller grew by {grown:,} bytes"
+    out = run(kernel, f"%%distcomp run out --ranks 0\n{RANK_RSS}")
+    grown = int(out.stream().split()[-1]) - rank
+    assert grown < 10_000_000, f"the rank grew by {grown:,} bytes"
 
 
 def test_20000_displays_on_a_rank_all_arrive_to_a_frontend_that_reads_late(kernel):

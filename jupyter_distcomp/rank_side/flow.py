@@ -7,11 +7,13 @@ it has handed to the notebook's iopub; the rank writes how much it has written, 
 cell.
 
 On the rank, every write to ``sys.stdout``/``sys.stderr`` and every display counts its
-:func:`units` for the cell it belongs to. While more than :data:`WINDOW` units of the cell
-the kernel shows are not handed on yet, the writing thread flushes its stream and waits (a
-burst runs at the pace of the notebook instead of piling up in memory); a write of text
-waits only after a line end (or a long open line), so no line is left half-shown. Output
-of anything else (a cell the kernel no longer shows, an apply request) never waits.
+:func:`units` for the cell it belongs to (a write costs two additions and a look at its
+parent header: a fifth of what ipykernel's own write costs). While more than
+:data:`WINDOW` units of the cell the kernel shows are not handed on yet, the writing thread
+flushes its stream and waits (a burst runs at the pace of the notebook instead of piling up
+in memory); a write of text waits only after a line end (or a long open line), so no line
+is left half-shown. Output of anything else (a cell the kernel no longer shows, an apply
+request) never waits.
 
 The rank's counts of lines and displays let a cell that stops waiting for a rank's output
 say exactly what it does not show.
@@ -47,7 +49,8 @@ RICH_KINDS = frozenset({"display_data", "update_display_data", "execute_result",
 DISPLAY_KINDS = frozenset({"display_data", "execute_result"})
 #: a waiting write looks at the kernel's acknowledgements this often at most (seconds)
 POLL_MAX = 0.005
-#: characters written without a line end after which a write may wait all the same
+#: characters written without a line end, once past the limit, after which a write waits
+#: all the same
 OPEN_LINE = 10_000
 
 
@@ -86,7 +89,21 @@ def parent_id(parent: Any) -> str | None:
 
 
 class Flow:
-    """This rank's side of its flow file."""
+    """This rank's side of its flow file.
+
+    A write of text adds to plain counters only (no lock, no system call, nothing looked up
+    but its parent header): CPython (with its global lock) switches threads only at calls
+    and loops, never between the read and the store of ``flow.sent += units``. The counters reach the flow file
+    (:meth:`publish`) when a write takes the cell past :attr:`limit` (a window of text
+    after the last look at the acknowledgements), when a stream is flushed (ipykernel
+    flushes both before the rank replies: the cell's counts are complete then), and each
+    time the iopub thread sends stream text (the kernel counts at least what is on its
+    way)."""
+
+    __slots__ = (
+        "_lock", "cell", "displays", "forked", "iopub", "limit", "lines", "map", "open_line",
+        "parent", "sent",
+    )  # fmt: skip
 
     def __init__(self, path: str):
         fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
@@ -94,57 +111,90 @@ class Flow:
             self.map = mmap.mmap(fd, LAYOUT.size)
         finally:
             os.close(fd)
+        self.parent: Any = None  # the parent header of the last write (compared by identity)
         self.cell: str | None = None
         self.sent = self.lines = self.displays = 0
-        self.open_line = 0  # characters written since the last line end
-        self.limit = 0  # units of the cell written before a write looks at the acks again
+        #: units of the cell written before a write looks at the acks again (none: no cell)
+        self.limit = sys.maxsize
+        self.open_line = 0  # characters written without a line end since a write passed limit
         self.iopub: Any = None  # the thread that sends: it never waits
         self._lock = threading.Lock()
         self.forked = False  # in a process forked from the rank: it counts nothing
         os.register_at_fork(after_in_child=self._forked)
 
-    def charge(
-        self,
-        cell: str | None,
-        written: tuple[int, int, int],
-        flush: Any = None,
-        wait: bool = True,
-    ) -> None:
-        """``written`` (:func:`tally`) for ``cell``; with ``wait``, wait while too many units
-        are on their way, flushing ``flush`` (a stream) first so that its held text goes out."""
+    def switch(self, parent: Any) -> None:
+        """Writes now come with the header ``parent`` (of this cell or of another one)."""
+        cell = parent_id(parent)
+        with self._lock:
+            if cell != self.cell:
+                self._start(cell)
+            self.parent = parent
+
+    def _start(self, cell: str | None) -> None:
+        """Counts of ``cell`` from zero (with the lock held)."""
+        self.cell, self.parent = cell, None
+        self.sent = self.lines = self.displays = self.open_line = 0
+        self.limit = 0 if cell is not None else sys.maxsize  # no cell: nothing waits
+        if not self.forked and cell is not None:
+            struct.pack_into("<q", self.map, CELL, cell_key(cell))
+            _WRITTEN.pack_into(self.map, WRITTEN, 0, 0, 0)
+
+    def publish(self) -> None:
+        """The counts into the flow file, where the kernel reads them."""
+        if self.forked or self.cell is None:
+            return
+        with self._lock:
+            _WRITTEN.pack_into(self.map, WRITTEN, self.sent, self.lines, self.displays)
+
+    def charge(self, cell: str | None, written: tuple[int, int, int]) -> None:
+        """``written`` (:func:`tally`, a display's) for ``cell``; waits while too many units
+        are on their way."""
         count, lines, displays = written
         if cell is None or count <= 0 or self.forked:
             return
         with self._lock:
             if cell != self.cell:
-                self.cell, self.sent, self.lines, self.displays = cell, 0, 0, 0
-                self.limit = 0
-                struct.pack_into("<q", self.map, CELL, cell_key(cell))
+                self._start(cell)
             self.sent += count
             self.lines += lines
             self.displays += displays
-            sent = self.sent
-            _WRITTEN.pack_into(self.map, WRITTEN, sent, self.lines, self.displays)
-        if wait and sent > self.limit and threading.current_thread() is not self.iopub:
-            self._wait(cell, sent, flush)
+        if self.sent > self.limit and threading.current_thread() is not self.iopub:
+            self._wait(cell, None)
+
+    def due(self, stream: Any, string: str) -> None:
+        """A write took the cell past :attr:`limit`: it waits, where a line ends (or after
+        a long open line), while too many units are on their way."""
+        if self.forked:
+            self.limit = sys.maxsize
+            return
+        if threading.current_thread() is self.iopub or self.cell is None:
+            return
+        end = max(string.rfind("\n"), string.rfind("\r"))
+        if end < 0:
+            self.open_line += len(string)
+            if self.open_line <= OPEN_LINE:
+                return
+        self.open_line = 0
+        self._wait(self.cell, stream)
 
     def _forked(self) -> None:
         self.forked = True
 
-    def _wait(self, cell: str, sent: int, flush: Any) -> None:
-        """Until no more than WINDOW of ``sent`` units are unacknowledged (or the kernel no
-        longer shows ``cell``); ``limit`` notes up to where writes need not look again."""
+    def _wait(self, cell: str, stream: Any) -> None:
+        """Until no more than WINDOW of the units written are unacknowledged (or the kernel
+        no longer shows ``cell``), flushing ``stream`` first so that its held text goes
+        out; ``limit`` notes up to where writes need not look again."""
+        self.publish()
+        sent = self.sent
         acked = self._acked(cell)
-        if acked is None or sent - acked <= WINDOW:
-            self.limit = sent + WINDOW if acked is None else acked + WINDOW
-            return
-        if flush is not None:
-            flush()
-        pause = 0.0002
-        while acked is not None and sent - acked > WINDOW:
-            time.sleep(pause)
-            pause = min(pause * 2, POLL_MAX)
-            acked = self._acked(cell)
+        if acked is not None and sent - acked > WINDOW:
+            if stream is not None:
+                stream.flush()
+            pause = 0.0002
+            while acked is not None and sent - acked > WINDOW:
+                time.sleep(pause)
+                pause = min(pause * 2, POLL_MAX)
+                acked = self._acked(cell)
         self.limit = sent + WINDOW if acked is None else acked + WINDOW
 
     def _acked(self, cell: str) -> int | None:
@@ -170,20 +220,26 @@ def install(path: str) -> bool:
     flow.iopub = thread
     kernel._distcomp_flow = flow
     out_stream = type(stream)
-    write = out_stream.write
+    write, flush = out_stream.write, out_stream.flush
 
     def paced_write(self: Any, string: str) -> Any:
-        result = write(self, string)
-        if isinstance(string, str) and string:
-            # a write waits where a line ends: the notebook never holds half a line for it
-            end = max(string.rfind("\n"), string.rfind("\r"))
-            flow.open_line = len(string) - end - 1 if end >= 0 else flow.open_line + len(string)
-            wait = end >= 0 or flow.open_line > OPEN_LINE
-            written = (len(string), string.count("\n"), 0)
-            flow.charge(parent_id(self.parent_header), written, self.flush, wait)
+        result = write(self, string)  # raises for what is not a str
+        parent = self.parent_header
+        if parent is not flow.parent:
+            flow.switch(parent)
+        units, lines = len(string), string.count("\n")
+        flow.sent += units  # no call between reading and storing: no other thread in between
+        flow.lines += lines
+        if flow.sent > flow.limit:
+            flow.due(self, string)
         return result
 
+    def paced_flush(self: Any) -> Any:
+        flow.publish()  # before the flush, which may time out
+        return flush(self)
+
     out_stream.write = paced_write  # type: ignore[method-assign]  # reopened streams too
+    out_stream.flush = paced_flush  # type: ignore[method-assign]
     session = kernel.session
     send = session.send
 
@@ -205,6 +261,8 @@ def install(path: str) -> bool:
             kind, body, cell = msg_or_type, content or {}, parent_id(parent)
         if kind in RICH_KINDS:
             flow.charge(cell, tally(kind, body))
+        elif kind == "stream":
+            flow.publish()  # the kernel counts at least what is on its way
         return send(stream, msg_or_type, content, parent, *args, **kwargs)
 
     session.send = paced_send

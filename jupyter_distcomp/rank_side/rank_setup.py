@@ -22,14 +22,19 @@ OPEN_MPI_WORLD_KEYS = (
 )
 #: the metadata key of a lean execute request (a ``%%distcomp run`` cell's): the rank
 #: publishes neither its busy status nor the echo of its code, which nobody reads (a cell
-#: ends on the idle status; its code is the notebook's own); two messages less per rank
+#: ends on the idle status; its code is the notebook's own): two messages less per rank;
+#: and IPython (9 and later) keeps no copy of what the cell prints in the rank's output
+#: history, which nobody reads either (the notebook's kernel keeps what it shows) and
+#: which otherwise costs every write a third of its time and grows with every line
 LEAN_REQUEST = "distcomp_lean"
-#: what setup_rank uses of ipykernel beyond its public API (a test checks each exists)
+#: what setup_rank uses of ipykernel and IPython beyond their public API (a test checks each
+#: exists)
 RELIES_ON = (
     "ipykernel.kernelbase.Kernel._publish_status",
     "ipykernel.kernelbase.Kernel._publish_execute_input",
     "ipykernel.kernelbase.Kernel.get_parent",
     "ipykernel.kernelbase.Kernel.execute_request",
+    "IPython.core.interactiveshell.InteractiveShell._tee",
 )
 
 
@@ -52,12 +57,13 @@ def setup_rank(
     (see flow.py); skipped where that file is not on the rank's host.
 
     ``lean`` is :data:`LEAN_REQUEST`: requests whose metadata has it publish no busy status
-    and no echo of their code.
+    and no echo of their code, and keep no copy of their printed text.
 
     ``drop`` lists variables to remove unless ``env`` sets them. SIGUSR1 makes faulthandler
     write every thread's Python stack to ``stack_path`` even while the main thread is stuck
     in C code (an MPI collective), which is how a timed-out cell shows where each rank hangs.
     """
+    import contextlib
     import faulthandler
     import os
     import signal
@@ -171,6 +177,15 @@ def setup_rank(
 
                 kernel._publish_status = lean_status
                 kernel._publish_execute_input = lean_input
+                tee = getattr(kernel.shell, "_tee", None)  # IPython 9: output into history
+                if tee is not None:
+
+                    def lean_tee(channel):
+                        if is_lean(kernel.get_parent("shell")):
+                            return contextlib.nullcontext()
+                        return tee(channel)
+
+                    kernel.shell._tee = lean_tee
     except Exception:  # not an ipykernel engine
         pass
 
