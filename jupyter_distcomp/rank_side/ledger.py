@@ -17,7 +17,9 @@ from __future__ import annotations
 import mmap
 import os
 import re
+import stat
 import struct
+import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -104,14 +106,34 @@ _SEQ = struct.Struct("<q")
 _FINISHED = struct.Struct("<d")
 
 
+class LedgerDamaged(ValueError):
+    """A ledger file that is not one: not a regular file, shorter than its header says, or
+    not in the ledger's format."""
+
+
+#: a ledger's path is opened as it is (no link followed), and a FIFO or device there opens
+#: without blocking, so that it is refused rather than waited on
+_OPEN_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _regular(fd: int, path: str) -> os.stat_result:
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise LedgerDamaged(f"{path} is not a regular file")
+    return info
+
+
 class Ring:
-    """This process's ledger file, written one slot per call."""
+    """This process's ledger file, written one slot per call. Its blocks are allocated when
+    it is made (a full disk says so then, rather than killing the rank at a later call)."""
 
     def __init__(self, path: str, capacity: int = CAPACITY) -> None:
         size = _HEADER.size + SLOT_SIZE * capacity
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | _OPEN_FLAGS, 0o600)
         try:
-            os.ftruncate(fd, size)
+            _regular(fd, path)
+            os.ftruncate(fd, 0)
+            os.posix_fallocate(fd, 0, size)
             self.map = mmap.mmap(fd, size)
         finally:
             os.close(fd)
@@ -159,15 +181,26 @@ class Ring:
 
 def read_ring(path: str, last: int | None = None) -> list[Entry]:
     """The calls in a ledger file, oldest first (only the ``last`` ones, when given: only
-    their slots are read); [] when there is none (yet)."""
+    their slots are read); [] when there is none (yet). LedgerDamaged for a file that is
+    no ledger (never a block on a FIFO, never a read past its end)."""
     try:
-        with open(path, "rb") as handle:
-            header = handle.read(_HEADER.size)
-            if len(header) < _HEADER.size:
-                return []
-            magic, slot_size, capacity, written = _HEADER.unpack(header)
-            if magic != MAGIC or slot_size != SLOT_SIZE:
-                return []
+        fd = os.open(path, os.O_RDONLY | _OPEN_FLAGS)
+    except OSError:
+        return []
+    with open(fd, "rb") as handle:
+        length = _regular(fd, path).st_size
+        header = handle.read(_HEADER.size)
+        if length == 0 or header == bytes(_HEADER.size):
+            return []  # made, not written yet
+        if len(header) < _HEADER.size:
+            raise LedgerDamaged(f"{path} is truncated ({length:,} bytes)")
+        magic, slot_size, capacity, written = _HEADER.unpack(header)
+        if magic != MAGIC or slot_size != SLOT_SIZE:
+            raise LedgerDamaged(f"{path} is not a collectives ledger")
+        expected = _HEADER.size + slot_size * capacity
+        if length < expected:
+            raise LedgerDamaged(f"{path} is truncated ({length:,} of {expected:,} bytes)")
+        try:
             first = max(0, written - capacity, 0 if last is None else written - last)
             body = handle.read() if last is None else b""
             entries = []
@@ -185,8 +218,8 @@ def read_ring(path: str, last: int | None = None) -> list[Entry]:
                 if entry is not None:
                     entries.append(entry)
             return entries
-    except OSError:
-        return []
+        except OSError:
+            return []
 
 
 def flight_recorder_entries(raw: bytes) -> list[Entry]:
@@ -233,10 +266,24 @@ def flight_recorder_entries(raw: bytes) -> list[Entry]:
     return entries
 
 
+_SAID: set[str] = set()
+
+
 def read_ledger(path: str, last: int | None = None) -> list[Entry]:
     """A rank's ledger file (its ``last`` calls, when given), with its NCCL Flight Recorder
-    dump (``PATH.nccl``) if any."""
-    entries = read_ring(path, last)
+    dump (``PATH.nccl``) if any. A damaged ledger is said once, on the kernel's stderr (the
+    cell that reads it), and counts as empty."""
+    try:
+        entries = read_ring(path, last)
+    except LedgerDamaged as exc:
+        if str(exc) not in _SAID:
+            _SAID.add(str(exc))
+            print(
+                f"distcomp: a collectives ledger is damaged: {exc}; its calls are not shown "
+                "(its rank runs on).",
+                file=sys.stderr,
+            )
+        return []
     try:
         with open(path + ".nccl", "rb") as handle:
             raw = handle.read()

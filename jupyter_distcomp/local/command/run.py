@@ -24,6 +24,7 @@ from ...contracts import RankState
 from ...core.bindings import local_inputs, local_outputs
 from ...core.layout import MPI_LAUNCHERS, env_places
 from ...core.ranges import format_ranks, rank_label
+from ...core.rank_text import labelled_lines
 from ...core.tf_config import empty_ps_hint
 from ...errors import RankError, SpecError
 from ...machine.hosts import Placement
@@ -239,7 +240,7 @@ class _Run:
                     if batch:
                         self._emit(batch, batch_stream)
                         batch = []
-                    self._emit([f"{self.labels[rank]} {text}" for text in released], "stderr")
+                    self._emit([self._labelled(rank, text) for text in released], "stderr")
                 if not held:
                     if batch and stream_name != batch_stream:
                         self._emit(batch, batch_stream)
@@ -257,7 +258,10 @@ class _Run:
     def _record(self, rank: int, stream_name: str, text: str) -> str:
         outcome = self.result.ranks[rank]
         (outcome.stderr_tail if stream_name == "stderr" else outcome.stdout_tail).append(text)
-        return f"{self.labels[rank]} {text}"
+        return self._labelled(rank, text)
+
+    def _labelled(self, rank: int, text: str) -> str:
+        return "\n".join(labelled_lines(self.labels[rank], text))
 
     def _emit(self, lines: list[str], stream_name: str) -> None:
         if self.stream is not None:
@@ -375,7 +379,7 @@ class _Run:
         labelled with all the ranks that printed it."""
         for ranks, lines in self.tracebacks.groups():
             label = self.labels[ranks[0]] if len(ranks) == 1 else f"[{format_ranks(ranks)}]"
-            self._emit([f"{label} {line}" for line in lines], "stderr")
+            self._emit(["\n".join(labelled_lines(label, line)) for line in lines], "stderr")
 
     def _label(self, rank: int) -> str:
         return self.labels[rank]

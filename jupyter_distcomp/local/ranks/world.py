@@ -20,7 +20,8 @@ from ...core.ranges import format_ranks
 from ...errors import RankError
 from ...machine import mpi, remote, scratch
 from ...machine.hosts import Placement
-from ...rank_side import flow
+from ...machine.network import is_local_host
+from ...rank_side import flow, reaper
 from ...rank_side.rank_setup import LEAN_REQUEST, OPEN_MPI_WORLD_KEYS, setup_rank
 from . import ipp, ledgers
 from .connection import Connection, connect_client
@@ -338,7 +339,15 @@ class World(WorldHealth):
         if client is not None:
             ipp.close(client)
         if self.cluster is not None:
+            # each local rank's tree first, with SIGTERM: the rank's Python exits as it does
+            # on SIGTERM anywhere (its resource tracker unlinks its shared memory, its
+            # multiprocessing temp folder goes), where mpiexec's stop would SIGKILL them all
+            pids = [i.pid for i in self.ranks if i.pid and is_local_host(i.host)]
+            segments = reaper.mapped_segments([*pids, *reaper.descendants(pids)])
+            reaper.end_gently(pids, RANK_EXIT_GRACE)
             self.cluster.stop()  # keeps what mpiexec printed, for the reports
+            # what a rank killed before its resource tracker could act left behind
+            reaper.unlink_unused(segments)
             if not self.placement.local:  # the ranks' stack files on their hosts
                 remote.remove(self.placement.ssh_command, self.placement.hosts, self._tmp)
         if self.flows is not None:
@@ -361,6 +370,10 @@ class World(WorldHealth):
             ", ..." if self.world_size > 8 else ""
         )
         return f"<World {self.name!r} {self.describe_layout()}; {states}>"
+
+
+#: how long the ranks have to exit on SIGTERM when they stop (an idle rank: about 1 s)
+RANK_EXIT_GRACE = 3.0
 
 
 class _Stopped(Exception):
