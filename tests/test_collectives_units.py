@@ -95,9 +95,10 @@ def test_groups_are_aligned_separately():
 
 
 def test_a_flight_recorder_dump_joins_the_ledger(tmp_path):
-    """The shape torch's NCCL Flight Recorder dumps (``_dump_nccl_trace``), as the kernel
-    reads it beside a rank's ledger."""
-    import pickle
+    """The shape torch's NCCL Flight Recorder dumps (``_dump_nccl_trace_json``), as the
+    kernel reads it beside a rank's ledger: NCCL's calls with their GPU-side state, gloo's
+    left out (the ledger's own rows record them)."""
+    import json
 
     entry = {
         "collective_seq_id": 5,
@@ -108,6 +109,7 @@ def test_a_flight_recorder_dump_joins_the_ledger(tmp_path):
         "state": "started",
         "time_created_ns": 1_000_000_000,
         "time_discovered_started_ns": 2_000_000_000,
+        "pg_id": 0,
         "time_discovered_completed_ns": None,
         "is_p2p": False,
         "frames": [
@@ -117,15 +119,19 @@ def test_a_flight_recorder_dump_joins_the_ledger(tmp_path):
     }
     path = tmp_path / "rank-0.ledger"
     Ring(str(path))
-    (tmp_path / "rank-0.ledger.nccl").write_bytes(pickle.dumps({"entries": [entry]}))
+    gloo = {**entry, "profiling_name": "gloo:all_reduce", "state": "scheduled"}
+    dump = {"entries": [entry, gloo], "pg_config": {"0": {"ranks": "[0, 1]"}}}
+    (tmp_path / "rank-0.ledger.torch").write_text(json.dumps(dump))
     (read,) = ledger.read_ledger(str(path))
-    assert (read.seq, read.op, read.data, read.group) == (
+    assert (read.seq, read.op, read.data, read.group, read.gpu) == (
         5,
         "all_reduce",
-        "[4] Float",
-        "nccl group 0",
+        "[4] float32",
+        "nccl group 0 (ranks 0, 1)",
+        "started",
     )
-    assert read.running and read.started == 2.0 and read.site() == "train.py:12 in step"
+    assert read.running and read.started == 1.0 and read.site() == "train.py:12 in step"
+    assert read.members == (0, 1)
 
 
 def test_a_non_blocking_call_runs_until_complete_and_blocks_only_in_a_wait(tmp_path):

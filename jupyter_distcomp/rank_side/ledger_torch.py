@@ -255,47 +255,133 @@ def wrap(dist) -> None:
         for name, data in table.items():
             if hasattr(dist, name):
                 setattr(dist, name, torch.wrap(name, data, kind))
-    try:
-        _flight_recorder(dist)
-    except Exception:
-        pass
+    _torch_record(dist)
 
 
-def _flight_recorder(dist) -> None:
-    """With CUDA: turn on torch's NCCL Flight Recorder, and keep its dump beside the ledger
-    (``<ledger>.nccl``, rewritten every FLIGHT_EVERY seconds by a daemon thread) where the
-    kernel merges it (``core.ledger.flight_recorder_entries``): the GPU's own view of each NCCL
-    collective (scheduled, started, completed), which the Python call's return does not
-    give."""
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_available() or core.STATE.ring is None:
+# -- torch's own record ----------------------------------------------------------------------
+# torch keeps its own record of each collective (the Flight Recorder, in C++, on when
+# TORCH_FR_BUFFER_SIZE is set before a process group starts): NCCL's on every torch this
+# supports (with the GPU-side state of each call: scheduled, started, completed), gloo's too
+# from torch 2.13. The ledger still wraps torch's Python functions for every backend, for
+# what that record lacks: the user's call site (its stack frames are captured only at a
+# cost), gloo's end of a call (its state stays "scheduled"), check mode (a hook before the
+# call runs), and a record the kernel reads at any time from the ledger's memory-mapped file
+# without the rank's help (torch's is only read by a call in the rank: this thread's dump,
+# as fresh as FLIGHT_EVERY). What the kernel takes from torch's record is its NCCL calls, as
+# rows of their own with their GPU-side state (ledger.torch_record_entries).
+FLIGHT_EVERY = 2.0
+#: torch's dump functions, newest first: (name, arguments, format); torch 2.11 keeps NCCL's
+#: record only in _dump_nccl_trace*, torch 2.13 gloo's (and NCCL's) in _dump_fr_trace_json
+_DUMPS = (
+    ("_dump_fr_trace_json", (True, True), "json"),
+    ("_dump_nccl_trace_json", (True, True), "json"),
+    ("_dump_nccl_trace", (True, True, False), "pickle"),
+)
+
+
+def _torch_record(dist) -> None:
+    """Turn on torch's record, and keep its dump beside the ledger (``<ledger>.torch``,
+    JSON, rewritten when it changed every FLIGHT_EVERY seconds by a daemon thread) where the
+    kernel merges it. A dump that fails is said once on the rank's stderr."""
+    if core.STATE.ring is None:
         return
     os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
-    path = core.STATE.path + ".nccl"
-
-    def dump_now() -> None:
-        c10d = torch._C._distributed_c10d
-        if not (dist.is_initialized() and hasattr(c10d, "_dump_nccl_trace")):
-            return
-        raw = c10d._dump_nccl_trace(True, True, False)
-        with open(path + ".tmp", "wb") as handle:
-            handle.write(raw)
-        os.replace(path + ".tmp", path)
+    path = core.STATE.path + ".torch"
+    said: set[str] = set()
 
     def loop() -> None:
         import time
 
+        last = b""
         while True:
             time.sleep(FLIGHT_EVERY)
-            try:
-                dump_now()
-            except Exception:
-                pass
+            if not dist.is_initialized():
+                continue
+            raw, errors = dump_record()
+            for error in errors:
+                if error not in said:
+                    said.add(error)
+                    print(
+                        f"distcomp: torch's record of this rank's collectives (its Flight "
+                        f"Recorder) cannot be read, %distcomp collectives shows the ledger's "
+                        f"rows alone: {error}",
+                        file=sys.stderr,
+                    )
+            if raw and raw != last:
+                try:
+                    with open(path + ".tmp", "wb") as handle:
+                        handle.write(raw)
+                    os.replace(path + ".tmp", path)
+                    last = raw
+                except OSError:  # the ledger's folder is gone: the world stops
+                    return
 
     threading.Thread(target=loop, name="distcomp-flight-recorder", daemon=True).start()
 
 
-FLIGHT_EVERY = 2.0
+def dump_record() -> tuple[bytes, list[str]]:
+    """torch's record of this process's collectives, from every dump function the
+    installed torch has, as one JSON document (``{"entries": [...], "pg_config": {...}}``;
+    b"" when there is none), and the errors of the dumps that failed."""
+    import json
+
+    c10d = sys.modules["torch"]._C._distributed_c10d
+    entries: dict[tuple, dict] = {}
+    configs: dict = {}
+    errors = []
+    read_json = False
+    for name, args, form in _DUMPS:
+        fn = getattr(c10d, name, None)
+        if fn is None or (form == "pickle" and read_json):
+            continue
+        try:
+            raw = fn(*args)
+            if form == "json":
+                dump = json.loads(raw)
+                read_json = True
+            else:
+                import pickle
+
+                dump = pickle.loads(raw)
+        except Exception as exc:
+            errors.append(f"{name}: {type(exc).__name__}: {exc}")
+            continue
+        for config_name, config in (dump.get("pg_config") or {}).items():
+            if config_name and isinstance(config, dict):
+                configs[str(config_name)] = {"ranks": str(config.get("ranks", ""))}
+        for item in dump.get("entries") or []:
+            group = item.get("process_group") or ("",)
+            key = (
+                str(group[0]),
+                item.get("collective_seq_id"),
+                item.get("p2p_seq_id"),
+                item.get("profiling_name"),
+            )
+            entries[key] = {k: v for k, v in item.items() if k in _KEPT_FIELDS}
+    if not entries:
+        return b"", errors
+    body = {"entries": list(entries.values()), "pg_config": configs}
+    return json.dumps(body, default=str).encode(), errors
+
+
+#: the fields of torch's record that the kernel reads
+_KEPT_FIELDS = frozenset(
+    (
+        "collective_seq_id",
+        "p2p_seq_id",
+        "is_p2p",
+        "profiling_name",
+        "process_group",
+        "input_sizes",
+        "input_dtypes",
+        "state",
+        "time_created_ns",
+        "time_discovered_started_ns",
+        "time_discovered_completed_ns",
+        "frames",
+        "retired",
+    )
+)
 
 
 # -- DDP's gradient buckets ----------------------------------------------------------------
