@@ -262,13 +262,18 @@ def wrap(dist) -> None:
 # torch keeps its own record of each collective (the Flight Recorder, in C++, on when
 # TORCH_FR_BUFFER_SIZE is set before a process group starts): NCCL's on every torch this
 # supports (with the GPU-side state of each call: scheduled, started, completed), gloo's too
-# from torch 2.13. The ledger still wraps torch's Python functions for every backend, for
+# from torch 2.13. It cannot replace the ledger's wrappers, which stay for every backend for
 # what that record lacks: the user's call site (its stack frames are captured only at a
-# cost), gloo's end of a call (its state stays "scheduled"), check mode (a hook before the
-# call runs), and a record the kernel reads at any time from the ledger's memory-mapped file
-# without the rank's help (torch's is only read by a call in the rank: this thread's dump,
-# as fresh as FLIGHT_EVERY). What the kernel takes from torch's record is its NCCL calls, as
-# rows of their own with their GPU-side state (ledger.torch_record_entries).
+# cost, and hold torch's frames), gloo's end of a call (its state stays "scheduled"), check
+# mode (a hook before the call runs), and a record the kernel reads at any time from the
+# ledger's memory-mapped file without the rank's help (torch's is read only by a call in the
+# rank: this thread's dump, as fresh as FLIGHT_EVERY, and none while a call holds the GIL).
+# So the ledger turns the record on where CUDA is (NCCL's GPU-side state is what the wrappers
+# cannot see; torch 2.13 keeps it by default), and the kernel takes from it the NCCL calls,
+# as rows of their own with that state (ledger.torch_record_entries). gloo's entries (torch
+# 2.13 records them by default: about 1.5 us of CPU a call, measured against
+# TORCH_FR_BUFFER_SIZE=0) are dumped but not shown: they say what the ledger's rows say, DDP's
+# gradient buckets included (the ledger's comm hook records them).
 FLIGHT_EVERY = 2.0
 #: torch's dump functions, newest first: (name, arguments, format); torch 2.11 keeps NCCL's
 #: record only in _dump_nccl_trace*, torch 2.13 gloo's (and NCCL's) in _dump_fr_trace_json
@@ -280,24 +285,30 @@ _DUMPS = (
 
 
 def _torch_record(dist) -> None:
-    """Turn on torch's record, and keep its dump beside the ledger (``<ledger>.torch``,
-    JSON, rewritten when it changed every FLIGHT_EVERY seconds by a daemon thread) where the
-    kernel merges it. A dump that fails is said once on the rank's stderr."""
+    """Turn on torch's record (with CUDA: NCCL's), and keep beside the ledger, rewritten
+    when changed every FLIGHT_EVERY seconds by a daemon thread: its dump
+    (``<ledger>.torch``, JSON), which the kernel merges with the ledger, and this rank's GPU
+    facts (``<ledger>.gpu``, :func:`gpu_facts`). A dump that fails is said once on the
+    rank's stderr."""
     if core.STATE.ring is None:
         return
-    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
-    path = core.STATE.path + ".torch"
+    torch = sys.modules["torch"]
+    if torch.cuda.is_available():
+        os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
+    path = core.STATE.path
     said: set[str] = set()
 
     def loop() -> None:
         import time
 
-        last = b""
+        last = {".torch": b"", ".gpu": b""}
         while True:
             time.sleep(FLIGHT_EVERY)
-            if not dist.is_initialized():
-                continue
-            raw, errors = dump_record()
+            try:
+                facts = gpu_facts(torch)
+            except Exception:  # a torch without these counters: no facts
+                facts = b""
+            raw, errors = dump_record() if dist.is_initialized() else (b"", [])
             for error in errors:
                 if error not in said:
                     said.add(error)
@@ -307,16 +318,52 @@ def _torch_record(dist) -> None:
                         f"rows alone: {error}",
                         file=sys.stderr,
                     )
-            if raw and raw != last:
-                try:
-                    with open(path + ".tmp", "wb") as handle:
-                        handle.write(raw)
-                    os.replace(path + ".tmp", path)
-                    last = raw
-                except OSError:  # the ledger's folder is gone: the world stops
-                    return
+            for suffix, data in ((".torch", raw), (".gpu", facts)):
+                if data and data != last[suffix]:
+                    try:
+                        with open(path + suffix + ".tmp", "wb") as handle:
+                            handle.write(data)
+                        os.replace(path + suffix + ".tmp", path + suffix)
+                    except OSError:  # the ledger's folder is gone: the world stops
+                        return
+                    last[suffix] = data
 
     threading.Thread(target=loop, name="distcomp-flight-recorder", daemon=True).start()
+
+
+_NAMES: dict[int, tuple[str, int]] = {}
+
+
+def gpu_facts(torch) -> bytes:
+    """This process's CUDA devices (those its caching allocator holds memory on): index,
+    name, memory in use and peak (``memory_allocated``, ``max_memory_allocated``), reserved
+    and total, as JSON; b"" while CUDA is not initialised (it is never initialised here:
+    the current device is per thread, so the devices are those with memory)."""
+    import json
+
+    cuda = torch.cuda
+    if not cuda.is_initialized():
+        return b""
+    devices = []
+    for index in range(cuda.device_count()):
+        reserved = cuda.memory_reserved(index)
+        if not reserved:
+            continue
+        known = _NAMES.get(index)
+        if known is None:
+            props = cuda.get_device_properties(index)
+            known = _NAMES[index] = (props.name, int(props.total_memory))
+        devices.append(
+            {
+                "index": index,
+                "name": known[0],
+                "total": known[1],
+                "allocated": cuda.memory_allocated(index),
+                "peak": cuda.max_memory_allocated(index),
+                "reserved": reserved,
+            }
+        )
+    return json.dumps({"devices": devices}).encode()
 
 
 def dump_record() -> tuple[bytes, list[str]]:
