@@ -230,7 +230,9 @@ def torch_record_entries(raw: bytes) -> list[Entry]:
         )
         created = item.get("time_created_ns") or 0
         state = str(item.get("state") or "")
-        finished = (item.get("time_discovered_completed_ns") or created) if state == "completed" else 0
+        finished = (
+            (item.get("time_discovered_completed_ns") or created) if state == "completed" else 0
+        )
         name = str((item.get("process_group") or ("",))[0])
         ranks = str((configs.get(name) or {}).get("ranks") or "").strip("[]")
         label = f"nccl group {name}" + (f" (ranks {ranks})" if ranks else "")

@@ -24,6 +24,10 @@ class StatusTable:
     def __init__(self, records: list[dict], pending: dict[str, str] | None = None):
         self.records = records
         self.pending = dict(pending or {})
+        #: a GPU column where a rank holds GPU memory (its devices, memory in use and peak)
+        self.gpu = any(r.get("gpu") for r in records)
+        if self.gpu:
+            self.header = (*self.header, "gpu")
         self.rows = [
             (
                 r["name"],
@@ -33,6 +37,7 @@ class StatusTable:
                 r["state"] + (f" ({r['death']})" if r.get("death") else ""),
                 "" if r["pid"] is None else str(r["pid"]),
             )
+            + ((r.get("gpu") or "",) if self.gpu else ())
             for r in records
         ]
 
