@@ -66,6 +66,45 @@ def ready(ip) -> None:
         assert cell.ok, cell.traceback_text()
 
 
+def _record_files(ip) -> str:
+    """What a failed assertion shows: rank 0's dump of torch's record and GPU facts, and
+    what its torch can dump."""
+    from jupyter_distcomp.local.ranks.backend import get_backend
+
+    path = get_backend().world("g").ledger_path(0)
+    shown = []
+    for suffix in (".torch", ".gpu"):
+        try:
+            with open(path + suffix) as handle:
+                shown.append(f"{suffix}: {handle.read()[:1500]}")
+        except OSError as exc:
+            shown.append(f"{suffix}: {exc}")
+    probe = run_cell(
+        ip,
+        "%%distcomp run g --ranks 0\n"
+        "import os\n"
+        "c10d = torch._C._distributed_c10d\n"
+        "print('FR', os.environ.get('TORCH_FR_BUFFER_SIZE'), [n for n in dir(c10d) if 'dump' in n])\n"
+        "for n in [n for n in dir(c10d) if 'dump' in n and 'json' in n]:\n"
+        "    try:\n"
+        "        print(n, getattr(c10d, n)(True, True)[:600])\n"
+        "    except Exception as exc:\n"
+        "        print(n, 'raised', repr(exc))",
+    )
+    return "\n".join([*shown, probe.stdout, probe.stderr])
+
+
+def _wait_for(ip, line: str, wanted: str, seconds: float = 15) -> str:
+    """The output of ``line`` once it holds ``wanted`` (the ranks write their GPU facts and
+    torch's record every 2 s), or its last output."""
+    deadline = time.monotonic() + seconds
+    while True:
+        text = run_cell(ip, line).stdout
+        if wanted in text or time.monotonic() > deadline:
+            return text
+        time.sleep(0.5)
+
+
 def test_nccl_calls_show_in_collectives_with_their_gpu_state(ip):
     ready(ip)
     code = (
@@ -80,16 +119,12 @@ def test_nccl_calls_show_in_collectives_with_their_gpu_state(ip):
     cell = run_cell(ip, code)
     assert cell.ok, cell.traceback_text()
     assert f"sum {float(NCCL_RANKS**3)}" in cell.stdout
-    deadline = time.monotonic() + 15  # torch's record is dumped every 2 s
-    while time.monotonic() < deadline:
-        text = run_cell(ip, "%distcomp collectives g").stdout
-        if "completed on the GPU" in text:
-            break
-        time.sleep(0.5)
-    assert "nccl group" in text, text
-    assert "all_reduce ([4] float32)" in text, text
+    text = _wait_for(ip, "%distcomp collectives g", "completed on the GPU")
     ranks = "rank 0" if NCCL_RANKS == 1 else f"ranks 0-{NCCL_RANKS - 1}"
-    assert f"{ranks} completed on the GPU" in text, text
+    shown = f"{text}\n--- what rank 0 has:\n{_record_files(ip) if 'nccl group' not in text else ''}"
+    assert "nccl group" in text, shown
+    assert "all_reduce ([4] float32)" in text, shown
+    assert f"{ranks} completed on the GPU" in text, shown
     assert "cannot be read" not in cell.stderr
 
 
@@ -97,12 +132,13 @@ def test_status_and_where_show_each_ranks_device_and_memory(ip):
     ready(ip)
     cell = run_cell(ip, "%%distcomp run g\nkeep = torch.ones(64, 1024, 1024, device='cuda')")
     assert cell.ok, cell.traceback_text()
-    status = run_cell(ip, "%distcomp status g").stdout
-    for rank in range(WORLD):
-        assert f"cuda:{rank % GPUS}" in status, status
-    assert "256 MiB" in status or "0.25 GiB" in status, status  # the 64 Mi floats held
+    last = WORLD - 1
+    status = _wait_for(ip, "%distcomp status g", f"cuda:{last % GPUS} 256 MiB")
+    for rank in range(WORLD):  # each rank's 64 Mi floats, on its own device
+        assert f"cuda:{rank % GPUS} 256 MiB (peak" in status, status
     where = run_cell(ip, "%distcomp where g").stdout
-    assert f"cuda:{(WORLD - 1) % GPUS}" in where, where
+    assert "GPU memory" in where, where
+    assert f"rank {last}: cuda:{last % GPUS} (" in where and "256 MiB in use" in where, where
     assert run_cell(ip, "%%distcomp run g\ndel keep\ntorch.cuda.empty_cache()").ok
 
 
@@ -121,6 +157,10 @@ def test_compare_and_check_mode_on_cuda_tensors(ip):
     line = next(x for x in differs.stdout.splitlines() if x.startswith("1 "))
     assert "DIFFERS" in line and float(line.split()[-1]) == pytest.approx(1.0), differs.stdout
     assert "1 NaN" in differs.stdout, differs.stdout
+    # the checksum is torch's on every device: a CPU tensor and a CUDA one of the same bytes
+    code = "%%distcomp run g\nmixed = torch.arange(10.0, device='cpu' if rank == 0 else 'cuda')"
+    assert run_cell(ip, code).ok
+    assert "All ranks agree." in run_cell(ip, "%distcomp compare g mixed").stdout
     check = (
         "%%distcomp run g --check-collectives\n"
         "t = torch.ones(4 if rank == 0 else 5, device='cuda')\n"
@@ -137,8 +177,10 @@ def test_compare_and_check_mode_on_cuda_tensors(ip):
 
 def test_a_cuda_out_of_memory_on_one_rank_names_its_device_and_the_others_wait(ip):
     ready(ip)
+    assert run_cell(ip, "%%distcomp run g\nsmall = torch.ones(1024, device='cuda')").ok
+    _wait_for(ip, "%distcomp status g", f"cuda:{1 % GPUS} ")  # rank 1's facts are written
     code = (
-        "%%distcomp run g --timeout 20\n"
+        "%%distcomp run g --timeout 30\n"
         "if rank == 1:\n"
         "    huge = torch.empty(1 << 48, dtype=torch.uint8, device='cuda')\n"
         "dist.barrier()"
@@ -147,8 +189,8 @@ def test_a_cuda_out_of_memory_on_one_rank_names_its_device_and_the_others_wait(i
     assert not cell.ok
     text = cell.traceback_text()
     assert "OutOfMemoryError" in text, text
-    assert f"on cuda:{1 % GPUS}" in text and "allocated" in text, text
-    assert "rank 0" in text and "barrier" in text, text
+    assert "GPU memory of rank 1, " in text and f"cuda:{1 % GPUS} (" in text, text
+    assert "rank 0 waits" in text and "barrier" in text, text
 
 
 DDP_SCRIPT = """\

@@ -184,6 +184,9 @@ def install(path: str, rank: int = 0, check: bool = False) -> None:
     if STATE.ring is None:
         STATE.ring = ledger.Ring(path)
         STATE.path = path
+        # torch's own record of each NCCL call (ledger_torch.py), before torch is imported:
+        # a torch may read it when its library loads
+        os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
     STATE.rank = rank
     STATE.check = check
     for name, wrap in _TARGETS.items():
