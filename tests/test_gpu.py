@@ -99,7 +99,8 @@ def _wait_for(ip, line: str, wanted: str, seconds: float = 15) -> str:
     torch's record every 2 s), or its last output."""
     deadline = time.monotonic() + seconds
     while True:
-        text = run_cell(ip, line).stdout
+        cell = run_cell(ip, line)  # status is a displayed table, the others print
+        text = "\n".join([cell.stdout, *(o.data.get("text/plain", "") for o in cell.outputs)])
         if wanted in text or time.monotonic() > deadline:
             return text
         time.sleep(0.5)
