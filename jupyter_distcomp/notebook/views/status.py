@@ -19,7 +19,7 @@ class StatusTable:
     """``records`` from ``Session.status``; ``pending``: component -> what its next run changes
     (``Session.pending_changes``), said under the table."""
 
-    header = ("component", "rank", "node", "local rank", "state", "pid")
+    header: tuple[str, ...] = ("component", "rank", "node", "local rank", "state", "pid")
 
     def __init__(self, records: list[dict], pending: dict[str, str] | None = None):
         self.records = records
