@@ -317,9 +317,7 @@ def serve_value(
     try:
         frames, is_mapping = _frames(_KEPT.get(slot))
         heads = [
-            pickle.dumps(
-                {**head, "size": body.nbytes if hasattr(body, "nbytes") else len(body)}
-            )
+            pickle.dumps({**head, "size": body.nbytes if hasattr(body, "nbytes") else len(body)})
             for head, body in frames
         ]
     except Exception as exc:  # the user's value: an entry that cannot be pickled
