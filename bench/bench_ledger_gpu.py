@@ -9,8 +9,8 @@ Run: python bench/bench_ledger_gpu.py [--backend nccl|gloo]   (not a test; print
    kernels). The figure is the median over blocks of the time per call, and the median of
    the per-block differences: what the ledger adds to a launch (target <= 2 us on NCCL).
 2. torch's own record (its Flight Recorder, which the ledger turns on with
-   TORCH_FR_BUFFER_SIZE): the same plain loop in a second process with the record off, for
-   scale (separate processes: reported, no target).
+   TORCH_FR_BUFFER_SIZE): the same plain loop in a second process with the record off
+   (TORCH_FR_BUFFER_SIZE=0), for scale (separate processes: reported, no target).
 """
 
 from __future__ import annotations
@@ -90,9 +90,7 @@ def measure(backend: str, ledger: bool) -> dict:
 
 def child(backend: str, ledger: bool, record: bool) -> dict:
     env = dict(os.environ)
-    env.pop("TORCH_FR_BUFFER_SIZE", None)
-    if record:
-        env["TORCH_FR_BUFFER_SIZE"] = "2000"
+    env["TORCH_FR_BUFFER_SIZE"] = "2000" if record else "0"  # torch 2.13 records by default
     argv = [sys.executable, __file__, "--backend", backend, "--child"]
     if ledger:
         argv.append("--ledger")
@@ -129,7 +127,7 @@ def main() -> None:
         f"the ledger's {with_ledger['ledger'] * us:6.2f} us: "
         f"added {with_ledger['added'] * us:5.2f} us (median of block differences; "
         f"target <= 2 us)\n"
-        f"  torch's function without its own record (TORCH_FR_BUFFER_SIZE unset, another "
+        f"  torch's function without its own record (TORCH_FR_BUFFER_SIZE=0, another "
         f"process): {bare['plain'] * us:6.2f} us a call (reported)"
     )
 

@@ -31,7 +31,7 @@ export PYTHONDONTWRITEBYTECODE=1
     "$PY" -c 'import sys, torch; print(sys.version.split()[0], torch.__version__,
         "cuda", torch.cuda.is_available(), torch.cuda.device_count(),
         [n for n in dir(torch._C._distributed_c10d) if "dump" in n])' 2>&1
-    "$PY" -c 'import pytest, psutil, jupyter_distcomp, ipyparallel, mpi4py
+    "$PY" -c 'import pytest, psutil, numpy, yaml, jupyter_distcomp, ipyparallel, mpi4py
 print("imports ok: pytest", pytest.__version__)' 2>&1
 } >"$OUT/env.log"
 cat "$OUT/env.log"
