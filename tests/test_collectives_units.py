@@ -132,6 +132,15 @@ def test_a_flight_recorder_dump_joins_the_ledger(tmp_path):
     )
     assert read.running and read.started == 1.0 and read.site() == "train.py:12 in step"
     assert read.members == (0, 1)
+    # a group torch's record gives no ranks for: those of the ledger's group of that name
+    ring = Ring(str(path))
+    ring.begin(1, (COLLECTIVE, "group 3 (ranks 0, 2)", "barrier", "", "", "", ""), CELL, 2)
+    third = {**entry, "process_group": ("3", "undefined")}
+    (tmp_path / "rank-0.ledger.torch").write_text(json.dumps({"entries": [third]}))
+    assert [e.group for e in ledger.read_ledger(str(path))] == [
+        "group 3 (ranks 0, 2)",
+        "nccl group 3 (ranks 0, 2)",
+    ]
 
 
 def test_a_non_blocking_call_runs_until_complete_and_blocks_only_in_a_wait(tmp_path):
@@ -206,3 +215,21 @@ def test_the_torch_wrapper_reads_each_argument_form_and_the_callers_line(tmp_pat
     assert [e.line for e in entries] == [line + 1, line + 2, line + 3]
     assert {os.path.basename(e.file) for e in entries} == {"test_collectives_units.py"}
     assert not any(e.running for e in entries)
+
+
+def test_collectives_say_each_nccl_calls_state_on_the_gpu():
+    from jupyter_distcomp.local.inspect.collectives import report
+
+    def nccl(rank: int, seq: int, gpu: str) -> Entry:
+        done = 2.0 if gpu == "completed" else 0.0
+        entry = Entry(
+            seq, 1.0, done, COLLECTIVE, "nccl group 0 (ranks 0, 1)", "all_reduce", "[4] float32"
+        )
+        entry.gpu = gpu
+        return entry
+
+    ledgers = {0: [nccl(0, 1, "completed"), nccl(0, 2, "started")], 1: [nccl(1, 1, "completed")]}
+    text = report("t", ledgers, 2, {0, 1}, 10).text()
+    assert "ranks 0-1 done (ranks 0-1 completed on the GPU)" in text, text
+    assert "rank 0 waits since" in text and "(rank 0 running on the GPU)" in text, text
+    assert "rank 1 has not called it" in text, text

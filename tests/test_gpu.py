@@ -149,7 +149,7 @@ def test_compare_and_check_mode_on_cuda_tensors(ip):
         "%%distcomp run g\n"
         "same = torch.ones(1000, device='cuda')\n"
         "odd = torch.arange(1000.0, device='cuda') + (rank == 1)\n"
-        "odd[7] = float('nan')\n"
+        "gaps = torch.tensor([1.0, float('nan'), float('inf')], device='cuda')"
     )
     assert run_cell(ip, code).ok
     agree = run_cell(ip, "%distcomp compare g same")
@@ -157,7 +157,8 @@ def test_compare_and_check_mode_on_cuda_tensors(ip):
     differs = run_cell(ip, "%distcomp compare g odd")
     line = next(x for x in differs.stdout.splitlines() if x.startswith("1 "))
     assert "DIFFERS" in line and float(line.split()[-1]) == pytest.approx(1.0), differs.stdout
-    assert "1 NaN" in differs.stdout, differs.stdout
+    gaps = run_cell(ip, "%distcomp compare g gaps").stdout
+    assert "(1 NaN, 1 Inf)" in gaps and "All ranks agree." in gaps, gaps
     # the checksum is torch's on every device: a CPU tensor and a CUDA one of the same bytes
     code = "%%distcomp run g\nmixed = torch.arange(10.0, device='cpu' if rank == 0 else 'cuda')"
     assert run_cell(ip, code).ok

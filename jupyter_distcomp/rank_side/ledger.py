@@ -192,6 +192,8 @@ def read_ring(path: str, last: int | None = None) -> list[Entry]:
         return []
 
 
+#: the ledger's label of a torch process group: its name and ranks
+_GROUP_LABEL = re.compile(r"group (\S+) \(ranks ([\d, ]+)\)$")
 #: the dtype names of torch's C++ record -> torch's Python names, as the ledger writes them
 _TORCH_DTYPES = {
     "Float": "float32",
@@ -207,12 +209,14 @@ _TORCH_DTYPES = {
 }
 
 
-def torch_record_entries(raw: bytes) -> list[Entry]:
+def torch_record_entries(raw: bytes, members: dict[str, str] | None = None) -> list[Entry]:
     """torch's own record of each NCCL collective (its Flight Recorder, as the rank's
     ledger_torch dumps it beside the ledger: JSON, ``{"entries": [...], "pg_config": {...}}``)
     as ledger entries: its group named ``nccl group NAME (ranks ...)``, finished once the GPU
     completed it, with the GPU-side state in ``gpu``. Entries of other backends (gloo's, on
-    torch >= 2.13) are duplicates of the ledger's own rows and are left out here."""
+    torch >= 2.13) are duplicates of the ledger's own rows and are left out here.
+    ``members``: process group name -> its ranks' text (``0, 2``), from the ledger's own rows,
+    for a group whose ranks torch's record does not give."""
     import json
 
     dump = json.loads(raw)
@@ -235,6 +239,7 @@ def torch_record_entries(raw: bytes) -> list[Entry]:
         )
         name = str((item.get("process_group") or ("",))[0])
         ranks = str((configs.get(name) or {}).get("ranks") or "").strip("[]")
+        ranks = ranks or (members or {}).get(name, "")
         label = f"nccl group {name}" + (f" (ranks {ranks})" if ranks else "")
         frames = [
             f for f in item.get("frames") or [] if "/torch/" not in str(f.get("filename", ""))
@@ -269,8 +274,13 @@ def read_ledger(path: str, last: int | None = None) -> list[Entry]:
             raw = handle.read()
     except OSError:
         return entries
+    members = {}  # "group 1 (ranks 0, 2)" -> {"1": "0, 2"}
+    for entry in entries:
+        found = _GROUP_LABEL.match(entry.group)
+        if found:
+            members[found.group(1)] = found.group(2)
     try:
-        return entries + torch_record_entries(raw)
+        return entries + torch_record_entries(raw, members)
     except Exception:  # a dump torch changed the shape of: the ledger alone
         return entries
 
