@@ -99,6 +99,8 @@ class Entry:
         """``cell line 5``, or ``train.py:12 in step``."""
         if CELL_FILE.search(self.file):
             return f"cell line {self.line}"
+        if not self.file:  # a call of torch's record without its stack
+            return "a call site torch's record does not give"
         return f"{os.path.basename(self.file)}:{self.line} in {self.function}"
 
 
