@@ -94,14 +94,14 @@ def _record_files(ip) -> str:
     return "\n".join([*shown, probe.stdout, probe.stderr])
 
 
-def _wait_for(ip, line: str, wanted: str, seconds: float = 15) -> str:
-    """The output of ``line`` once it holds ``wanted`` (the ranks write their GPU facts and
-    torch's record every 2 s), or its last output."""
+def _wait_for(ip, line: str, wanted: str, times: int = 1, seconds: float = 15) -> str:
+    """The output of ``line`` once it holds ``wanted`` ``times`` times (the ranks write
+    their GPU facts and torch's record every 2 s), or its last output."""
     deadline = time.monotonic() + seconds
     while True:
         cell = run_cell(ip, line)  # status is a displayed table, the others print
         text = "\n".join([cell.stdout, *(o.data.get("text/plain", "") for o in cell.outputs)])
-        if wanted in text or time.monotonic() > deadline:
+        if text.count(wanted) >= times or time.monotonic() > deadline:
             return text
         time.sleep(0.5)
 
@@ -134,9 +134,11 @@ def test_status_and_where_show_each_ranks_device_and_memory(ip):
     cell = run_cell(ip, "%%distcomp run g\nkeep = torch.ones(64, 1024, 1024, device='cuda')")
     assert cell.ok, cell.traceback_text()
     last = WORLD - 1
-    status = _wait_for(ip, "%distcomp status g", f"cuda:{last % GPUS} 256 MiB")
-    for rank in range(WORLD):  # each rank's 64 Mi floats, on its own device
-        assert f"cuda:{rank % GPUS} 256 MiB (peak" in status, status
+    status = _wait_for(ip, "%distcomp status g", " 256 MiB (peak", times=WORLD)
+    rows = [x for x in status.splitlines() if x.startswith("g ")]
+    assert len(rows) == WORLD, status
+    for rank, row in enumerate(rows):  # each rank's 64 Mi floats, on its own device
+        assert f"cuda:{rank % GPUS} 256 MiB (peak" in row, status
     where = run_cell(ip, "%distcomp where g").stdout
     assert "GPU memory" in where, where
     assert f"rank {last}: cuda:{last % GPUS} (" in where and "256 MiB in use" in where, where
@@ -180,7 +182,7 @@ def test_compare_and_check_mode_on_cuda_tensors(ip):
 def test_a_cuda_out_of_memory_on_one_rank_names_its_device_and_the_others_wait(ip):
     ready(ip)
     assert run_cell(ip, "%%distcomp run g\nsmall = torch.ones(1024, device='cuda')").ok
-    _wait_for(ip, "%distcomp status g", f"cuda:{1 % GPUS} ")  # rank 1's facts are written
+    _wait_for(ip, "%distcomp status g", " (peak ", times=WORLD)  # the ranks' facts are written
     code = (
         "%%distcomp run g --timeout 30\n"
         "if rank == 1:\n"
