@@ -39,7 +39,7 @@ cat "$OUT/env.log"
 TIMEOUT_ARG=""
 "$PY" -c "import pytest_timeout" 2>/dev/null && TIMEOUT_ARG="--timeout=150"
 # the test file by name: collecting tests/ would import the browser and Azure tests' modules
-timeout -k 10 300 "$PY" -m pytest tests/test_gpu.py -m gpu -q -p no:cacheprovider -rA \
+timeout -k 10 300 "$PY" -m pytest tests/test_gpu.py -m gpu -v -p no:cacheprovider -rfEs \
     $TIMEOUT_ARG 2>&1 | tee "$OUT/gpu-tests.log"
 echo "tests exit: ${PIPESTATUS[0]}" | tee -a "$OUT/gpu-tests.log"
 
@@ -48,7 +48,8 @@ echo "bench exit: $?" >>"$OUT/bench.log"
 
 {
     echo "=== summary"
-    grep -E "^(PASSED|FAILED|ERROR|SKIPPED)|passed|failed|tests exit" "$OUT/gpu-tests.log" | tail -15
+    grep -E "::test_.* (PASSED|FAILED|ERROR|SKIPPED)|^(FAILED|ERROR|SKIPPED) |passed|failed|tests exit" \
+        "$OUT/gpu-tests.log" | tail -20
     cat "$OUT/bench.log"
-} | tee "$OUT/summary.log"
+} | tee -a "$OUT/summary.log"
 exit 0
