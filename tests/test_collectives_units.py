@@ -233,3 +233,51 @@ def test_collectives_say_each_nccl_calls_state_on_the_gpu():
     assert "ranks 0-1 done (ranks 0-1 completed on the GPU)" in text, text
     assert "rank 0 waits since" in text and "(rank 0 running on the GPU)" in text, text
     assert "rank 1 has not called it" in text, text
+
+
+RECORD_FAILS = """\
+import os, sys, time
+from jupyter_distcomp.rank_side import ledger_hooks, ledger_torch
+ledger_torch.FLIGHT_EVERY = 0.1
+ledger_hooks.install(sys.argv[1])
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2], RANK="0", WORLD_SIZE="1")
+import torch, torch.distributed as dist
+c10d = torch._C._distributed_c10d
+def fails(*args):
+    raise RuntimeError("no record here")
+for name in ledger_torch._DUMPS:
+    if hasattr(c10d, name[0]):
+        setattr(c10d, name[0], fails)
+dist.init_process_group("gloo")
+dist.all_reduce(torch.ones(2))
+time.sleep(1.0)
+dist.destroy_process_group()
+"""
+
+
+def test_a_record_torch_cannot_dump_is_said_once_on_the_ranks_stderr(tmp_path):
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    ROOT = str(Path(__file__).resolve().parents[1])  # noqa: N806
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = subprocess.run(
+        [sys.executable, "-c", RECORD_FAILS, str(tmp_path / "r.ledger"), str(port)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            **os.environ,
+            "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        },
+    )
+    assert done.returncode == 0, done.stderr
+    said = [x for x in done.stderr.splitlines() if "cannot be read" in x]
+    assert said and len(said) == len(set(said)), done.stderr  # each failing dump once
+    assert "RuntimeError: no record here" in said[0], done.stderr
+    assert [r.op for r in ledger.read_ledger(str(tmp_path / "r.ledger"))] == ["all_reduce"]

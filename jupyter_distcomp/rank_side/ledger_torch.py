@@ -275,12 +275,14 @@ def wrap(dist) -> None:
 # TORCH_FR_BUFFER_SIZE=0) are dumped but not shown: they say what the ledger's rows say, DDP's
 # gradient buckets included (the ledger's comm hook records them).
 FLIGHT_EVERY = 2.0
-#: torch's dump functions, newest first: (name, arguments, format); torch 2.11 keeps NCCL's
-#: record only in _dump_nccl_trace*, torch 2.13 gloo's (and NCCL's) in _dump_fr_trace_json
+#: torch's dump functions, JSON first: (name, arguments, format; a pickled one is read only
+#: where no JSON one worked); torch 2.11 keeps NCCL's record only in _dump_nccl_trace*,
+#: torch 2.13 gloo's (and NCCL's) in _dump_fr_trace*
 _DUMPS = (
     ("_dump_fr_trace_json", (True, True), "json"),
     ("_dump_nccl_trace_json", (True, True), "json"),
     ("_dump_nccl_trace", (True, True, False), "pickle"),
+    ("_dump_fr_trace", (True, True, False), "pickle"),
 )
 
 
@@ -288,8 +290,8 @@ def _torch_record(dist) -> None:
     """Turn on torch's record (with CUDA: NCCL's), and keep beside the ledger, rewritten
     when changed every FLIGHT_EVERY seconds by a daemon thread: its dump
     (``<ledger>.torch``, JSON), which the kernel merges with the ledger, and this rank's GPU
-    facts (``<ledger>.gpu``, :func:`gpu_facts`). A dump that fails is said once on the
-    rank's stderr."""
+    facts (``<ledger>.gpu``, :func:`gpu_facts`). Where no dump function works, each one's
+    failure is said once on the rank's stderr."""
     if core.STATE.ring is None:
         return
     torch = sys.modules["torch"]
@@ -309,9 +311,9 @@ def _torch_record(dist) -> None:
             except Exception:  # a torch without these counters: no facts
                 facts = b""
             raw, errors = dump_record() if dist.is_initialized() else (b"", [])
-            for error in errors:
-                if error not in said:
-                    said.add(error)
+            for name, error in errors if not raw else ():  # one dump that works is enough
+                if name not in said:
+                    said.add(name)
                     print(
                         f"distcomp: torch's record of this rank's collectives (its Flight "
                         f"Recorder) cannot be read, %distcomp collectives shows the ledger's "
@@ -366,16 +368,16 @@ def gpu_facts(torch) -> bytes:
     return json.dumps({"devices": devices}).encode()
 
 
-def dump_record() -> tuple[bytes, list[str]]:
+def dump_record() -> tuple[bytes, list[tuple[str, str]]]:
     """torch's record of this process's collectives, from every dump function the
     installed torch has, as one JSON document (``{"entries": [...], "pg_config": {...}}``;
-    b"" when there is none), and the errors of the dumps that failed."""
+    b"" when there is none), and the errors of the dumps that failed: (function, error)."""
     import json
 
     c10d = sys.modules["torch"]._C._distributed_c10d
     entries: dict[tuple, dict] = {}
     configs: dict = {}
-    errors = []
+    errors: list[tuple[str, str]] = []
     read_json = False
     for name, args, form in _DUMPS:
         fn = getattr(c10d, name, None)
@@ -391,7 +393,7 @@ def dump_record() -> tuple[bytes, list[str]]:
 
                 dump = pickle.loads(raw)
         except Exception as exc:
-            errors.append(f"{name}: {type(exc).__name__}: {exc}")
+            errors.append((name, f"{name}: {type(exc).__name__}: {exc}"))
             continue
         for config_name, config in (dump.get("pg_config") or {}).items():
             if config_name and isinstance(config, dict):
