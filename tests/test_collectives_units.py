@@ -262,7 +262,7 @@ def test_a_record_torch_cannot_dump_is_said_once_on_the_ranks_stderr(tmp_path):
     import sys
     from pathlib import Path
 
-    ROOT = str(Path(__file__).resolve().parents[1])  # noqa: N806
+    root = str(Path(__file__).resolve().parents[1])
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -273,7 +273,7 @@ def test_a_record_torch_cannot_dump_is_said_once_on_the_ranks_stderr(tmp_path):
         timeout=120,
         env={
             **os.environ,
-            "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""),
+            "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""),
         },
     )
     assert done.returncode == 0, done.stderr
