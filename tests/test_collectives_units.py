@@ -237,15 +237,15 @@ def test_collectives_say_each_nccl_calls_state_on_the_gpu():
 
 RECORD_FAILS = """\
 import os, sys, time
-from jupyter_distcomp.rank_side import ledger_hooks, ledger_torch
-ledger_torch.FLIGHT_EVERY = 0.1
+from jupyter_distcomp.rank_side import ledger_hooks, torch_record
+torch_record.FLIGHT_EVERY = 0.1
 ledger_hooks.install(sys.argv[1])
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2], RANK="0", WORLD_SIZE="1")
 import torch, torch.distributed as dist
 c10d = torch._C._distributed_c10d
 def fails(*args):
     raise RuntimeError("no record here")
-for name in ledger_torch._DUMPS:
+for name in torch_record._DUMPS:
     if hasattr(c10d, name[0]):
         setattr(c10d, name[0], fails)
 dist.init_process_group("gloo")

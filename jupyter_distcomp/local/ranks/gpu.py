@@ -1,5 +1,5 @@
 """Each rank's GPU facts, as its torch thread writes them beside its ledger
-(``<ledger>.gpu``, rank_side/ledger_torch.py ``gpu_facts``): the CUDA devices the rank holds
+(``<ledger>.gpu``, rank_side/torch_record.py ``gpu_facts``): the CUDA devices the rank holds
 memory on, with the memory in use and its peak. Read here, with no message to the rank (a
 rank blocked in a collective or out of memory still has them); a rank that never
 initialised CUDA has none, and nothing of CUDA is initialised to get them.
