@@ -448,32 +448,3 @@ def test_command_processes_keep_a_ledger_too(ip, tmp_path):
     finally:
         run_cell(ip, "%distcomp interrupt stuck")
         run_cell(ip, "%distcomp wait stuck --timeout 60")
-
-
-def _has_gpu() -> bool:
-    import torch
-
-    return torch.cuda.is_available() and torch.cuda.device_count() > 0
-
-
-@pytest.mark.skipif(
-    not _has_gpu(),
-    reason="needs a CUDA GPU: NCCL, and so its Flight Recorder, runs only there "
-    "(this machine has none)",
-)
-def test_nccl_flight_recorder_feeds_the_ledger(ip):
-    import time
-
-    code = (
-        "%%distcomp run t\n"
-        "import datetime, os\n"
-        "torch.cuda.set_device(rank % torch.cuda.device_count())\n"
-        "nccl = dist.new_group(backend='nccl')\n"
-        "x = torch.ones(4, device='cuda')\n"
-        "dist.all_reduce(x, group=nccl)\n"
-        "torch.cuda.synchronize()"
-    )
-    assert run_cell(ip, code).ok
-    time.sleep(3)  # the dump is rewritten every 2 s
-    text = run_cell(ip, "%distcomp collectives t").stdout
-    assert "--- nccl group" in text and "all_reduce" in text

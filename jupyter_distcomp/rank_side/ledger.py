@@ -68,6 +68,9 @@ class Entry:
     #: a non-blocking call (``Iallreduce``, ``isend``, ``async_op=True``): it runs until its
     #: request or work completes, while the rank goes on
     posted: bool = False
+    #: the GPU's own state of an NCCL call, from torch's Flight Recorder: "scheduled" (not
+    #: launched on the GPU yet), "started" (its kernel runs), "completed"; "" elsewhere
+    gpu: str = ""
 
     @property
     def members(self) -> tuple[int, ...]:
@@ -98,6 +101,8 @@ class Entry:
         """``cell line 5``, or ``train.py:12 in step``."""
         if CELL_FILE.search(self.file):
             return f"cell line {self.line}"
+        if not self.file:  # a call of torch's record without its stack
+            return "a call site torch's record does not give"
         return f"{os.path.basename(self.file)}:{self.line} in {self.function}"
 
 
@@ -222,27 +227,55 @@ def read_ring(path: str, last: int | None = None) -> list[Entry]:
             return []
 
 
-def flight_recorder_entries(raw: bytes) -> list[Entry]:
-    """torch's NCCL Flight Recorder dump (pickled, as ``_dump_nccl_trace`` gives it) as
-    ledger entries: one per collective, its group named ``nccl group NAME``, finished once
-    the GPU completed it."""
-    import pickle
+#: the ledger's label of a torch process group: its name and ranks
+_GROUP_LABEL = re.compile(r"group (\S+) \(ranks ([\d, ]+)\)$")
+#: the dtype names of torch's C++ record -> torch's Python names, as the ledger writes them
+_TORCH_DTYPES = {
+    "Float": "float32",
+    "Double": "float64",
+    "Half": "float16",
+    "BFloat16": "bfloat16",
+    "Long": "int64",
+    "Int": "int32",
+    "Short": "int16",
+    "Char": "int8",
+    "Byte": "uint8",
+    "Bool": "bool",
+}
 
-    dump = pickle.loads(raw)
+
+def torch_record_entries(raw: bytes, members: dict[str, str] | None = None) -> list[Entry]:
+    """torch's own record of each NCCL collective (its Flight Recorder, as the rank's
+    ledger_torch dumps it beside the ledger: JSON, ``{"entries": [...], "pg_config": {...}}``)
+    as ledger entries: its group named ``nccl group NAME (ranks ...)``, finished once the GPU
+    completed it, with the GPU-side state in ``gpu``. Entries of other backends (gloo's, on
+    torch >= 2.13) are duplicates of the ledger's own rows and are left out here.
+    ``members``: process group name -> its ranks' text (``0, 2``), from the ledger's own rows,
+    for a group whose ranks torch's record does not give."""
+    import json
+
+    dump = json.loads(raw)
+    configs = dump.get("pg_config") or {}
     entries = []
     for item in dump.get("entries", []):
-        if item.get("is_p2p"):
+        profile = str(item.get("profiling_name", ""))
+        if item.get("is_p2p") or not profile.startswith("nccl:"):
             continue
         data = " ".join(
-            f"[{', '.join(map(str, size))}] {dtype}"
+            f"[{', '.join(map(str, size))}] {_TORCH_DTYPES.get(dtype, str(dtype).lower())}"
             for size, dtype in zip(
                 item.get("input_sizes") or [], item.get("input_dtypes") or [], strict=False
             )
         )
-        started = item.get("time_discovered_started_ns") or item.get("time_created_ns") or 0
-        completed = item.get("state") == "completed"
-        finished = (item.get("time_discovered_completed_ns") or started) if completed else 0
-        group = item.get("process_group") or ("", "")
+        created = item.get("time_created_ns") or 0
+        state = str(item.get("state") or "")
+        finished = (
+            (item.get("time_discovered_completed_ns") or created) if state == "completed" else 0
+        )
+        name = str((item.get("process_group") or ("",))[0])
+        ranks = str((configs.get(name) or {}).get("ranks") or "").strip("[]")
+        ranks = ranks or (members or {}).get(name, "")
+        label = f"nccl group {name}" + (f" (ranks {ranks})" if ranks else "")
         frames = [
             f for f in item.get("frames") or [] if "/torch/" not in str(f.get("filename", ""))
         ]
@@ -250,17 +283,18 @@ def flight_recorder_entries(raw: bytes) -> list[Entry]:
         entries.append(
             Entry(
                 int(item.get("collective_seq_id", 0)),
-                started / 1e9,
+                created / 1e9,
                 finished / 1e9,
                 COLLECTIVE,
-                f"nccl group {group[0]}",
-                str(item.get("profiling_name", "")).replace("nccl:", ""),
+                label,
+                profile.replace("nccl:", ""),
                 data,
                 "",
                 "",
                 str(top.get("filename", "")),
                 int(top.get("line", 0) or 0),
                 str(top.get("name", "")),
+                gpu=state,
             )
         )
     return entries
@@ -270,8 +304,8 @@ _SAID: set[str] = set()
 
 
 def read_ledger(path: str, last: int | None = None) -> list[Entry]:
-    """A rank's ledger file (its ``last`` calls, when given), with its NCCL Flight Recorder
-    dump (``PATH.nccl``) if any. A damaged ledger is said once, on the kernel's stderr (the
+    """A rank's ledger file (its ``last`` calls, when given), with torch's record of its
+    NCCL calls (``PATH.torch``, see :func:`torch_record_entries`) if any. A damaged ledger is said once, on the kernel's stderr (the
     cell that reads it), and counts as empty."""
     try:
         entries = read_ring(path, last)
@@ -285,12 +319,19 @@ def read_ledger(path: str, last: int | None = None) -> list[Entry]:
             )
         return []
     try:
-        with open(path + ".nccl", "rb") as handle:
+        fd = os.open(path + ".torch", os.O_RDONLY | _OPEN_FLAGS)
+        with open(fd, "rb") as handle:
+            _regular(fd, path + ".torch")
             raw = handle.read()
-    except OSError:
+    except (OSError, LedgerDamaged):
         return entries
+    members = {}  # "group 1 (ranks 0, 2)" -> {"1": "0, 2"}
+    for entry in entries:
+        found = _GROUP_LABEL.match(entry.group)
+        if found:
+            members[found.group(1)] = found.group(2)
     try:
-        return entries + flight_recorder_entries(raw)
+        return entries + torch_record_entries(raw, members)
     except Exception:  # a dump torch changed the shape of: the ledger alone
         return entries
 
@@ -387,6 +428,27 @@ def _says(ranks: list[int], verb: str) -> str:
     return f"{ranks_text(ranks)} " + {"have": "has"}.get(verb, verb + "s")
 
 
+#: an NCCL call's GPU-side state (Entry.gpu) in words
+_GPU_WORDS = {
+    "scheduled": "not started on the GPU",
+    "started": "running on the GPU",
+    "completed": "completed on the GPU",
+}
+
+
+def gpu_text(entries: dict[int, Entry]) -> str:
+    """``ranks 0-1 completed on the GPU, rank 2 not started on the GPU``: the GPU-side
+    state of NCCL calls (torch's record); "" when no entry has one."""
+    by_state: dict[str, list[int]] = {}
+    for rank, entry in sorted(entries.items()):
+        if entry.gpu:
+            by_state.setdefault(entry.gpu, []).append(rank)
+    return ", ".join(
+        f"{ranks_text(ranks)} {_GPU_WORDS.get(state, state + ' on the GPU')}"
+        for state, ranks in by_state.items()
+    )
+
+
 def _wait_words(ranks: list[int], entries: dict[int, Entry], now: float | None) -> str:
     running = [r for r in ranks if entries[r].running]
     if now is None:
@@ -396,6 +458,9 @@ def _wait_words(ranks: list[int], entries: dict[int, Entry], now: float | None) 
     since = now - min(entries[r].started for r in running)
     done = [r for r in ranks if r not in running]
     words = f"{_says(running, 'wait')} since {since:.0f} s"
+    gpu = gpu_text({r: entries[r] for r in ranks})
+    if gpu:
+        words += f" ({gpu})"
     if done:
         words += f", {ranks_text(done)} went on (their result may be wrong)"
     return words

@@ -1,7 +1,7 @@
 """The ledger's wrappers of ``torch.distributed`` (see ledger_hooks.py): each collective and
 point-to-point function records its call, and in check mode posts its signature in the
-process group's store (gloo and NCCL alike) and compares before the call runs. With CUDA,
-torch's NCCL Flight Recorder is dumped beside the ledger.
+process group's store (gloo and NCCL alike) and compares before the call runs. torch's own
+record of each call (its Flight Recorder) is read beside the ledger by torch_record.py.
 
 Standard library only at import; ``core`` is ledger_hooks, set before :func:`wrap`.
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import os
 import sys
-import threading
 from typing import Any
 
 core: Any = None  # ledger_hooks (loaded by path on a rank, so not imported here)
@@ -255,47 +254,7 @@ def wrap(dist) -> None:
         for name, data in table.items():
             if hasattr(dist, name):
                 setattr(dist, name, torch.wrap(name, data, kind))
-    try:
-        _flight_recorder(dist)
-    except Exception:
-        pass
-
-
-def _flight_recorder(dist) -> None:
-    """With CUDA: turn on torch's NCCL Flight Recorder, and keep its dump beside the ledger
-    (``<ledger>.nccl``, rewritten every FLIGHT_EVERY seconds by a daemon thread) where the
-    kernel merges it (``core.ledger.flight_recorder_entries``): the GPU's own view of each NCCL
-    collective (scheduled, started, completed), which the Python call's return does not
-    give."""
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_available() or core.STATE.ring is None:
-        return
-    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
-    path = core.STATE.path + ".nccl"
-
-    def dump_now() -> None:
-        c10d = torch._C._distributed_c10d
-        if not (dist.is_initialized() and hasattr(c10d, "_dump_nccl_trace")):
-            return
-        raw = c10d._dump_nccl_trace(True, True, False)
-        with open(path + ".tmp", "wb") as handle:
-            handle.write(raw)
-        os.replace(path + ".tmp", path)
-
-    def loop() -> None:
-        import time
-
-        while True:
-            time.sleep(FLIGHT_EVERY)
-            try:
-                dump_now()
-            except Exception:
-                pass
-
-    threading.Thread(target=loop, name="distcomp-flight-recorder", daemon=True).start()
-
-
-FLIGHT_EVERY = 2.0
+    core.start_torch_record(dist)
 
 
 # -- DDP's gradient buckets ----------------------------------------------------------------

@@ -58,6 +58,10 @@ export interface IRank {
   local_rank: number;
   state: RankState;
   pid: number | null;
+  /**
+   * the CUDA devices the rank holds memory on, with the memory in use and its peak (local/ranks/gpu.py short_text); absent where none
+   */
+  gpu?: string;
 }
 /**
  * Kernel -> panel: a world changed (its `stopped` says when its ranks are gone).

@@ -143,12 +143,15 @@ export class RanksPanel extends Widget {
     const table = element('table', 'distcomp-rank-table');
     const head = element('tr');
     const debugging = world.ranks.some(r => r.state === RANK_STATE.debugging);
+    // a GPU column where a rank holds GPU memory: its devices, memory in use and peak
+    const gpu = world.ranks.some(r => r.gpu);
     [
       'rank',
       'node',
       'local',
       'state',
       'pid',
+      ...(gpu ? ['gpu'] : []),
       ...(debugging ? ['step'] : [])
     ].forEach(h => head.appendChild(element('th', '', h)));
     table.appendChild(head);
@@ -173,6 +176,9 @@ export class RanksPanel extends Widget {
           rank.pid === null ? '' : String(rank.pid)
         )
       );
+      if (gpu) {
+        row.appendChild(element('td', 'distcomp-rank-gpu', rank.gpu ?? ''));
+      }
       if (debugging) {
         row.appendChild(this.stepOnlyCell(ranks, rank.rank, rank.state));
       }

@@ -50,7 +50,13 @@ def collectives_processes(title: str, run: ActiveRun, last: int = 10) -> WhereRe
     return report(title, ledgers, run.world_size, None, last)
 
 
-def _state(entries: list[ledger.Entry], now: float) -> str:
+def _state(calls: dict[int, ledger.Entry], now: float) -> str:
+    gpu = ledger.gpu_text(calls)
+    state = _ledger_state(list(calls.values()), now)
+    return f"{state} ({gpu})" if gpu else state
+
+
+def _ledger_state(entries: list[ledger.Entry], now: float) -> str:
     running = [e for e in entries if e.running]
     if not running:
         return "done"
@@ -70,18 +76,16 @@ def group_lines(
         absent = [r for r in members if r not in calls]
         if len(split) == 1 and not absent:
             ranks, call = split[0]
-            entries = list(calls.values())
             lines.append(
                 f"#{seq:<5} {ledger.call_text(call, group=False, seq=False)} at {call.site()}: "
-                f"{ledger.ranks_text(ranks)} {_state(entries, now)}"
+                f"{ledger.ranks_text(ranks)} {_state(calls, now)}"
             )
             continue
         lines.append(f"#{seq:<5} {DIVERGES}")
         for ranks, call in split:
-            entries = [calls[r] for r in ranks]
             lines.append(
                 f"    {ledger.ranks_text(ranks)}: {ledger.call_text(call, group=False, seq=False)} at "
-                f"{call.site()}, {_state(entries, now)}"
+                f"{call.site()}, {_state({r: calls[r] for r in ranks}, now)}"
             )
         if absent:
             lines.append(f"    {ledger.ranks_text(absent)}: no call")
@@ -111,7 +115,7 @@ def report(
         for e in [e for e in entries if e.kind == ledger.P2P][-last:]:
             p2p.append(
                 f"{ledger.ranks_text([rank])}: {e.op} #{e.seq} ({e.data}, {e.root}, {e.group}) "
-                f"at {e.site()}, {_state([e], now)}"
+                f"at {e.site()}, {_state({rank: e}, now)}"
             )
     if p2p:
         sections.append(("point-to-point", p2p))

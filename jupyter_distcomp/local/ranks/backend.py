@@ -21,6 +21,7 @@ from ...core.ranges import format_ranks, parse_ranks
 from ...core.summary import pending_text
 from ...errors import RankError
 from ...machine.hosts import Placement
+from . import gpu
 from .background import BackgroundCell, BackgroundJobs
 from .connection import Connection
 from .ledgers import busy_message
@@ -87,6 +88,7 @@ class RankBackend:
         """The world as the ranks panel sees it: contracts.json's ``World``."""
         component = self._components.get(world.name)
         pending = None if stopped or component is None else self.pending(world.name, component)
+        facts = {} if stopped else gpu.read(world)
         return {
             "name": world.name,
             "instance_count": world.instance_count,
@@ -101,6 +103,7 @@ class RankBackend:
                     "local_rank": info.local_rank,
                     "state": info.state,
                     "pid": info.pid,
+                    **({"gpu": gpu.short_text(facts[info.rank])} if info.rank in facts else {}),
                 }
                 for info in world.ranks
             ],
@@ -447,7 +450,8 @@ class RankBackend:
 
     # -- lifecycle ----------------------------------------------------------------------
     def status(self, name: str | None = None) -> list[dict]:
-        """One record per rank: name, rank, node, local_rank, state, pid."""
+        """One record per rank: name, rank, node, local_rank, state, pid, host, death, gpu
+        (its devices and memory, "" for none: gpu.py)."""
         names = [name] if name is not None else list(self.worlds)
         records = []
         for world_name in names:
@@ -455,6 +459,7 @@ class RankBackend:
             if world is None:
                 continue
             world.check_alive()
+            facts = gpu.read(world)
             for info in world.ranks:
                 records.append(
                     {
@@ -466,6 +471,7 @@ class RankBackend:
                         "pid": info.pid,
                         "host": info.host,
                         "death": info.death,
+                        "gpu": gpu.short_text(facts[info.rank]) if info.rank in facts else "",
                     }
                 )
         return records

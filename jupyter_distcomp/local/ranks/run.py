@@ -23,7 +23,7 @@ from ...core.tf_config import empty_ps_hint
 from ...errors import RankError, RankInterrupt
 from ..debug.cells import CellDebug
 from ..stacks import stack_sections
-from . import ipp, ledgers
+from . import gpu, ipp, ledgers
 from .failfast import FailFast
 from .failures import death_reason, error_sections
 from .feed import OutputFeed
@@ -323,6 +323,10 @@ class CellRun:
     def _errors_not_interrupts(self) -> dict[int, Any]:
         return self._errors(skip_interrupts=True)
 
+    def _gpu(self, rank: int) -> list[str]:
+        """What a rank that ran out of GPU memory held (see gpu.py)."""
+        return gpu.out_of_memory_lines(self.world, rank)
+
     def _raise_errors(self) -> None:
         errors = self._errors()
         if errors:
@@ -333,7 +337,7 @@ class CellRun:
                     if len(errors) < len(self.ranks)
                     else ""
                 ),
-                sections=error_sections(errors, self.cell),
+                sections=error_sections(errors, self.cell, self._gpu),
                 fix="Output printed before the error is kept above. The ranks keep their state "
                 "and are ready for the next cell.",
             )
@@ -404,7 +408,7 @@ class CellRun:
             sections.append(
                 (format_ranks(others), ["stopped by mpiexec because another rank died"])
             )
-        sections += error_sections(self._errors(), self.cell)
+        sections += error_sections(self._errors(), self.cell, self._gpu)
         if said:
             sections.append(("what mpiexec printed", said.splitlines()))
         why = "; ".join(f"{format_ranks([r])} {reasons[r] or 'died'}" for r in culprits)
@@ -456,7 +460,7 @@ class CellRun:
         still = sorted(self.running)
         sections = ledgers.verdict_sections(world, busy)
         sections += stack_sections(stacks, self.code, "busy, current stack", self.cell)
-        sections += error_sections(self._errors(skip_interrupts=True), self.cell)
+        sections += error_sections(self._errors(skip_interrupts=True), self.cell, self._gpu)
         if still:
             fix = ledgers.stuck_fix(world, still)
         else:

@@ -19,11 +19,15 @@ class StatusTable:
     """``records`` from ``Session.status``; ``pending``: component -> what its next run changes
     (``Session.pending_changes``), said under the table."""
 
-    header = ("component", "rank", "node", "local rank", "state", "pid")
+    header: tuple[str, ...] = ("component", "rank", "node", "local rank", "state", "pid")
 
     def __init__(self, records: list[dict], pending: dict[str, str] | None = None):
         self.records = records
         self.pending = dict(pending or {})
+        #: a GPU column where a rank holds GPU memory (its devices, memory in use and peak)
+        self.gpu = any(r.get("gpu") for r in records)
+        if self.gpu:
+            self.header = (*self.header, "gpu")
         self.rows = [
             (
                 r["name"],
@@ -33,6 +37,7 @@ class StatusTable:
                 r["state"] + (f" ({r['death']})" if r.get("death") else ""),
                 "" if r["pid"] is None else str(r["pid"]),
             )
+            + ((r.get("gpu") or "",) if self.gpu else ())
             for r in records
         ]
 
