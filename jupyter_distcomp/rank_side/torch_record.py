@@ -28,12 +28,14 @@ import threading
 FLIGHT_EVERY = 2.0
 #: torch's dump functions, JSON first: (name, arguments, format; a pickled one is read only
 #: where no JSON one worked); torch 2.11 keeps NCCL's record only in _dump_nccl_trace*,
-#: torch 2.13 gloo's (and NCCL's) in _dump_fr_trace*
+#: torch 2.13 gloo's (and NCCL's) in _dump_fr_trace*. Arguments: the collectives, no stack
+#: traces (pickled ones only), and every entry, not only the active ones (onlyActive=False:
+#: a completed call is what tells a rank that finished from one that never launched)
 _DUMPS = (
-    ("_dump_fr_trace_json", (True, True), "json"),
-    ("_dump_nccl_trace_json", (True, True), "json"),
-    ("_dump_nccl_trace", (True, True, False), "pickle"),
-    ("_dump_fr_trace", (True, True, False), "pickle"),
+    ("_dump_fr_trace_json", (True, False), "json"),
+    ("_dump_nccl_trace_json", (True, False), "json"),
+    ("_dump_nccl_trace", (True, False, False), "pickle"),
+    ("_dump_fr_trace", (True, False, False), "pickle"),
 )
 
 
