@@ -350,7 +350,13 @@ class RankBackend:
             background_cell = earlier is not None and earlier.kind == "cell"
             raise RankError(busy_message(world, busy, background_cell))
         try:
-            stopping = None if debug_ranks is None else parse_ranks(debug_ranks, world.world_size)
+            stopping = (
+                None
+                if debug_ranks is None
+                else []
+                if debug_ranks == ""  # a replay: no rank stops
+                else parse_ranks(debug_ranks, world.world_size)
+            )
         except RankError as exc:
             raise RankError(str(exc).replace("--ranks", "--debug-ranks", 1)) from None
         cell = CellRun(
