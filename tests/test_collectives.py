@@ -379,7 +379,7 @@ def test_interrupt_says_which_ranks_stopped_and_replay_brings_the_state_back(ip)
     assert not busy.ok
     assert "are blocked inside a collective" in busy.traceback_text()
     assert "`%distcomp interrupt t`" not in busy.traceback_text()
-    replay = run_cell(ip, "%distcomp restart t --replay")
+    replay = run_cell(ip, "%distcomp restart t --replay --yes")
     assert replay.ok, replay.traceback_text()
     assert "replaying 1 of" in replay.stdout and "kept = rank * 10" in replay.stdout
     back = run_cell(ip, "%%distcomp run t\nprint('kept', kept, dist.get_world_size())")
@@ -393,7 +393,7 @@ def test_a_replay_that_fails_stops_there_with_its_error(ip):
     assert run_cell(ip, "%%distcomp run t\nthird = 3").ok
     open("/tmp/distcomp-replay-flag", "w").close()
     try:
-        replay = run_cell(ip, "%distcomp restart t --replay")
+        replay = run_cell(ip, "%distcomp restart t --replay --yes")
     finally:
         import os
 

@@ -21,7 +21,9 @@ def kernel(tmp_path_factory):
     k = DebugKernel(cwd=str(tmp_path_factory.mktemp("replay")))
     assert k.run("%load_ext jupyter_distcomp").ok
     assert k.run(f"%%distcomp dbg\n{MPI_SPEC}").ok
-    layout = "dbg.runsettings.resource_layout.configure(instance_count=1, process_count_per_node={})"
+    layout = (
+        "dbg.runsettings.resource_layout.configure(instance_count=1, process_count_per_node={})"
+    )
     assert k.run(layout.format(2)).ok
     k.layout = layout
     yield k
@@ -63,7 +65,9 @@ def test_replay_lists_asks_keeps_its_log_and_maps_ranks_to_the_layout(kernel):
     assert "breakpoint() skipped on ranks 0-3: a replay does not stop at breakpoints" in (
         replay.text
     )
-    out = kernel.run("%%distcomp run dbg\nimport os\nprint('state', seen, os.path.getsize(f'log{r}.txt') if os.path.exists(f'log{r}.txt') else 0)")
+    out = kernel.run(
+        "%%distcomp run dbg\nimport os\nprint('state', seen, os.path.getsize(f'log{r}.txt') if os.path.exists(f'log{r}.txt') else 0)"
+    )
     assert out.ok, out.text
     assert "[rank 3] state 30 0" in out.text and "[rank 1] state 10 1" in out.text, out.text
 
@@ -79,9 +83,10 @@ def test_replay_lists_asks_keeps_its_log_and_maps_ranks_to_the_layout(kernel):
     out = kernel.run("%%distcomp run dbg\nprint('alive', seen, MPI.COMM_WORLD.Get_size())")
     assert out.ok and "[rank 1] alive 10 2" in out.text, out.text
 
-    assert "Cleared the replay log of dbg (5 cell(s))" in kernel.run(
-        "%distcomp replay dbg --clear"
-    ).text, "the log holds the cells replayed, then the later ones"
+    assert (
+        "Cleared the replay log of dbg (5 cell(s))"
+        in kernel.run("%distcomp replay dbg --clear").text
+    ), "the log holds the cells replayed, then the later ones"
     assert "nothing to replay" in kernel.run("%distcomp replay dbg").text
 
 
@@ -91,9 +96,9 @@ def test_an_interrupt_of_a_loop_run_at_the_group_prompt_reports_the_ranks_as_sto
     timer = threading.Timer(8.0, kernel.km.interrupt_kernel)  # while the ranks spin
     timer.start()
     try:
-        out = kernel.run("%%distcomp run dbg\nbreakpoint()\nprint('after', r)", [
-            "!while True: pass"
-        ], timeout=90)
+        out = kernel.run(
+            "%%distcomp run dbg\nbreakpoint()\nprint('after', r)", ["!while True: pass"], timeout=90
+        )
     finally:
         timer.cancel()
     text = out.text

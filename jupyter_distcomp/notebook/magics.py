@@ -468,7 +468,9 @@ class DistCompMagics(Magics):
             self.session.restart(args.name, hosts=args.hosts, replay=_announce, plan=plan)
             return
         world = self.session.restart(args.name, hosts=args.hosts)
-        print(f"Restarted {args.name}: {world.describe_layout()}.")
+        cleared = self.session.clear_replay(args.name)  # fresh ranks, a fresh log
+        note = f" The replay log ({cleared} cell(s)) starts anew." if cleared else ""
+        print(f"Restarted {args.name}: {world.describe_layout()}.{note}")
 
     def _handle_replay(self, args: argparse.Namespace, cell: str | None) -> None:
         if args.clear:

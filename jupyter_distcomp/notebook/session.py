@@ -456,8 +456,8 @@ class Session:
                 chosen = check_hosts(hosts, "--hosts")
             self.backend.place(name, Placement(tuple(chosen), self.local.ssh_command or "ssh"))
         if replay is not None:
-            chosen = plan or self.backend.replay_plan(name, component)
-            return self.backend.replay(name, component, chosen, replay)
+            cells = plan or self.backend.replay_plan(name, component)
+            return self.backend.replay(name, component, cells, replay)
         return self.backend.restart(name, component)
 
     def _running_command(self, name: str) -> ActiveRun | None:

@@ -214,7 +214,9 @@ class CellDebug:
                 if self.debug_ranks
                 else "a replay does not stop at breakpoints"
             )
-            print(f"breakpoint() skipped on {format_ranks(channel.skipped)}: {why}.", file=sys.stderr)
+            print(
+                f"breakpoint() skipped on {format_ranks(channel.skipped)}: {why}.", file=sys.stderr
+            )
         channel.serving = False  # a stop from now on is answered "interrupted"
         channel.allowed = None
         channel.skipped = set()

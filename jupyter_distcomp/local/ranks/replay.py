@@ -110,7 +110,9 @@ class Plan:
 
     def text(self) -> str:
         if not self.all_cells:
-            return f"{self.name}: no `%%distcomp run` cell succeeded, so there is nothing to replay."
+            return (
+                f"{self.name}: no `%%distcomp run` cell succeeded, so there is nothing to replay."
+            )
         lines = [f"Cells a replay of {self.name} runs, in order ({self.world_size} ranks):"]
         chosen = {number: ranks for number, _, ranks in self.runs}
         for number, cell in enumerate(self.all_cells, 1):
