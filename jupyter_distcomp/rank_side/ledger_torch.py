@@ -12,6 +12,7 @@ import functools
 import os
 import sys
 import threading
+import weakref
 from typing import Any
 
 core: Any = None  # ledger_hooks (loaded by path on a rank, so not imported here)
@@ -84,7 +85,10 @@ def _tensor_text(value) -> str:
 class _Torch:
     def __init__(self, dist) -> None:
         self.dist = dist
-        self.groups: dict[int, tuple[str, tuple[int, ...]]] = {}
+        #: id(group) -> (a weak reference to it, its label, its ranks): a label stays with
+        #: its group, never with a later one that got the same id
+        self.groups: dict[int, tuple[Any, str, tuple[int, ...]]] = {}
+        self.made = 0
         self.ops: dict = {}
 
     def group(self, group) -> tuple[str, tuple[int, ...]]:
@@ -92,15 +96,19 @@ class _Torch:
         if group is None or group is dist.GroupMember.WORLD:
             return "default group", ()
         known = self.groups.get(id(group))
-        if known is None:
-            members = tuple(dist.get_process_group_ranks(group))
-            try:
-                name = dist.distributed_c10d._get_process_group_name(group)
-            except Exception:
-                name = str(len(self.groups) + 1)
-            label = f"group {name} (ranks {', '.join(map(str, members))})"
-            known = self.groups[id(group)] = (label, members)
-        return known
+        if known is not None and known[0]() is group:
+            return known[1], known[2]
+        members = tuple(dist.get_process_group_ranks(group))
+        self.made += 1
+        try:
+            name = dist.distributed_c10d._get_process_group_name(group)
+        except Exception:
+            name = str(self.made)
+        label = f"group {name} (ranks {', '.join(map(str, members))})"
+        if len(self.groups) > 4096:
+            self.groups = {k: v for k, v in self.groups.items() if v[0]() is not None}
+        self.groups[id(group)] = (weakref.ref(group), label, members)
+        return label, members
 
     def reduce_name(self, op) -> str:
         name = self.ops.get(op)
@@ -172,6 +180,8 @@ class _Torch:
                 peer = args[root_at] if root_at < n else None
                 data = args[data_at] if data_at < n else None
                 waits = not (always_async or (n > async_at and args[async_at]))
+            if type(group) is int:  # GroupMember.NON_GROUP_MEMBER: torch skips the call
+                return fn(*args, **kwargs)
             label, members = _DEFAULT if group is None else torch.group(group)
             reduce_text = torch.reduce_name(op) if op is not None else default_reduce
             root_text = roots.get(peer)
@@ -180,8 +190,9 @@ class _Torch:
             data_text = _tensor_text(data) if data is not None else ""
             where = core.site()
             if collective:
-                if state.check:
-                    torch.check(label, members, (name, data_text, reduce_text, root_text), where)
+                if state.check:  # an async_op call posts its signature but never waits
+                    sig = (name, data_text, reduce_text, root_text)
+                    torch.check(label, members, sig, where, waits or state.in_buckets)
                 seq_key = label
             else:
                 seq_key = label + "\x00p2p"
@@ -203,8 +214,12 @@ class _Torch:
         call.__distcomp_ledger__ = fn  # type: ignore[attr-defined]
         return call
 
-    def check(self, label: str, members: tuple[int, ...], sig: tuple, where) -> None:
-        """Post this call's signature in the store; compare with the group's."""
+    def check(
+        self, label: str, members: tuple[int, ...], sig: tuple, where, wait: bool = True
+    ) -> None:
+        """Post this call's signature in the store; compare with the group's (``wait``
+        False: post only, as an ``async_op`` call must not wait for the group, which may
+        first need what this rank does next; the ranks that wait compare)."""
         __tracebackhide__ = True
         import datetime
 
@@ -220,6 +235,8 @@ class _Torch:
         prefix = f"distcomp-check/{label}/"
         store.set(f"{prefix}{round_}/{me}", core.ledger.SEP.join(map(str, sig)))
         keys = [f"{prefix}{round_}/{r}" for r in ranks]
+        if not wait:
+            return
         while True:  # in steps, so that an interrupt (SIGINT) gets through
             try:
                 store.wait(keys, datetime.timedelta(seconds=1))
