@@ -89,6 +89,7 @@ class _Torch:
         #: its group, never with a later one that got the same id
         self.groups: dict[int, tuple[Any, str, tuple[int, ...]]] = {}
         self.made = 0
+        self.posted: dict[str, list[int]] = {}  # check mode's rounds whose keys are kept
         self.ops: dict = {}
 
     def group(self, group) -> tuple[str, tuple[int, ...]]:
@@ -235,6 +236,8 @@ class _Torch:
         prefix = f"distcomp-check/{label}/"
         store.set(f"{prefix}{round_}/{me}", core.ledger.SEP.join(map(str, sig)))
         keys = [f"{prefix}{round_}/{r}" for r in ranks]
+        posted = self.posted.setdefault(prefix, [])
+        posted.append(round_)
         if not wait:
             return
         while True:  # in steps, so that an interrupt (SIGINT) gets through
@@ -244,11 +247,14 @@ class _Torch:
             except RuntimeError as exc:
                 if "timeout" not in str(exc).lower() and "timed out" not in str(exc).lower():
                     raise
-        if round_ > 2:  # every rank has read round - 2: it posted round - 1 after reading
+        # every member posted this round, so those that compared the earlier rounds have
+        # read them: this rank's keys of those rounds go (the store keeps this round's)
+        for earlier in posted[:-1]:
             try:
-                store.delete_key(f"{prefix}{round_ - 2}/{me}")
+                store.delete_key(f"{prefix}{earlier}/{me}")
             except Exception:
                 pass
+        del posted[:-1]
         sigs = {}
         for rank, key in zip(ranks, keys, strict=True):
             op, data, reduce, root, file, line, function = (
