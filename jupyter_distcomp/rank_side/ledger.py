@@ -51,15 +51,37 @@ COLLECTIVE, P2P = "c", "p"
 #: own rules: mpi4py's object collectives (any picklable object, ``None`` off the root),
 #: per-rank counts (the ``v``/``w`` forms), root-only send buffers (``Scatter``), and
 #: torch's object collectives and uneven all-to-alls
-_OWN_DATA_MPI = (
-    "bcast gather scatter allgather alltoall reduce allreduce scan exscan "
-    "Gatherv Scatterv Allgatherv Alltoallv Alltoallw Reduce_scatter Scatter "
-    "Neighbor_allgatherv Neighbor_alltoallv Neighbor_alltoallw"
-).split()
+_OWN_DATA_MPI = [
+    "bcast",
+    "gather",
+    "scatter",
+    "allgather",
+    "alltoall",
+    "reduce",
+    "allreduce",
+    "scan",
+    "exscan",
+    "Gatherv",
+    "Scatterv",
+    "Allgatherv",
+    "Alltoallv",
+    "Alltoallw",
+    "Reduce_scatter",
+    "Scatter",
+    "Neighbor_allgatherv",
+    "Neighbor_alltoallv",
+    "Neighbor_alltoallw",
+]
 RANK_OWN_DATA = frozenset(
     _OWN_DATA_MPI
     + ["I" + name.lower() for name in _OWN_DATA_MPI if name[0].isupper()]
-    + "all_gather_object gather_object scatter_object_list all_to_all all_to_all_single".split()
+    + [
+        "all_gather_object",
+        "gather_object",
+        "scatter_object_list",
+        "all_to_all",
+        "all_to_all_single",
+    ]
 )
 
 
