@@ -88,6 +88,10 @@ def test_replay_lists_asks_keeps_its_log_and_maps_ranks_to_the_layout(kernel):
         in kernel.run("%distcomp replay dbg --clear").text
     ), "the log holds the cells replayed, then the later ones"
     assert "nothing to replay" in kernel.run("%distcomp replay dbg").text
+    assert kernel.run("%%distcomp run dbg\nafter_clear = 1").ok
+    plain = kernel.run("%distcomp restart dbg")
+    assert plain.ok and "The replay log (1 cell(s)) starts anew." in plain.text, plain.text
+    assert "nothing to replay" in kernel.run("%distcomp replay dbg").text
 
 
 def test_an_interrupt_of_a_loop_run_at_the_group_prompt_reports_the_ranks_as_stopped(kernel):

@@ -467,8 +467,8 @@ class DistCompMagics(Magics):
                 return
             self.session.restart(args.name, hosts=args.hosts, replay=_announce, plan=plan)
             return
+        cleared = len(self.session.replay_cells(args.name))  # fresh ranks, a fresh log
         world = self.session.restart(args.name, hosts=args.hosts)
-        cleared = self.session.clear_replay(args.name)  # fresh ranks, a fresh log
         note = f" The replay log ({cleared} cell(s)) starts anew." if cleared else ""
         print(f"Restarted {args.name}: {world.describe_layout()}.{note}")
 

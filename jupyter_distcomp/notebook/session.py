@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..local.inspect.where import WhereReport
     from ..local.ranks.backend import RankBackend
     from ..local.ranks.connection import Connection
-    from ..local.ranks.replay import Plan
+    from ..local.ranks.replay import Plan, Replayed
     from ..local.ranks.world import World
     from ..machine.hosts import Placement
     from .comm import RanksChannel
@@ -428,6 +428,11 @@ class Session:
     def replay_plan(self, name: str, skip: str | None = None, only: str | None = None) -> Plan:
         """The cells `restart NAME --replay` would run now, and on which ranks."""
         return self.backend.replay_plan(name, self.component(name), skip, only)
+
+    def replay_cells(self, name: str) -> list[Replayed]:
+        """The cells in the replay log of ``name``, oldest first."""
+        self.component(name)
+        return self.backend.replays.cells(name)
 
     def clear_replay(self, name: str) -> int:
         """Empty the replay log of ``name``; how many cells it held."""

@@ -408,7 +408,7 @@ class RankBackend:
         no stop at breakpoints; ``announce(text)`` names each before it runs. The log then
         holds the cells chosen; the first that fails raises its error (the rest do not
         run)."""
-        world = self.restart(name, component)
+        world = self.restart(name, component, keep_log=True)
         component = self._components[name]
         announce(f"Restarted {name}: {world.describe_layout()}.")
         if not chosen.all_cells:
@@ -527,11 +527,16 @@ class RankBackend:
             except Exception:
                 pass
 
-    def restart(self, name: str, component: Component | None = None) -> World:
+    def restart(
+        self, name: str, component: Component | None = None, keep_log: bool = False
+    ) -> World:
+        """Fresh ranks for ``name``; its replay log starts anew unless ``keep_log``."""
         component = component or self._components.get(name)
         if component is None:
             raise RankError(f"No ranks to restart for {name!r}: run a `%%distcomp run` cell first.")
         self.stop(name)
+        if not keep_log:
+            self.replays.clear(name)
         return self.start(name, component, wait=True)
 
     def interrupt_and_wait(self, name: str, grace: float = 2.0) -> tuple[list[int], list[int]]:
