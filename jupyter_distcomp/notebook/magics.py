@@ -12,7 +12,9 @@ Forms::
     %distcomp env NAME [--instance-count N] [--process-count-per-node P]   (flags: a preview)
     %distcomp layout NAME [--instance-count N] [--process-count-per-node P]
     %distcomp command NAME [--input k=v ...] [--output k=path ...] [--timeout S] [--background]
-    %distcomp status [NAME] | stop [NAME] | restart NAME [--hosts H] [--replay] | interrupt NAME
+    %distcomp status [NAME] | stop [NAME] | interrupt NAME
+    %distcomp restart NAME [--hosts H] [--replay [--yes] [--dry-run] [--skip 2] [--only 1-3]]
+    %distcomp replay NAME [--clear]
     %distcomp list
     %distcomp connect NAME [--profile P] [--profile-dir D] [--cluster-id C] [--local]
     %distcomp export NAME PATH [--component] [--input k=v ...]
@@ -149,8 +151,17 @@ def _build_parser() -> _Parser:
     restart.add_argument(
         "--replay",
         action="store_true",
-        help="re-run, in order, the run cells that succeeded since the last start",
+        help="list the run cells that succeeded, ask, then re-run them in order",
     )
+    restart.add_argument("--yes", action="store_true", help="replay without asking")
+    restart.add_argument(
+        "--dry-run", action="store_true", dest="dry_run", help="list what --replay runs; no restart"
+    )
+    restart.add_argument("--skip", default=None, metavar="2,4-5", help="cells left out of --replay")
+    restart.add_argument("--only", default=None, metavar="1-3", help="the cells --replay runs")
+    replay = sub.add_parser("replay", help="list the cells `restart NAME --replay` runs")
+    replay.add_argument("name")
+    replay.add_argument("--clear", action="store_true", help="empty the log of NAME")
     interrupt = sub.add_parser("interrupt", help="send SIGINT to the busy ranks of NAME")
     interrupt.add_argument("name")
     connect = sub.add_parser("connect", help="run NAME on your own ipyparallel cluster")
@@ -448,11 +459,33 @@ class DistCompMagics(Magics):
         print(f"Stopped the ranks of {', '.join(stopped)}." if stopped else "No ranks running.")
 
     def _handle_restart(self, args: argparse.Namespace, cell: str | None) -> None:
-        if args.replay:  # says the restart, then each cell as it replays
-            self.session.restart(args.name, hosts=args.hosts, replay=_announce)
+        if not args.replay and (args.yes or args.dry_run or args.skip or args.only):
+            raise UsageError(
+                "--yes, --dry-run, --skip and --only go with --replay. "
+                f"Fix: `%distcomp restart {args.name} --replay --dry-run`"
+            )
+        if args.replay:  # the list, the question, then each cell as it replays
+            plan = self.session.replay_plan(args.name, args.skip, args.only)
+            print(plan.text(), flush=True)
+            if args.dry_run:
+                print("Dry run: nothing was restarted or run.")
+                return
+            if plan.runs and not args.yes and not _confirm(args.name, len(plan.runs)):
+                print(f"Not replayed: the ranks of {args.name} were left as they are.")
+                return
+            self.session.restart(args.name, hosts=args.hosts, replay=_announce, plan=plan)
             return
+        cleared = len(self.session.replay_cells(args.name))  # fresh ranks, a fresh log
         world = self.session.restart(args.name, hosts=args.hosts)
-        print(f"Restarted {args.name}: {world.describe_layout()}.")
+        note = f" The replay log ({cleared} cell(s)) starts anew." if cleared else ""
+        print(f"Restarted {args.name}: {world.describe_layout()}.{note}")
+
+    def _handle_replay(self, args: argparse.Namespace, cell: str | None) -> None:
+        if args.clear:
+            count = self.session.clear_replay(args.name)
+            print(f"Cleared the replay log of {args.name} ({count} cell(s)).")
+            return
+        print(self.session.replay_plan(args.name).text())
 
     def _handle_interrupt(self, args: argparse.Namespace, cell: str | None) -> None:
         print(self.session.interrupt_report(args.name))
@@ -526,6 +559,20 @@ class DistCompMagics(Magics):
 
 def _announce(text: str) -> None:
     print(text, flush=True)
+
+
+def _confirm(name: str, count: int) -> bool:
+    """Ask in the notebook (stdin) before a replay; a frontend without stdin is refused."""
+    from ..local.debug.serve import read_line
+
+    answer = read_line(f"Restart {name} and run these {count} cell(s) again? [y/N] ")
+    if answer is None:
+        raise UsageError(
+            f"`restart {name} --replay` asks before it runs cells again, and this frontend "
+            f"does not answer input() (stdin). Fix: `%distcomp restart {name} --replay --yes` "
+            "after checking the list above."
+        )
+    return answer.strip().lower() in ("y", "yes")
 
 
 def _say_background(cell: Any) -> None:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ..local.inspect.where import WhereReport
     from ..local.ranks.backend import RankBackend
     from ..local.ranks.connection import Connection
+    from ..local.ranks.replay import Plan, Replayed
     from ..local.ranks.world import World
     from ..machine.hosts import Placement
     from .comm import RanksChannel
@@ -424,12 +425,30 @@ class Session:
             self.component(name)
         return self.backend.stop(name)
 
+    def replay_plan(self, name: str, skip: str | None = None, only: str | None = None) -> Plan:
+        """The cells `restart NAME --replay` would run now, and on which ranks."""
+        return self.backend.replay_plan(name, self.component(name), skip, only)
+
+    def replay_cells(self, name: str) -> list[Replayed]:
+        """The cells in the replay log of ``name``, oldest first."""
+        self.component(name)
+        return self.backend.replays.cells(name)
+
+    def clear_replay(self, name: str) -> int:
+        """Empty the replay log of ``name``; how many cells it held."""
+        self.component(name)
+        return self.backend.replays.clear(name)
+
     def restart(
-        self, name: str, hosts: str | None = None, replay: Callable[[str], None] | None = None
+        self,
+        name: str,
+        hosts: str | None = None,
+        replay: Callable[[str], None] | None = None,
+        plan: Plan | None = None,
     ) -> World:
         """Restart the ranks of ``name``; ``hosts`` (names, or a hostfile) places its nodes
-        on those hosts from now on ("local": back to this machine). ``replay(text)``: run
-        again the cells that succeeded since the last start, naming each with it."""
+        on those hosts from now on ("local": back to this machine). ``replay(text)``: then
+        run the cells of ``plan`` (default: every logged cell), naming each with it."""
         component = self.component(name)
         if hosts is not None:
             from ..machine.hosts import Placement, check_hosts, read_hostfile
@@ -442,7 +461,8 @@ class Session:
                 chosen = check_hosts(hosts, "--hosts")
             self.backend.place(name, Placement(tuple(chosen), self.local.ssh_command or "ssh"))
         if replay is not None:
-            return self.backend.replay(name, component, replay)
+            cells = plan or self.backend.replay_plan(name, component)
+            return self.backend.replay(name, component, cells, replay)
         return self.backend.restart(name, component)
 
     def _running_command(self, name: str) -> ActiveRun | None:

@@ -49,6 +49,44 @@ CELL_FILE = re.compile(r"(/tmp/ipykernel_\d+/\d+\.py|<ipython-input-[^>]+>)")
 COLLECTIVE, P2P = "c", "p"
 
 
+#: collectives whose data may differ between the ranks of one call, by MPI's and torch's
+#: own rules: mpi4py's object collectives (any picklable object, ``None`` off the root),
+#: per-rank counts (the ``v``/``w`` forms), root-only send buffers (``Scatter``), and
+#: torch's object collectives and uneven all-to-alls
+_OWN_DATA_MPI = [
+    "bcast",
+    "gather",
+    "scatter",
+    "allgather",
+    "alltoall",
+    "reduce",
+    "allreduce",
+    "scan",
+    "exscan",
+    "Gatherv",
+    "Scatterv",
+    "Allgatherv",
+    "Alltoallv",
+    "Alltoallw",
+    "Reduce_scatter",
+    "Scatter",
+    "Neighbor_allgatherv",
+    "Neighbor_alltoallv",
+    "Neighbor_alltoallw",
+]
+RANK_OWN_DATA = frozenset(
+    _OWN_DATA_MPI
+    + ["I" + name.lower() for name in _OWN_DATA_MPI if name[0].isupper()]
+    + [
+        "all_gather_object",
+        "gather_object",
+        "scatter_object_list",
+        "all_to_all",
+        "all_to_all_single",
+    ]
+)
+
+
 @dataclass
 class Entry:
     """One call on one rank."""
@@ -94,7 +132,11 @@ class Entry:
 
     @property
     def signature(self) -> tuple[str, str, str, str]:
-        """What must agree across the group's ranks for the call to be the same call."""
+        """What must agree across the group's ranks for the call to be the same call: the
+        operation, reduce op and root always; the data only where MPI and torch require
+        equal data on every rank (see :data:`RANK_OWN_DATA`)."""
+        if self.op in RANK_OWN_DATA:
+            return (self.op, "", self.reduce, self.root)
         return (self.op, self.data, self.reduce, self.root)
 
     def site(self) -> str:

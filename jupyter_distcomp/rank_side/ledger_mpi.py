@@ -281,7 +281,7 @@ class _Mpi:
             if root_text is None:
                 root_text = roots[root] = f"root {root}"
             where = core.site()
-            if state.check:
+            if state.check and not nonblocking:  # an exchange would block an I... call
                 mpi.check(comm, label, (name, data_text, reduce, root_text), where)
             call = (COLLECTIVE, label, name, data_text, reduce, root_text, posted)
             slot = core.record(label, call, where)

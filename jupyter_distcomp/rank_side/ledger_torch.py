@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import threading
+import weakref
 from typing import Any
 
 core: Any = None  # ledger_hooks (loaded by path on a rank, so not imported here)
@@ -83,7 +85,11 @@ def _tensor_text(value) -> str:
 class _Torch:
     def __init__(self, dist) -> None:
         self.dist = dist
-        self.groups: dict[int, tuple[str, tuple[int, ...]]] = {}
+        #: id(group) -> (a weak reference to it, its label, its ranks): a label stays with
+        #: its group, never with a later one that got the same id
+        self.groups: dict[int, tuple[Any, str, tuple[int, ...]]] = {}
+        self.made = 0
+        self.posted: dict[str, list[int]] = {}  # check mode's rounds whose keys are kept
         self.ops: dict = {}
 
     def group(self, group) -> tuple[str, tuple[int, ...]]:
@@ -91,15 +97,19 @@ class _Torch:
         if group is None or group is dist.GroupMember.WORLD:
             return "default group", ()
         known = self.groups.get(id(group))
-        if known is None:
-            members = tuple(dist.get_process_group_ranks(group))
-            try:
-                name = dist.distributed_c10d._get_process_group_name(group)
-            except Exception:
-                name = str(len(self.groups) + 1)
-            label = f"group {name} (ranks {', '.join(map(str, members))})"
-            known = self.groups[id(group)] = (label, members)
-        return known
+        if known is not None and known[0]() is group:
+            return known[1], known[2]
+        members = tuple(dist.get_process_group_ranks(group))
+        self.made += 1
+        try:
+            name = dist.distributed_c10d._get_process_group_name(group)
+        except Exception:
+            name = str(self.made)
+        label = f"group {name} (ranks {', '.join(map(str, members))})"
+        if len(self.groups) > 4096:
+            self.groups = {k: v for k, v in self.groups.items() if v[0]() is not None}
+        self.groups[id(group)] = (weakref.ref(group), label, members)
+        return label, members
 
     def reduce_name(self, op) -> str:
         name = self.ops.get(op)
@@ -171,6 +181,8 @@ class _Torch:
                 peer = args[root_at] if root_at < n else None
                 data = args[data_at] if data_at < n else None
                 waits = not (always_async or (n > async_at and args[async_at]))
+            if type(group) is int:  # GroupMember.NON_GROUP_MEMBER: torch skips the call
+                return fn(*args, **kwargs)
             label, members = _DEFAULT if group is None else torch.group(group)
             reduce_text = torch.reduce_name(op) if op is not None else default_reduce
             root_text = roots.get(peer)
@@ -179,8 +191,9 @@ class _Torch:
             data_text = _tensor_text(data) if data is not None else ""
             where = core.site()
             if collective:
-                if state.check:
-                    torch.check(label, members, (name, data_text, reduce_text, root_text), where)
+                if state.check:  # an async_op call posts its signature but never waits
+                    sig = (name, data_text, reduce_text, root_text)
+                    torch.check(label, members, sig, where, waits or state.in_buckets)
                 seq_key = label
             else:
                 seq_key = label + "\x00p2p"
@@ -202,8 +215,12 @@ class _Torch:
         call.__distcomp_ledger__ = fn  # type: ignore[attr-defined]
         return call
 
-    def check(self, label: str, members: tuple[int, ...], sig: tuple, where) -> None:
-        """Post this call's signature in the store; compare with the group's."""
+    def check(
+        self, label: str, members: tuple[int, ...], sig: tuple, where, wait: bool = True
+    ) -> None:
+        """Post this call's signature in the store; compare with the group's (``wait``
+        False: post only, as an ``async_op`` call must not wait for the group, which may
+        first need what this rank does next; the ranks that wait compare)."""
         __tracebackhide__ = True
         import datetime
 
@@ -219,6 +236,10 @@ class _Torch:
         prefix = f"distcomp-check/{label}/"
         store.set(f"{prefix}{round_}/{me}", core.ledger.SEP.join(map(str, sig)))
         keys = [f"{prefix}{round_}/{r}" for r in ranks]
+        posted = self.posted.setdefault(prefix, [])
+        posted.append(round_)
+        if not wait:
+            return
         while True:  # in steps, so that an interrupt (SIGINT) gets through
             try:
                 store.wait(keys, datetime.timedelta(seconds=1))
@@ -226,11 +247,14 @@ class _Torch:
             except RuntimeError as exc:
                 if "timeout" not in str(exc).lower() and "timed out" not in str(exc).lower():
                     raise
-        if round_ > 2:  # every rank has read round - 2: it posted round - 1 after reading
+        # every member posted this round, so those that compared the earlier rounds have
+        # read them: this rank's keys of those rounds go (the store keeps this round's)
+        for earlier in posted[:-1]:
             try:
-                store.delete_key(f"{prefix}{round_ - 2}/{me}")
+                store.delete_key(f"{prefix}{earlier}/{me}")
             except Exception:
                 pass
+        del posted[:-1]
         sigs = {}
         for rank, key in zip(ranks, keys, strict=True):
             op, data, reduce, root, file, line, function = (

@@ -31,6 +31,7 @@ from .world import World
 if TYPE_CHECKING:
     from ...core.model import Component
     from ...core.run_settings import ResourceLayout
+    from .replay import Plan
     from .run import CellRun
 
 Listener = Callable[[dict], None]
@@ -323,6 +324,7 @@ class RankBackend:
         shell: Any = None,
         check_collectives: bool = False,
         hang_notice: float | None = None,
+        record: bool = True,
     ) -> Any:
         """Run ``code`` on the ranks of ``name`` (all, or ``ranks`` such as ``"0,2-3"``);
         ``first_line`` is the line of the cell where ``code`` starts (tracebacks count so);
@@ -331,7 +333,7 @@ class RankBackend:
         IPython shell whose cell this is (its rich output and cell numbers);
         ``check_collectives``: the ranks compare each collective before it runs;
         ``hang_notice``: seconds in collectives without progress before a foreground cell
-        without a time-out says so."""
+        without a time-out says so; ``record``: a success joins the replay log."""
         from .run import CellRun, cell_name
 
         # a bad rank list, or a second background job, is refused before any rank starts
@@ -351,7 +353,13 @@ class RankBackend:
             background_cell = earlier is not None and earlier.kind == "cell"
             raise RankError(busy_message(world, busy, background_cell))
         try:
-            stopping = None if debug_ranks is None else parse_ranks(debug_ranks, world.world_size)
+            stopping = (
+                None
+                if debug_ranks is None
+                else []
+                if debug_ranks == ""  # a replay: no rank stops
+                else parse_ranks(debug_ranks, world.world_size)
+            )
         except RankError as exc:
             raise RankError(str(exc).replace("--ranks", "--debug-ranks", 1)) from None
         cell = CellRun(
@@ -375,37 +383,54 @@ class RankBackend:
             "fail_fast": fail_fast,
             "check_collectives": check_collectives,
         }
-        replayed = Replayed(cell_name(shell, code), code, options)
+        replayed = Replayed(cell_name(shell, code), code, options, world.world_size)
         if not background:
             cell.run()
-            self.replays.record(world, replayed)  # it succeeded: `restart --replay` runs it
+            if record:  # it succeeded: `restart --replay` runs it
+                self.replays.record(name, replayed)
             return None
-        return self._in_background(world, targets, cell, replayed)
+        return self._in_background(world, targets, cell, replayed if record else None)
+
+    def replay_plan(
+        self, name: str, component: Component, skip: str | None = None, only: str | None = None
+    ) -> Plan:
+        """What `restart NAME --replay` runs on the layout ``component`` has now."""
+        from .replay import plan
+
+        size = component.runsettings.resource_layout.world_size
+        return plan(name, self.replays.cells(name), size, skip, only)
 
     def replay(
-        self, name: str, component: Component | None, announce: Callable[[str], None]
+        self,
+        name: str,
+        component: Component | None,
+        chosen: Plan,
+        announce: Callable[[str], None],
     ) -> World:
-        """Restart ``name`` and run again, in order, the cells that succeeded on its world
-        since it started; ``announce(text)`` names each before it runs. The first that fails
-        raises its error (the rest do not run)."""
-        cells = self.replays.cells(self.worlds.get(name))
-        world = self.restart(name, component)
+        """Restart ``name`` and run the cells of ``chosen`` in order, each on its ranks, with
+        no stop at breakpoints; ``announce(text)`` names each before it runs. The log then
+        holds the cells chosen; the first that fails raises its error (the rest do not
+        run)."""
+        world = self.restart(name, component, keep_log=True)
         component = self._components[name]
         announce(f"Restarted {name}: {world.describe_layout()}.")
-        if not cells:
-            announce(f"{name}: no `%%distcomp run` cell succeeded since the last start.")
-        for number, cell in enumerate(cells, 1):
-            announce(f"replaying {number} of {len(cells)}: {cell.headline()}")
-            self.run_cell(name, component, cell.code, **cell.options)
+        if not chosen.all_cells:
+            announce(f"{name}: no `%%distcomp run` cell succeeded, so none was replayed.")
+        self.replays.replace(name, [cell for _, cell, _ in chosen.runs])
+        for count, (number, cell, ranks) in enumerate(chosen.runs, 1):
+            announce(f"replaying {count} of {len(chosen.runs)} (cell {number}): {cell.headline()}")
+            options = {**cell.options, "ranks": ranks}
+            self.run_cell(name, component, cell.code, **options, debug_ranks="", record=False)
         return world
 
     def _in_background(
-        self, world: World, targets: list[int], run: CellRun, replayed: Replayed
+        self, world: World, targets: list[int], run: CellRun, replayed: Replayed | None
     ) -> Any:
         def ended() -> None:
             try:
                 run.run()
-                self.replays.record(world, replayed)  # replayed in the foreground
+                if replayed is not None:  # replayed in the foreground
+                    self.replays.record(world.name, replayed)
             finally:
                 world.background = False
                 self._notify(world)
@@ -508,11 +533,16 @@ class RankBackend:
             except Exception:
                 pass
 
-    def restart(self, name: str, component: Component | None = None) -> World:
+    def restart(
+        self, name: str, component: Component | None = None, keep_log: bool = False
+    ) -> World:
+        """Fresh ranks for ``name``; its replay log starts anew unless ``keep_log``."""
         component = component or self._components.get(name)
         if component is None:
             raise RankError(f"No ranks to restart for {name!r}: run a `%%distcomp run` cell first.")
         self.stop(name)
+        if not keep_log:
+            self.replays.clear(name)
         return self.start(name, component, wait=True)
 
     def interrupt_and_wait(self, name: str, grace: float = 2.0) -> tuple[list[int], list[int]]:

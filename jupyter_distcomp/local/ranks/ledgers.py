@@ -94,8 +94,8 @@ class HangWatch:
         print(
             f"distcomp: {format_ranks(busy)} of {name!r} have waited in collectives for "
             f"{self.seconds:g} s: {verdict}. The cell keeps waiting. To get out: interrupt the "
-            f"kernel (ranks blocked in a collective do not stop on it), then `%distcomp restart "
-            f"{name} --replay`; `%config DistComp.hang_notice` sets this wait.",
+            f"kernel (ranks blocked in a collective do not stop on it), then "
+            f"{replay_advice(name)}; `%config DistComp.hang_notice` sets this wait.",
             file=sys.stderr,
             flush=True,
         )
@@ -110,9 +110,18 @@ def stuck_fix(world: World, still: list[int]) -> str:
         else "blocked in C code, e.g. a collective another rank never entered"
     )
     return (
-        f"{format_ranks(still)} did not stop on SIGINT ({where}). Fix: `%distcomp restart "
-        f"{world.name} --replay` starts fresh ranks and re-runs the cells that succeeded since "
-        f"the last start (`%distcomp restart {world.name}` alone loses the ranks' variables)."
+        f"{format_ranks(still)} did not stop on SIGINT ({where}). Fix: "
+        f"{replay_advice(world.name)} (`%distcomp restart {world.name}` alone loses the "
+        "ranks' variables)."
+    )
+
+
+def replay_advice(name: str) -> str:
+    """The way out through a replay, with what a replay cannot undo."""
+    return (
+        f"`%distcomp restart {name} --replay` starts fresh ranks and runs again the cells "
+        "that succeeded, after listing them and asking (files they wrote are written again; "
+        "randomness, time and debugger edits are not restored)"
     )
 
 
@@ -128,11 +137,10 @@ def busy_message(world: World, busy: list[int], background: bool = False) -> str
             f"{format_ranks(busy)} of {name!r} are still busy with an earlier cell (it timed "
             "out or was interrupted)."
         )
-        way = f"`%distcomp interrupt {name}` (SIGINT), or `%distcomp restart {name} --replay`."
+        way = f"`%distcomp interrupt {name}` (SIGINT), or {replay_advice(name)}."
     if blocked:
         return text + (
             f" {format_ranks(blocked)} are blocked inside a collective, which SIGINT "
-            f"cannot end. Fix: `%distcomp restart {name} --replay` (fresh ranks, the cells "
-            "that succeeded since the last start run again)."
+            f"cannot end. Fix: {replay_advice(name)}."
         )
     return f"{text} Fix: {way}"

@@ -368,6 +368,11 @@ class CellRun:
         grace = INTERRUPT_GRACE + (PROMPT_GRACE if prompt else 0.0)
         try:
             self._settle(grace, lambda: not self.running)
+            if prompt and self.running and self.debug.channel is not None:
+                # SIGINT ended a command typed at the prompt (pdb catches it), so those
+                # ranks are back at their prompt: closing their sessions makes them quit
+                self.debug.channel.end_sessions()
+                self._settle(PROMPT_GRACE, lambda: not self.running)
         except KeyboardInterrupt:
             pass  # a second Ctrl-C: stop waiting
         self.out.finish()
