@@ -87,7 +87,6 @@ def test_the_tree_killer_unlinks_only_segments_no_one_maps(tmp_path):
     """A SIGKILLed tree's own segment goes; one that a live process still maps stays."""
     import subprocess
     import sys
-
     from multiprocessing import shared_memory
 
     kept = shared_memory.SharedMemory(create=True, size=4096)  # this process maps it

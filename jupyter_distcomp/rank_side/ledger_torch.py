@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import os
 import sys
-import threading
 import weakref
 from typing import Any
 
