@@ -317,8 +317,7 @@ class DistCompMagics(Magics):
             # a terminal has the summary above; nbconvert gets the panel's text fallback
             if session.local.show_widget:
                 display(session.panel(name))
-            if session.local.prestart:
-                # in a notebook the first `%%distcomp run` then rarely waits for ranks
+            if session.prestart_likely(name):  # the next `%%distcomp run` then rarely waits
                 session.prestart(name)
 
     def _handle_env(self, args: argparse.Namespace, cell: str | None) -> None:
@@ -437,7 +436,10 @@ class DistCompMagics(Magics):
 
     def _handle_stop(self, args: argparse.Namespace, cell: str | None) -> None:
         stopped = self.session.stop(args.name)
-        print(f"Stopped the ranks of {', '.join(stopped)}." if stopped else "No ranks running.")
+        if stopped:
+            print(f"Stopped {'; '.join(stopped)}.")
+        else:
+            print(f"Nothing of {args.name} was running." if args.name else "No ranks running.")
 
     def _handle_restart(self, args: argparse.Namespace, cell: str | None) -> None:
         if args.replay:  # says the restart, then each cell as it replays
