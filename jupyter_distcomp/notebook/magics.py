@@ -46,8 +46,16 @@ if TYPE_CHECKING:
     from .session import Session
 
 
+class _Help(Exception):
+    """``--help`` was asked for: the help text, printed as the cell's output."""
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse that raises a UsageError (shown without a traceback) instead of exiting."""
+    """argparse that raises a UsageError (shown without a traceback) instead of exiting,
+    and hands ``--help`` back as text to print."""
+
+    def print_help(self, file: Any = None) -> NoReturn:
+        raise _Help(self.format_help())
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message}\n{self.format_usage().strip()}")
@@ -70,7 +78,11 @@ def key_values(pairs: list[str] | None, flag: str) -> dict[str, str]:
 
 
 def _build_parser() -> _Parser:
-    parser = _Parser(prog="%distcomp", add_help=False)
+    parser = _Parser(
+        prog="%distcomp",
+        description="%%distcomp NAME defines a component from the YAML spec below it; the "
+        "subcommands work with it. `%distcomp SUBCOMMAND --help` tells more.",
+    )
     sub = parser.add_subparsers(dest="subcommand", parser_class=_Parser)
 
     run = sub.add_parser("run", help="run the cell on every rank (or --ranks) of NAME")
@@ -276,6 +288,8 @@ class DistCompMagics(Magics):
                     f"Subcommands are: {', '.join(SUBCOMMANDS)}."
                 )
             self._handle_define(words[0], cell)
+        except _Help as shown:
+            print(shown.args[0].rstrip())
         except (DistcompError, UsageError) as exc:
             _mask_message(exc)
             raise  # shown by their _render_traceback_: the message, no frame of ours
@@ -473,8 +487,13 @@ class DistCompMagics(Magics):
             outputs=key_values(args.outputs, "--output"),
             compute=args.compute,
         )
+        from ..azureml.environment import default_image_note
+
         kind = "component" if args.component else "job"
         print(f"Wrote the Azure ML {kind} of '{args.name}' to {path}")
+        note = default_image_note(self.session.component(args.name))
+        if note:
+            print(note)
         print(f"Create it with: az ml {kind} create -f {path}")
 
     def _handle_submit(self, args: argparse.Namespace, cell: str | None) -> None:
@@ -502,6 +521,11 @@ class DistCompMagics(Magics):
         )
         job = submission.job
         display(JobSummary(job, spec_name=args.name))
+        from ..azureml.environment import default_image_note
+
+        note = default_image_note(self.session.component(args.name))
+        if note:
+            print(note)
         if not args.wait:
             return
 
