@@ -197,6 +197,8 @@ def test_states_errors_and_views_a_person_sees(lab, page):
     )
     assert panel.locator(".distcomp-btn-stop").is_disabled()
     page.locator(STATUS, has_text="distcomp: 0 ranks").wait_for(timeout=30_000)
+    said = panel.locator(".distcomp-status")
+    assert said.inner_text().strip(), "the stop left no status line to clear"
 
     # a kernel restart: the panel says it no longer reaches the kernel
     wait_kernel_idle(page)
@@ -206,6 +208,7 @@ def test_states_errors_and_views_a_person_sees(lab, page):
     note.wait_for(timeout=60_000)
     assert "Re-run the cell" in note.inner_text()
     assert panel.locator(".distcomp-btn-start").is_disabled()
+    assert said.inner_text().strip() == "", "the last action's line outlived the kernel"
     screenshot(page, "views-restarted")
 
 
