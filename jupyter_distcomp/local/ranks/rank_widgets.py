@@ -72,7 +72,7 @@ def _name_proxy(comm_id: str) -> None:
     kernel = getattr(get_ipython(), "kernel", None)
     comms = getattr(getattr(kernel, "comm_manager", None), "comms", {})
     proxy = comms.get(comm_id)
-    if proxy is not None and not proxy.target_name:
+    if proxy is not None and proxy.target_name in ("", "comm"):  # ipykernel's default name
         proxy.target_name = WIDGET_TARGET
 
 
