@@ -163,7 +163,9 @@ def test_export_of_a_spec_without_environment_names_the_image_it_picks(ip, tmp_p
     bare = MAGIC_SPEC.split("environment:")[0].replace("mpi_quick", "mpi_bare")
     assert ip.run_cell(f"%%distcomp bare\n{bare}").success
     with capture_output() as captured:
-        result = ip.run_cell("%distcomp export bare bare.yml --input data=azureml://datastores/workspaceblobstore/paths/d/ --compute cpu")
+        result = ip.run_cell(
+            "%distcomp export bare bare.yml --input data=azureml://datastores/workspaceblobstore/paths/d/ --compute cpu"
+        )
     assert result.success, result.error_in_exec
     said = f"'mpi_bare' names no environment: the job runs in Azure ML's base image {DEFAULT_IMAGE}"
     assert said in captured.stdout, captured.stdout
@@ -171,7 +173,9 @@ def test_export_of_a_spec_without_environment_names_the_image_it_picks(ip, tmp_p
     assert load_job(tmp_path / "bare.yml").environment.image == DEFAULT_IMAGE
     assert ip.run_cell(f"%%distcomp quick\n{MAGIC_SPEC}").success
     with capture_output() as captured:
-        result = ip.run_cell("%distcomp export quick quick.yml --input data=azureml://datastores/workspaceblobstore/paths/d/ --compute cpu")
+        result = ip.run_cell(
+            "%distcomp export quick quick.yml --input data=azureml://datastores/workspaceblobstore/paths/d/ --compute cpu"
+        )
     assert result.success and "names no environment" not in captured.stdout, captured.stdout
 
 

@@ -51,7 +51,12 @@ def test_the_shells_completer_offers_them_instead_of_the_cells_tokens():
     with loaded_shell() as shell, provisionalcompleter():
         cell = "%%distcomp t\nname: x\nversion: 0.0.1\nlauncher:\n  type: "
         found = list(shell.Completer.completions(cell, len(cell)))
-        assert sorted(c.text for c in found) == ["deepspeed", "mpi", "tensorflow", "torch.distributed"]
+        assert sorted(c.text for c in found) == [
+            "deepspeed",
+            "mpi",
+            "tensorflow",
+            "torch.distributed",
+        ]
         cell = "%%distcomp t\nname: x\nversion: 0.0.1\nla"
         (only,) = list(shell.Completer.completions(cell, len(cell)))
         assert (only.text, only.start, only.end) == ("launcher", len(cell) - 2, len(cell))

@@ -101,7 +101,7 @@ def test_a_bad_rank_list_is_refused_before_ranks_start(kernel):
     reply, text, _ = kernel.run(
         f"%config DistComp.prestart = False\n"
         f"get_ipython().run_cell_magic('distcomp', 'later', {MPI_SPEC!r})\n"
-        "%config DistComp.prestart = \"auto\""
+        '%config DistComp.prestart = "auto"'
     )
     assert reply["status"] == "ok", text
     reply, _, _ = kernel.run("%%distcomp run later --ranks 7\nprint(1)")

@@ -78,7 +78,7 @@ def _values(path: list[str], key: str) -> tuple[str, ...]:
     if not path:
         return COMPONENT_TYPES
     if path[0] in ("inputs", "outputs") and len(path) == 2:
-        return PARAMETER_TYPE_NAMES + ("path", "uri_folder", "uri_file", "mltable")
+        return (*PARAMETER_TYPE_NAMES, "path", "uri_folder", "uri_file", "mltable")
     return ()
 
 

@@ -103,7 +103,11 @@ class BackgroundCell:
         return (self.ended or time.monotonic()) - self.started
 
     def describe(self) -> str:
-        state = "running" if self.running else ("stopped" if self.cancelled else "failed" if self.error else "finished")
+        state = (
+            "running"
+            if self.running
+            else ("stopped" if self.cancelled else "failed" if self.error else "finished")
+        )
         stopped = self.stopped() if self.running else []
         asking = self.asking() if self.running else []
         held = (

@@ -47,7 +47,11 @@ def seen(kind: str, msg: dict) -> None:
             _forget(next(iter(_states)))
         _name_proxy(comm_id)
         install()
-    elif kind == "comm_msg" and comm_id in _states and data.get("method") in ("update", "echo_update"):
+    elif (
+        kind == "comm_msg"
+        and comm_id in _states
+        and data.get("method") in ("update", "echo_update")
+    ):
         _states[comm_id]["state"].update(data.get("state") or {})
         _keep_buffers(comm_id, data, msg)
     elif kind == "comm_close":
@@ -121,7 +125,9 @@ def install() -> None:
         ours, paths, buffers = states()
         reply["states"] = {**ours, **(reply.get("states") or {})}
         reply["buffer_paths"] = list(reply.get("buffer_paths") or []) + paths
-        control.send(reply, metadata=sent.get("metadata"), buffers=[*(sent.get("buffers") or []), *buffers])
+        control.send(
+            reply, metadata=sent.get("metadata"), buffers=[*(sent.get("buffers") or []), *buffers]
+        )
 
-    Widget._handle_control_comm_msg = classmethod(handle)  # type: ignore[method-assign]
+    Widget._handle_control_comm_msg = classmethod(handle)
     _installed = True
