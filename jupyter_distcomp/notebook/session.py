@@ -452,6 +452,7 @@ class Session:
         for key in sorted(keys):
             command = self._running_command(key)
             job = backend.background.running(key) if backend is not None else None
+            job = job if job is not None and job.kind == "command" else None
             if command is None:
                 continue
             if job is not None:
