@@ -75,7 +75,8 @@ def test_states_errors_and_views_a_person_sees(lab, page):
         "views.ipynb",
         [
             "%load_ext jupyter_distcomp\n%config DistComp.default_instance_count = 2\n"
-            "%config DistComp.default_process_count_per_node = 2",
+            "%config DistComp.default_process_count_per_node = 2\n"
+            '%config DistComp.prestart = "always"',  # the panels show a start ahead
             f"%%distcomp views_demo\n{SPEC}",
             "%%distcomp run views_demo\nprint('hello from', mpi_rank, 'of', mpi_size)",
             "%%distcomp run views_demo\nx = mpi_rank\nif mpi_rank > 0:\n    1 / 0",
