@@ -344,7 +344,7 @@ def test_fail_fast_names_the_collective_the_failed_rank_never_entered(ip):
     text = cell.traceback_text()
     assert "ValueError: bad shard" in text
     assert "Barrier #" in text and "(COMM_WORLD): ranks 0, 2-3 wait since" in text
-    assert "rank 1 has not called it: its cell has ended" in text
+    assert "rank 1 has not called it: it raised an error" in text
     assert run_cell(ip, "%distcomp restart m").ok
 
 

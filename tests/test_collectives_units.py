@@ -76,6 +76,20 @@ def test_a_rank_that_never_came_is_missing_with_what_it_does():
     assert verdict.text().endswith("rank 2 has not called it: its cell has ended")
 
 
+def test_a_rank_that_raised_or_sits_at_a_prompt_is_said_so_not_to_have_gone_on():
+    ledgers = {0: [call(1, data="[4] float32")], 1: [call(1, data="[4] float32")]}
+    ledgers |= {r: [call(1, data="[5] float32", running=True)] for r in (2, 3)}
+    ledgers[4] = []
+    besides = {0: "raised an error", 4: "is stopped at a breakpoint prompt"}
+    (verdict,) = ledger.verdicts(ledgers, 5, busy={1, 2, 3, 4}, besides=besides)
+    table = ledger.by_group(ledgers)["default group"][1]
+    text = ledger.verdict_text(verdict, table, besides)
+    assert "rank 0 raised an error; rank 1 went on (their result may be wrong)" in text, text
+    assert "went on" not in text.split("rank 1")[0], text
+    assert "rank 4 has not called it: it is stopped at a breakpoint prompt" in text, text
+    assert "runs other code" not in text
+
+
 def test_agreeing_ranks_and_a_slow_collective_give_no_verdict():
     assert ledger.verdicts({r: [call(1), call(2)] for r in range(4)}, 4) == []
     everyone_in = {r: [call(1, running=True)] for r in range(4)}

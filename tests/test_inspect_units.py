@@ -143,6 +143,10 @@ def test_compare_table_nan_equals_nan_and_arrays_show_nan_and_inf_counts():
     arrays = {0: summarize_value(values[0], "unit"), 1: summarize_value(values[1], "unit")}
     text = table("w", "x", arrays, None).text()
     assert "(1 NaN, 1 Inf)" in text and "DIFFERS" in text, text
+    close = {r: summarize_value(0.5 + (0.25 if r == 2 else 0.0), "unit") for r in range(4)}
+    text = table("w", "loss", close, 0.6).text()
+    assert "rank 2 differs from rank 0 by at most 0.25, within rtol 0.6" in text, text
+    assert text.endswith("All ranks agree within rtol 0.6 (not all equal)."), text
     long = {r: summarize_value([*range(300), r], "unit") for r in range(2)}
     text = table("w", "xs", long, None).text()
     assert "297, 298, 299, 0]" in text and "297, 298, 299, 1]" in text, text

@@ -12,7 +12,7 @@ import warnings
 from typing import Any
 
 from traitlets import Any as AnyTrait
-from traitlets import Bool, Dict, Float, Int, List, Unicode, observe
+from traitlets import Bool, Dict, Enum, Float, Int, List, Unicode, Union, observe
 from traitlets.config import Config, Configurable
 
 
@@ -82,8 +82,13 @@ class DistComp(_Settings):
     )
     master_addr = Unicode("127.0.0.1", config=True, help="MASTER_ADDR given to local ranks.")
     show_widget = Bool(True, config=True, help="Show the run-settings panel below definitions.")
-    prestart = Bool(
-        True, config=True, help="Start ranks in the background as soon as a component is defined."
+    prestart = Union(
+        [Enum(("auto", "always", "never")), Bool()],
+        default_value="auto",
+        config=True,
+        help="When a definition starts its ranks in the background, ahead of its first "
+        '`%%distcomp run`: "auto" when the component ran cells before in this kernel, '
+        '"always" (or True) at every definition, "never" (or False).',
     )
     cluster_profile = Unicode(
         None,

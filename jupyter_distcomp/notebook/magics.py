@@ -49,8 +49,16 @@ if TYPE_CHECKING:
     from .session import Session
 
 
+class _Help(Exception):
+    """``--help`` was asked for: the help text, printed as the cell's output."""
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse that raises a UsageError (shown without a traceback) instead of exiting."""
+    """argparse that raises a UsageError (shown without a traceback) instead of exiting,
+    and hands ``--help`` back as text to print."""
+
+    def print_help(self, file: Any = None) -> NoReturn:
+        raise _Help(self.format_help())
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message}\n{self.format_usage().strip()}")
@@ -73,7 +81,11 @@ def key_values(pairs: list[str] | None, flag: str) -> dict[str, str]:
 
 
 def _build_parser() -> _Parser:
-    parser = _Parser(prog="%distcomp", add_help=False)
+    parser = _Parser(
+        prog="%distcomp",
+        description="%%distcomp NAME defines a component from the YAML spec below it; the "
+        "subcommands work with it. `%distcomp SUBCOMMAND --help` tells more.",
+    )
     sub = parser.add_subparsers(dest="subcommand", parser_class=_Parser)
 
     run = sub.add_parser("run", help="run the cell on every rank (or --ranks) of NAME")
@@ -295,6 +307,8 @@ class DistCompMagics(Magics):
                     f"Subcommands are: {', '.join(SUBCOMMANDS)}."
                 )
             self._handle_define(words[0], cell)
+        except _Help as shown:
+            print(shown.args[0].rstrip())
         except (DistcompError, UsageError) as exc:
             _mask_message(exc)
             raise  # shown by their _render_traceback_: the message, no frame of ours
@@ -336,8 +350,7 @@ class DistCompMagics(Magics):
             # a terminal has the summary above; nbconvert gets the panel's text fallback
             if session.local.show_widget:
                 display(session.panel(name))
-            if session.local.prestart:
-                # in a notebook the first `%%distcomp run` then rarely waits for ranks
+            if session.prestart_likely(name):  # the next `%%distcomp run` then rarely waits
                 session.prestart(name)
 
     def _handle_env(self, args: argparse.Namespace, cell: str | None) -> None:
@@ -456,7 +469,10 @@ class DistCompMagics(Magics):
 
     def _handle_stop(self, args: argparse.Namespace, cell: str | None) -> None:
         stopped = self.session.stop(args.name)
-        print(f"Stopped the ranks of {', '.join(stopped)}." if stopped else "No ranks running.")
+        if stopped:
+            print(f"Stopped {'; '.join(stopped)}.")
+        else:
+            print(f"Nothing of {args.name} was running." if args.name else "No ranks running.")
 
     def _handle_restart(self, args: argparse.Namespace, cell: str | None) -> None:
         if not args.replay and (args.yes or args.dry_run or args.skip or args.only):
@@ -512,8 +528,13 @@ class DistCompMagics(Magics):
             outputs=key_values(args.outputs, "--output"),
             compute=args.compute,
         )
+        from ..azureml.environment import default_image_note
+
         kind = "component" if args.component else "job"
         print(f"Wrote the Azure ML {kind} of '{args.name}' to {path}")
+        note = default_image_note(self.session.component(args.name))
+        if note:
+            print(note)
         print(f"Create it with: az ml {kind} create -f {path}")
 
     def _handle_submit(self, args: argparse.Namespace, cell: str | None) -> None:
@@ -542,6 +563,11 @@ class DistCompMagics(Magics):
         )
         job = submission.job
         display(JobSummary(job, spec_name=args.name))
+        from ..azureml.environment import default_image_note
+
+        note = default_image_note(self.session.component(args.name))
+        if note:
+            print(note)
         if not args.wait:
             return
 

@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 #: seconds `where`, `interrupt` and `collectives` wait for a background `%distcomp command`
 #: to set up its processes (it renders its command and opens its ports first)
 COMMAND_SETUP = 10.0
+#: seconds `%distcomp stop` waits for a background command's processes to end
+COMMAND_STOP = 15.0
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,8 @@ class Session:
         self.components: dict[str, Component] = {}
         self._backend: RankBackend | None = None
         self._channel: RanksChannel | None = None
+        #: the components that ran `%%distcomp run` cells in this kernel
+        self._ran: set[str] = set()
 
     # -- settings -----------------------------------------------------------------------
     @property
@@ -250,6 +254,14 @@ class Session:
         )
         return self._backend
 
+    def prestart_likely(self, name: str) -> bool:
+        """Whether the definition of ``name`` starts its ranks ahead (``DistComp.prestart``):
+        "auto" only where a run cell is likely, as ``name`` ran cells before in this kernel."""
+        mode = self.local.prestart
+        if mode in (True, "always"):
+            return True
+        return mode == "auto" and name in self._ran
+
     def prestart(self, name: str) -> None:
         self.backend.prestart(name, self.component(name))
 
@@ -272,6 +284,7 @@ class Session:
         running :class:`~jupyter_distcomp.local.ranks.background.BackgroundCell` at once.
         ``debug_ranks``: the ranks whose ``breakpoint()`` stops (default: all)."""
         component = self.component(name)
+        self._ran.add(name)
         return self.backend.run_cell(
             name,
             component,
@@ -421,9 +434,47 @@ class Session:
         return {n: text for n, text in found.items() if text}
 
     def stop(self, name: str | None = None) -> list[str]:
+        """Stop everything of ``name`` (of every component when None): its background
+        `%distcomp command` run (SIGINT, SIGKILL after the grace) and its ranks, with their
+        background cell. What was stopped, one phrase each ("the ranks of NAME", ...)."""
+        from ..local.command.active import running_commands
+
         if name is not None:
             self.component(name)
-        return self.backend.stop(name)
+        backend = self._backend
+        keys = {key for key, _ in running_commands(name)}
+        if backend is not None:
+            keys.update(
+                key
+                for key, cells in backend.background.items()
+                if name in (None, key) and any(c.running and c.kind == "command" for c in cells)
+            )
+        said: list[str] = []
+        for key in sorted(keys):
+            command = self._running_command(key)
+            job = backend.background.running(key) if backend is not None else None
+            job = job if job is not None and job.kind == "command" else None
+            if command is None:
+                continue
+            if job is not None:
+                job.cancelled = True
+            command.interrupt()
+            if job is not None:
+                job.join(COMMAND_STOP)
+            said.append(
+                f"the {'background ' if job else ''}`%distcomp command` of {key} "
+                f"({command.world_size} rank process(es))"
+            )
+        if backend is None:
+            return said
+        for key, cells in backend.background.items():
+            for cell in cells:
+                if cell.running and cell.kind == "cell" and name in (None, key):
+                    cell.cancelled = True
+        stopped = backend.stop(name)
+        if stopped:
+            said.insert(0, f"the ranks of {', '.join(stopped)}")
+        return said
 
     def replay_plan(self, name: str, skip: str | None = None, only: str | None = None) -> Plan:
         """The cells `restart NAME --replay` would run now, and on which ranks."""

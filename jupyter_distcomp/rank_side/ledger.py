@@ -491,28 +491,41 @@ def gpu_text(entries: dict[int, Entry]) -> str:
     )
 
 
-def _wait_words(ranks: list[int], entries: dict[int, Entry], now: float | None) -> str:
+def _went_words(ranks: list[int], besides: dict[int, str]) -> list[str]:
+    """What ranks out of a call did: ``besides``' words (``raised an error``), else they
+    went on past it."""
+    said: dict[str, list[int]] = {}
+    for rank in ranks:
+        said.setdefault(besides.get(rank, "went on (their result may be wrong)"), []).append(rank)
+    return [f"{ranks_text(group)} {words}" for words, group in said.items()]
+
+
+def _wait_words(
+    ranks: list[int], entries: dict[int, Entry], now: float | None, besides: dict[int, str]
+) -> str:
     running = [r for r in ranks if entries[r].running]
     if now is None:
         return f"{_says(ranks, 'call')} it"
     if not running:
-        return f"{ranks_text(ranks)} went on (their result may be wrong)"
+        return "; ".join(_went_words(ranks, besides))
     since = now - min(entries[r].started for r in running)
     done = [r for r in ranks if r not in running]
     words = f"{_says(running, 'wait')} since {since:.0f} s"
     gpu = gpu_text({r: entries[r] for r in ranks})
     if gpu:
         words += f" ({gpu})"
-    if done:
-        words += f", {ranks_text(done)} went on (their result may be wrong)"
-    return words
+    return ", ".join([words, *_went_words(done, besides)])
 
 
-def verdict_text(verdict: Verdict, entries: dict[int, Entry] | None = None) -> str:
+def verdict_text(
+    verdict: Verdict, entries: dict[int, Entry] | None = None, besides: dict[int, str] | None = None
+) -> str:
     """The one wording of a verdict, e.g. ``all_reduce #37 ([4] float32, sum, default
     group): ranks 0-1, 3 wait since 12 s; rank 2 has not called it: it is in barrier #37 at
     cell line 5``, or for a mismatch of data ``all_reduce #12: ranks 0-1 [4] float32, ranks
-    2-3 [5] float32``."""
+    2-3 [5] float32``. ``besides``: what ranks out of the call did, as the caller knows it
+    (``{2: "raised an error"}``)."""
+    besides = besides or {}
     call = verdict.call
     same_op = [(ranks, e) for ranks, e in verdict.others if e.op == call.op]
     other_op = [(ranks, e) for ranks, e in verdict.others if e.op != call.op]
@@ -532,14 +545,14 @@ def verdict_text(verdict: Verdict, entries: dict[int, Entry] | None = None) -> s
             waiting = [r for ranks, _ in sides for r in ranks if r in state and state[r].running]
             went = [r for ranks, _ in sides for r in ranks if r in state and not state[r].running]
             if went:
-                text += f"; {ranks_text(went)} went on (their result may be wrong)"
+                text += "; " + "; ".join(_went_words(went, besides))
             if waiting:
                 since = verdict.now - min(state[r].started for r in waiting)
                 text += f"; {_says(waiting, 'wait')} since {since:.0f} s"
         return text
     text = f"{call_text(call)}: "
     if state and all(r in state for r in verdict.callers):
-        text += _wait_words(verdict.callers, state, verdict.now)
+        text += _wait_words(verdict.callers, state, verdict.now, besides)
     else:
         text += _says(verdict.callers, "call") + " it" if verdict.now is None else ""
         text += _says(verdict.callers, "wait") if verdict.now is not None else ""
@@ -579,7 +592,13 @@ def by_group(ledgers: dict[int, list[Entry]]) -> dict[str, dict[int, dict[int, E
     return groups
 
 
-def _doing(rank: int, ledgers: dict[int, list[Entry]], group: str, busy: set[int] | None) -> str:
+def _doing(
+    rank: int,
+    ledgers: dict[int, list[Entry]],
+    group: str,
+    busy: set[int] | None,
+    besides: dict[int, str],
+) -> str:
     """What a rank that did not reach a call does instead."""
     entries = ledgers.get(rank, [])
     running = [e for e in entries if e.blocked]
@@ -587,6 +606,8 @@ def _doing(rank: int, ledgers: dict[int, list[Entry]], group: str, busy: set[int
         e = running[-1]
         where = call_text(e, group=e.group != group)
         return f"it is in {where} at {e.site()}"
+    if rank in besides:
+        return f"it {besides[rank]}"
     if busy is not None and rank not in busy:
         return "its cell has ended"
     last = [e for e in entries if e.group == group and e.kind == COLLECTIVE]
@@ -600,13 +621,16 @@ def verdicts(
     world_size: int,
     busy: set[int] | None = None,
     now: float | None = None,
+    besides: dict[int, str] | None = None,
 ) -> list[Verdict]:
     """What blocks or diverges, per group: the first sequence number where the ranks'
     calls differ, else the call some ranks wait in that others have not reached.
 
-    ``busy``: the ranks still running their cell (None: unknown). Only sequence numbers
-    that every member still holds in its ring are compared.
+    ``busy``: the ranks still running their cell (None: unknown); ``besides``: what ranks
+    do that their ledger does not say (``{1: "stopped at a breakpoint prompt"}``). Only
+    sequence numbers that every member still holds in its ring are compared.
     """
+    besides = besides or {}
     now = time.time() if now is None else now
     found: list[Verdict] = []
     for group, table in by_group(ledgers).items():
@@ -627,7 +651,7 @@ def verdicts(
                 (callers, call), *others = split
                 verdict = Verdict(group, seq, call, callers, others, now=now)
                 verdict.missing = {
-                    r: _doing(r, ledgers, group, busy) for r in members if r not in calls
+                    r: _doing(r, ledgers, group, busy, besides) for r in members if r not in calls
                 }
                 break
             pending = [r for r, e in calls.items() if e.running]
@@ -635,7 +659,7 @@ def verdicts(
             if pending and absent:
                 (callers, call), *_ = split
                 verdict = Verdict(group, seq, call, callers, now=now)
-                verdict.missing = {r: _doing(r, ledgers, group, busy) for r in absent}
+                verdict.missing = {r: _doing(r, ledgers, group, busy, besides) for r in absent}
                 break
         if verdict is not None:
             found.append(verdict)
@@ -643,12 +667,16 @@ def verdicts(
 
 
 def report_lines(
-    ledgers: dict[int, list[Entry]], world_size: int, busy: set[int] | None = None
+    ledgers: dict[int, list[Entry]],
+    world_size: int,
+    busy: set[int] | None = None,
+    besides: dict[int, str] | None = None,
 ) -> list[str]:
-    """The verdicts' texts, one line each, each with the calls' own states."""
+    """The verdicts' texts, one line each, each with the calls' own states (``besides``:
+    see :func:`verdicts`)."""
     now = time.time()
     lines = []
-    for verdict in verdicts(ledgers, world_size, busy, now):
+    for verdict in verdicts(ledgers, world_size, busy, now, besides):
         table = by_group(ledgers)[verdict.group].get(verdict.seq, {})
-        lines.append(verdict_text(verdict, table))
+        lines.append(verdict_text(verdict, table, besides))
     return lines

@@ -32,7 +32,7 @@ const ACTIONS: [RankAction, string, string][] = [
   [
     RANK_ACTION.restart,
     'Restart',
-    'Stop the ranks and start a fresh world with the same layout'
+    'Stop the ranks and start a fresh world with the current settings'
   ],
   [RANK_ACTION.stop, 'Stop', 'Stop every rank of this component']
 ];

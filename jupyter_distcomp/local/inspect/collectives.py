@@ -30,7 +30,9 @@ def collectives(world: World, last: int = 10) -> WhereReport:
     busy = {r for r, state in states.items() if state in (RankState.BUSY, RankState.DEBUGGING)}
     ledgers = world_ledgers.read(world)
     title = f"{world.name}: the last {last} collective(s) of each group, by sequence number"
-    shown = report(title, ledgers, world.world_size, busy, last)
+    failed = [r for r in world.failed_ranks if r not in busy]
+    said = world_ledgers.besides(world, failed)
+    shown = report(title, ledgers, world.world_size, busy, last, said)
     away = [r for r in range(world.world_size) if r not in ledgers]
     if away:  # a ledger is a file on its rank's host
         shown.sections.append(
@@ -98,10 +100,12 @@ def report(
     world_size: int,
     busy: set[int] | None,
     last: int,
+    besides: dict[int, str] | None = None,
 ) -> WhereReport:
+    """``besides``: what ranks do that their ledgers do not say (see ledger.verdicts)."""
     now = time.time()
     sections: list[tuple[str, list[str]]] = []
-    verdict = ledger.report_lines(ledgers, world_size, busy)
+    verdict = ledger.report_lines(ledgers, world_size, busy, besides)
     if not any(ledgers.values()):
         sections.append(("no collective recorded yet", []))
         return WhereReport(title, sections)

@@ -22,6 +22,8 @@ _MPI_INIT_ECHO = re.compile(r"^(from mpi4py import MPI|mpi_rank = |mpi_size = )"
 _C_FRAME = re.compile(r"^\[[^\]]+:\d+\] \[\s*\d+\] ")
 
 _CELL_COUNT = re.compile(r"(Cell |Input )?In ?\[\d*\]")
+#: a context line of the comment lines that stand for the cell's magic line (CellRun's pad)
+_PAD_LINE = re.compile(r"^\s+\d+ #$")
 
 
 class RemoteErrorLike(Protocol):
@@ -76,6 +78,7 @@ def error_sections(
             sections.append((format_ranks(ranks), body))
             continue
         body = _without_hook_frames((err.traceback or f"{err.ename}: {err.evalue}").splitlines())
+        body = _without_padding(body)
         if cell:
             body = [_rename_cell(line, cell) for line in body]
         if not any(err.ename and err.ename in strip_ansi(line) for line in body):
@@ -96,6 +99,20 @@ def _without_hook_frames(lines: list[str]) -> list[str]:
         if plain.startswith(("File ", "Cell In[")) or not plain.strip():
             skipping = in_hooks(plain)
         if not skipping:
+            kept.append(line)
+    return kept
+
+
+def _without_padding(lines: list[str]) -> list[str]:
+    """The cell's frames without the ``#`` lines that keep its line numbers (they stand for
+    the ``%%distcomp run`` line, which the ranks never see)."""
+    kept: list[str] = []
+    in_cell = False
+    for line in lines:
+        plain = strip_ansi(line)
+        if plain.startswith(("File ", "Cell In[")):
+            in_cell = plain.startswith("Cell In[")
+        if not (in_cell and _PAD_LINE.match(plain)):
             kept.append(line)
     return kept
 

@@ -37,18 +37,38 @@ def read(
     }
 
 
-def verdict_lines(world: World, busy: list[int] | None = None) -> list[str]:
-    """What blocks or diverges in the world's collectives, one line per group."""
+#: what a verdict says of a rank whose cell raised, and of one at a breakpoint prompt
+RAISED = "raised an error"
+AT_PROMPT = "is stopped at a breakpoint prompt"
+
+
+def besides(world: World, failed: list[int] | None = None) -> dict[int, str]:
+    """What ranks do that their ledgers do not say: stopped at a prompt, or (``failed``) raised."""
+    from ...contracts import RankState
+
+    said = {r: AT_PROMPT for r, state in world.states().items() if state == RankState.DEBUGGING}
+    said.update({r: RAISED for r in failed or ()})
+    return said
+
+
+def verdict_lines(
+    world: World, busy: list[int] | None = None, failed: list[int] | None = None
+) -> list[str]:
+    """What blocks or diverges in the world's collectives, one line per group; ``failed``:
+    the ranks whose cell raised."""
     try:
         ledgers = read(world)
-        return ledger.report_lines(ledgers, world.world_size, None if busy is None else set(busy))
+        chosen = None if busy is None else set(busy)
+        return ledger.report_lines(ledgers, world.world_size, chosen, besides(world, failed))
     except Exception as exc:  # a report must not fail for want of a ledger
         return [f"(the collectives ledger could not be read: {exc!r})"]
 
 
-def verdict_sections(world: World, busy: list[int] | None = None) -> list[tuple[str, list[str]]]:
+def verdict_sections(
+    world: World, busy: list[int] | None = None, failed: list[int] | None = None
+) -> list[tuple[str, list[str]]]:
     """The verdicts as a report section, or none."""
-    lines = verdict_lines(world, busy)
+    lines = verdict_lines(world, busy, failed)
     return [("collectives", lines)] if lines else []
 
 

@@ -382,7 +382,7 @@ class CellRun:
             message = f"Interrupted at {prompt}; sent SIGINT to {format_ranks(busy)}"
         stopped = [r for r in busy if r not in still]
         message += f"; {format_ranks(stopped)} stopped." if stopped else "."
-        sections = ledgers.verdict_sections(world, busy)
+        sections = ledgers.verdict_sections(world, busy, sorted(self._errors(skip_interrupts=True)))
         if still:
             fix = ledgers.stuck_fix(world, still)
         else:
@@ -463,9 +463,10 @@ class CellRun:
         world.signal(busy, signal.SIGINT)
         self._settle(INTERRUPT_GRACE, lambda: not self.running)
         still = sorted(self.running)
-        sections = ledgers.verdict_sections(world, busy)
+        errors = self._errors(skip_interrupts=True)
+        sections = ledgers.verdict_sections(world, busy, sorted(errors))
         sections += stack_sections(stacks, self.code, "busy, current stack", self.cell)
-        sections += error_sections(self._errors(skip_interrupts=True), self.cell, self._gpu)
+        sections += error_sections(errors, self.cell, self._gpu)
         if still:
             fix = ledgers.stuck_fix(world, still)
         else:
