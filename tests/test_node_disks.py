@@ -65,9 +65,7 @@ def make_component(tmp_path: Path, launcher: str, nodes: int):
     code.mkdir(exist_ok=True)
     (code / "prog.py").write_text(PROGRAM)
     component = load_component(SPEC.format(code=code, launcher=launcher), base_dir=tmp_path)
-    component.runsettings.resource_layout.configure(
-        instance_count=nodes, process_count_per_node=1
-    )
+    component.runsettings.resource_layout.configure(instance_count=nodes, process_count_per_node=1)
     return component
 
 

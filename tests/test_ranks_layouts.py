@@ -187,6 +187,43 @@ def test_every_view_shows_the_ports_the_ranks_hold(ip, launcher, keys):
     run_cell(ip, f"%distcomp stop {name}")
 
 
+def test_node_local_files_give_each_node_its_own_copy_of_the_notebook_folder(
+    ip, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)  # the notebook's folder
+    (tmp_path / "data.txt").write_text("prepared")
+    define(ip, "disks", MPI_SPEC, nodes=2, per_node=1)
+    session = ip.magics_manager.registry["DistCompMagics"].session
+    caption = repr(session.env_table("disks"))  # what `%distcomp env disks` shows
+    assert "`%%distcomp run`: all ranks in the notebook's folder" in caption
+    ip.run_line_magic("config", "DistComp.node_local_files = True")
+    try:
+        caption = repr(session.env_table("disks"))
+        assert "`%%distcomp run`: each node in its own copy of the notebook's folder" in caption
+        code = f"""
+import os, tempfile
+from mpi4py import MPI
+if mpi_rank == 0:
+    open("snapshot.pt", "w").write("node 0")
+    open(os.path.join(tempfile.gettempdir(), "cache"), "w").write("node 0")
+MPI.COMM_WORLD.Barrier()
+here = os.getcwd()
+print(os.path.exists("snapshot.pt"), os.path.exists(os.path.join(tempfile.gettempdir(), "cache")),
+      open("data.txt").read(), here != {str(tmp_path)!r}, here.endswith(f"node-{{mpi_rank}}/code"))
+"""
+        cell = run_cell(ip, f"%%distcomp run disks --timeout 60\n{code}")
+        assert cell.ok, cell.traceback_text() if cell.error else cell.stdout
+        lines = sorted(line for line in cell.stdout.splitlines() if "rank" in line)
+        assert lines == [
+            "[node 0 rank 0] True True prepared True True",
+            "[node 1 rank 1] False False prepared True True",
+        ]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["data.txt"]
+    finally:
+        ip.run_line_magic("config", "DistComp.node_local_files = False")
+        run_cell(ip, "%distcomp stop disks")
+
+
 def test_stop_and_unload_leave_no_process_behind(ip):
     before = {p.pid for p in our_processes()}
     define(ip, "gone", MPI_SPEC, nodes=1, per_node=2)

@@ -20,6 +20,7 @@ import contextlib
 import fnmatch
 import os
 import shutil
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,9 +139,12 @@ def _copy_file(source: Path, target: Path) -> None:
     shutil.copymode(source, target)
 
 
-def make_node_disks(code_dir: Path, nodes: int, skip: Iterable[Path] = ()) -> NodeDisks:
-    """A scratch folder with ``node-N/code`` (the code folder's snapshot) and ``node-N/tmp``
-    for each of ``nodes`` nodes; an error when the snapshot is over Azure ML's limit."""
+def make_node_disks(
+    code_dir: Path, nodes: int, skip: Iterable[Path] = (), root: str | None = None
+) -> NodeDisks:
+    """A scratch folder (in ``root``, a scratch folder of the run, where given) with
+    ``node-N/code`` (the code folder's snapshot) and ``node-N/tmp`` for each of ``nodes``
+    nodes; an error when the snapshot is over Azure ML's limit."""
     folders, files, size = snapshot(code_dir, skip)
     if size > SNAPSHOT_MAX_BYTES or len(files) > SNAPSHOT_MAX_FILES:
         raise SpecError(
@@ -151,10 +155,11 @@ def make_node_disks(code_dir: Path, nodes: int, skip: Iterable[Path] = ()) -> No
             "shared, not copied), list the rest in the code folder's .amlignore, or point "
             "the spec's `code` at a folder with the code only."
         )
-    root = Path(scratch.make_folder("distcomp-nodes-"))
+    made = tempfile.mkdtemp(prefix="nodes-", dir=root) if root else None
+    where = Path(made or scratch.make_folder("distcomp-nodes-"))
     try:
         for node in range(nodes):
-            code, tmp = root / f"node-{node}" / "code", root / f"node-{node}" / "tmp"
+            code, tmp = where / f"node-{node}" / "code", where / f"node-{node}" / "tmp"
             tmp.mkdir(parents=True)
             code.mkdir()
             for folder in folders:
@@ -162,17 +167,17 @@ def make_node_disks(code_dir: Path, nodes: int, skip: Iterable[Path] = ()) -> No
             for file in files:
                 _copy_file(code_dir / file, code / file)
     except OSError as exc:
-        scratch.remove(str(root))
+        scratch.remove(str(where))
         raise SpecError(
             f"cannot copy the code folder {code_dir} for each node: {exc.strerror} "
             f"({exc.filename}). Fix: make the file readable, or list it in the code "
             "folder's .amlignore."
         ) from None
     except BaseException:
-        scratch.remove(str(root))
+        scratch.remove(str(where))
         raise
     return NodeDisks(
-        str(root),
-        tuple(str(root / f"node-{n}" / "code") for n in range(nodes)),
-        tuple(str(root / f"node-{n}" / "tmp") for n in range(nodes)),
+        str(where),
+        tuple(str(where / f"node-{n}" / "code") for n in range(nodes)),
+        tuple(str(where / f"node-{n}" / "tmp") for n in range(nodes)),
     )

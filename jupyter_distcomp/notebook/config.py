@@ -81,6 +81,14 @@ class DistComp(_Settings):
         1, config=True, help="Processes per node for a newly defined component."
     )
     master_addr = Unicode("127.0.0.1", config=True, help="MASTER_ADDR given to local ranks.")
+    node_local_files = Bool(
+        False,
+        config=True,
+        help="`%%distcomp run` ranks on several emulated nodes: False runs every rank in the "
+        "notebook's folder; True gives each node its own copy of that folder and its own "
+        "TMPDIR, as Azure ML's nodes and `%distcomp command` have. Takes effect at the next "
+        "start of the ranks.",
+    )
     show_widget = Bool(True, config=True, help="Show the run-settings panel below definitions.")
     prestart = Bool(
         True, config=True, help="Start ranks in the background as soon as a component is defined."

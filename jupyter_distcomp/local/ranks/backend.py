@@ -56,6 +56,8 @@ class RankBackend:
     def __init__(self) -> None:
         self.worlds: dict[str, World] = {}
         self.master_addr = "127.0.0.1"
+        #: DistComp.node_local_files: each emulated node's ranks in a copy of the folder
+        self.node_local_files = False
         self.default_connection = Connection()
         self.connections: dict[str, Connection] = {}
         self.placement = Placement()  # DistComp.hosts: where the nodes of every layout run
@@ -129,6 +131,7 @@ class RankBackend:
         return (
             *component.layout_args,
             self.master_addr,
+            self.node_local_files,
             self.placement_of(name),
             tuple(sorted(component.environment_variables.items())),
             self.connections.get(name, self.default_connection),
@@ -265,6 +268,7 @@ class RankBackend:
             placement=placement,
             on_change=self._notify,
             on_ready=(attach,),
+            node_disks=self.node_local_files,
         )
         self.worlds[name] = world
         self._signatures[name] = signature

@@ -12,6 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...contracts import RankState
@@ -20,6 +21,7 @@ from ...core.ranges import format_ranks
 from ...errors import RankError
 from ...machine import mpi, remote, scratch
 from ...machine.hosts import Placement
+from ...machine.node_disks import make_node_disks
 from ...rank_side import flow
 from ...rank_side.rank_setup import LEAN_REQUEST, OPEN_MPI_WORLD_KEYS, setup_rank
 from . import ipp, ledgers
@@ -61,11 +63,15 @@ class World(WorldHealth):
         on_change: Callable[[World], None] | None = None,
         on_ready: Sequence[StartHook] = (),
         start_env: Mapping[str, str] | None = None,
+        node_disks: bool = False,
     ):
         self.name = name
         self.envs = [dict(env) for env in envs]
         #: variables in mpiexec's environment: every rank has them from its start
         self.start_env = dict(start_env or {})
+        #: on several emulated nodes, each node's ranks in their own copy of the kernel's
+        #: folder with their own TMPDIR (``DistComp.node_local_files``)
+        self.node_disks = node_disks and instance_count > 1
         self.launcher = launcher
         self.instance_count = instance_count
         self.process_count_per_node = process_count_per_node
@@ -231,6 +237,12 @@ class World(WorldHealth):
         if self.flows is None:
             self.flows = Flows(self._segments or self._tmp, self.world_size)
         flows = self.flows
+        cwds = [""] * self.world_size
+        if self.node_disks and self.connection.embedded and self.placement.local:
+            disks = make_node_disks(Path.cwd(), self.instance_count, root=self._tmp)
+            for info in self.ranks:
+                self.envs[info.rank].update(disks.environment(info.node))
+                cwds[info.rank] = disks.code[info.node]
         pending = self.send_each(
             list(range(self.world_size)),
             setup_rank,
@@ -241,6 +253,7 @@ class World(WorldHealth):
                 (ledgers.HOOKS_FILE, self.ledger_path(info.rank)),
                 (flow.__file__, flows.paths[info.rank]),
                 LEAN_REQUEST,
+                cwds[info.rank],
             ),
         )
         # on this machine the hooks need nothing the setup answers: their calls follow it
