@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..core.layout import PORT_AT_START
+from ..core.layout import PORT_AT_START, env_places
 from ..errors import LayoutError
+from .gpus import node_environments
 from .network import LOOPBACK, listen_address, listener_ports, loopback_interface
 
 if TYPE_CHECKING:
@@ -58,7 +59,8 @@ class Placement:
         interface, and the ports free on this machine now (a start takes them once per
         world; with hosts they are a guess, as the first host's ports cannot be checked from
         here). ``chosen_at_start``: ``PORT_AT_START`` in their place, as the views show the
-        variables before a world holds its ports."""
+        variables before a world holds its ports. Emulated nodes (no hosts) each get their share
+        of this machine's GPUs (``gpus.node_environments``)."""
         placed = self.for_layout(component.runsettings.resource_layout.instance_count)
         addr = placed.master_addr(master_addr)
         ports = (
@@ -66,9 +68,16 @@ class Placement:
             if chosen_at_start
             else listener_ports(LOOPBACK if placed.hosts else addr, component.ports_needed)
         )
-        return component.rank_environments(
+        envs = component.rank_environments(
             addr, ports, node_hosts=placed.hosts or None, socket_ifname=loopback_interface()
         )
+        if placed.hosts:  # real hosts: each has its own GPUs
+            return envs
+        nodes = component.runsettings.resource_layout.instance_count
+        shares = node_environments(nodes)  # each emulated node its share of the GPUs
+        return [
+            {**env, **shares[node]} for env, (node, _) in zip(envs, env_places(envs), strict=True)
+        ]
 
 
 def read_hostfile(path: str | os.PathLike[str]) -> list[str]:

@@ -26,6 +26,7 @@ from ...core.layout import MPI_LAUNCHERS, env_places
 from ...core.ranges import format_ranks, rank_label
 from ...core.tf_config import empty_ps_hint
 from ...errors import RankError, SpecError
+from ...machine.gpus import shortage_notice
 from ...machine.hosts import Placement
 from ...machine.node_disks import NodeDisks, make_node_disks
 from ...machine.shim import listen_environment
@@ -122,6 +123,11 @@ def run_command(
         envs = placement.rank_environments(component, master_addr)
     base_env = launch_mod.base_environment(component.environment_variables)
     _check_program(argv, base_env, code_dir)
+    short = placement.local and shortage_notice(
+        launcher, nodes, layout.process_count_per_node if launcher else 1
+    )
+    if short and stream is not None:
+        stream(short, file=sys.stderr, flush=True)
     # breakpoint() in a rank prompts here, through a channel on the ranks' address
     debugger = DebugChannel(placement.listen())
     envs = [{**env, **debugger.rank_environment(r, base_env)} for r, env in enumerate(envs)]

@@ -20,6 +20,7 @@ from ...core.layout import layout_text, start_environment
 from ...core.ranges import format_ranks, parse_ranks
 from ...core.summary import pending_text
 from ...errors import RankError
+from ...machine.gpus import kernel_gpus, rank_device, shortage_notice
 from ...machine.hosts import Placement
 from .background import BackgroundCell, BackgroundJobs
 from .connection import Connection
@@ -255,6 +256,11 @@ class RankBackend:
         placement = self.placement_of(name).for_layout(layout.instance_count)
         if placement.local and signature[-1].embedded:
             _warn_if_oversubscribed(layout.world_size)
+            short = shortage_notice(
+                component.launcher_type, layout.instance_count, layout.process_count_per_node
+            )
+            if short:
+                print(short, file=sys.stderr)
         # the ports are chosen here, once per world; every view shows these values
         envs = placement.rank_environments(component, self.master_addr)
         world = World(
@@ -454,6 +460,7 @@ class RankBackend:
         """One record per rank: name, rank, node, local_rank, state, pid."""
         names = [name] if name is not None else list(self.worlds)
         records = []
+        gpus = kernel_gpus()
         for world_name in names:
             world = self.worlds.get(world_name)
             if world is None:
@@ -470,6 +477,7 @@ class RankBackend:
                         "pid": info.pid,
                         "host": info.host,
                         "death": info.death,
+                        "device": rank_device(world.envs[info.rank], gpus),
                     }
                 )
         return records

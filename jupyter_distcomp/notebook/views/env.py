@@ -7,8 +7,9 @@ from __future__ import annotations
 from html import escape
 from typing import TYPE_CHECKING
 
-from ...core.rank_view import rank_view, text_lines
+from ...core.rank_view import RankView, rank_view, text_lines
 from ...core.summary import layout_caption
+from ...machine.gpus import kernel_gpus, rank_device
 from .component import STYLE
 
 if TYPE_CHECKING:
@@ -31,6 +32,16 @@ def files_text(instance_count: int, node_local_files: bool, local: bool = True) 
         f"files: `%%distcomp run`: {run}; `%distcomp command`: each node in its own copy "
         "of the code folder with its own TMPDIR, outputs shared"
     )
+
+
+def _with_devices(view: RankView, envs: list[dict[str, str]]) -> RankView:
+    """``view`` with each rank's ``cuda:LOCAL_RANK`` device, where the ranks have GPUs."""
+    gpus = kernel_gpus()
+    devices = [rank_device(env, gpus) for env in envs]
+    if all(device == "cpu" for device in devices) or len(devices) != len(view.rows):
+        return view
+    rows = [[*row, device] for row, device in zip(view.rows, devices, strict=True)]
+    return RankView(view.shared, [*view.header, "device"], rows)
 
 
 def _breakable(name: str) -> str:
@@ -64,7 +75,7 @@ class EnvTable:
         self.pending = pending
         self.preview_of = preview_of
         self.files = files
-        self.view = rank_view(component.launcher_type or "mpi", envs)
+        self.view = _with_devices(rank_view(component.launcher_type or "mpi", envs), envs)
 
     @property
     def caption(self) -> str:
