@@ -181,9 +181,18 @@ def test_each_rank_sees_its_azure_variables(tmp_path, launcher, nodes, per_node)
     world = nodes if launcher == "tensorflow" else nodes * per_node
     assert result.returncodes == [0] * world
     infos = read_ranks(out, world)
+    # one node on 127.0.0.1; several: each on its own loopback address, node 0 at MASTER_ADDR
+    addrs = [f"127.0.0.{n + 2}" for n in range(nodes)] if nodes > 1 else ["127.0.0.1"]
     expected = rank_environments(
-        launcher, nodes, per_node, master_addr="127.0.0.1", master_port=_expected_port(infos[0])
+        launcher,
+        nodes,
+        per_node,
+        master_addr=addrs[0],
+        master_port=_expected_port(infos[0]),
+        node_hosts=addrs if nodes > 1 else None,
     )
+    if launcher == "mpi" and nodes > 1:  # NCCL on loopback, as for one node
+        expected = [{**env, "NCCL_SOCKET_IFNAME": "lo"} for env in expected]
     for rank, (info, wanted) in enumerate(zip(infos, expected, strict=True)):
         seen = {key: info["env"].get(key) for key in wanted}
         if launcher == "tensorflow":  # each call picks fresh free ports: compare the rest

@@ -29,7 +29,7 @@ from ...errors import RankError, SpecError
 from ...machine.gpus import shortage_notice
 from ...machine.hosts import Placement
 from ...machine.node_disks import NodeDisks, make_node_disks
-from ...machine.shim import listen_environment
+from ...machine.shim import listen_environment, node_environment
 from ..debug.channel import DebugChannel
 from ..debug.held import HeldStops
 from ..debug.serve import serve
@@ -165,6 +165,7 @@ def run_command(
     disks: NodeDisks | None = None
     with registered(name or component.name, active):
         try:
+            envs = [{**env, **node_environment(env)} for env in envs]  # own loopback address
             cwds = None
             if launcher is not None and nodes > 1 and placement.local:  # a disk per node
                 outputs_inside = [Path(p) for p in bound_outputs.values()]

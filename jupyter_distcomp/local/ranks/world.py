@@ -19,7 +19,7 @@ from ...contracts import RankState
 from ...core.layout import env_places, layout_text
 from ...core.ranges import format_ranks
 from ...errors import RankError
-from ...machine import mpi, remote, scratch
+from ...machine import mpi, remote, scratch, shim
 from ...machine.hosts import Placement
 from ...machine.node_disks import make_node_disks
 from ...rank_side import flow
@@ -247,7 +247,7 @@ class World(WorldHealth):
             list(range(self.world_size)),
             setup_rank,
             lambda info: (
-                self.envs[info.rank],
+                {**self.envs[info.rank], **shim.node_environment(self.envs[info.rank])},
                 list(OPEN_MPI_WORLD_KEYS),
                 os.path.join(self._tmp, f"rank-{info.rank}.stack"),
                 (ledgers.HOOKS_FILE, self.ledger_path(info.rank)),
