@@ -81,7 +81,10 @@ dist.destroy_process_group()
     from jupyter_distcomp.local.ranks.backend import get_backend
 
     port = int(get_backend().world("ddp").envs[0]["MASTER_PORT"])
-    envs = rank_environments("torch.distributed", 2, 1, master_port=port)
+    nodes = ["127.0.0.2", "127.0.0.3"]  # each emulated node on its own loopback address
+    envs = rank_environments(
+        "torch.distributed", 2, 1, master_addr=nodes[0], master_port=port, node_hosts=nodes
+    )
     cell = run_cell(ip, "%%distcomp run ddp\nimport os, json\nprint(json.dumps(dict(os.environ)))")
     for line in cell.stdout.splitlines():
         rank = int(line.split("] ")[0].split()[-1])
