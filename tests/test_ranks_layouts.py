@@ -12,6 +12,8 @@ import json
 
 import pytest
 
+from jupyter_distcomp.errors import strip_ansi
+
 from .ranks_support import (
     MPI_SPEC,
     TF_SPEC,
@@ -92,6 +94,17 @@ dist.destroy_process_group()
         assert {k: env.get(k) for k in envs[rank]} == envs[rank]
         # Open MPI's own per-process numbers would contradict the emulated nodes
         assert "OMPI_COMM_WORLD_RANK" not in env and "OMPI_COMM_WORLD_LOCAL_RANK" not in env
+    # node 1 looking for node 0 at localhost finds itself, as on Azure ML, and says so
+    code = """
+import datetime, os, torch.distributed as dist
+dist.init_process_group("gloo", init_method=f"tcp://localhost:{os.environ['MASTER_PORT']}",
+    rank=int(os.environ["RANK"]), world_size=2, timeout=datetime.timedelta(seconds=5))
+"""
+    cell = run_cell(ip, f"%%distcomp run ddp --timeout 60\n{code}")
+    assert not cell.ok
+    report = strip_ansi(cell.traceback_text())
+    assert "distcomp: node 1 looked for node 0 at localhost" in report, report
+    assert "node 0 is at MASTER_ADDR (127.0.0.2)" in report
     run_cell(ip, "%distcomp stop ddp")
 
 

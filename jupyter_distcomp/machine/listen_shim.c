@@ -12,11 +12,13 @@
  * (DISTCOMP_NODE_PORTS, e.g. MASTER_PORT): on those ports a bind to every interface or to
  * loopback goes to the node's address, and a connect to localhost (127.0.0.1, ::1) goes to
  * the node itself, as on Azure ML, where node 1 does not find node 0 at localhost. Such a
- * connect from a node other than node 0 says so once on stderr. */
+ * connect from a node other than node 0 says so once on stderr, and in DISTCOMP_NOTICE_FILE
+ * where set (the kernel adds it to its report of the rank's cell). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,7 +74,17 @@ static void say_localhost(unsigned port) {
                      "itself, here as on Azure ML; node 0 is at MASTER_ADDR (%s). Fix: connect "
                      "to MASTER_ADDR, e.g. init_process_group(init_method=\"env://\").\n",
                      node, port, node, master ? master : "?");
-    if (n > 0) (void)!write(2, text, (size_t)n < sizeof text ? (size_t)n : sizeof text - 1);
+    if (n <= 0) return;
+    size_t size = (size_t)n < sizeof text ? (size_t)n : sizeof text - 1;
+    (void)!write(2, text, size);
+    const char *notice = getenv("DISTCOMP_NOTICE_FILE");
+    if (notice != NULL) {
+        int fd = open(notice, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+            (void)!write(fd, text, size);
+            close(fd);
+        }
+    }
 }
 
 typedef int (*connect_fn)(int, const struct sockaddr *, socklen_t);

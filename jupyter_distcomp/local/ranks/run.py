@@ -333,7 +333,7 @@ class CellRun:
                     if len(errors) < len(self.ranks)
                     else ""
                 ),
-                sections=error_sections(errors, self.cell),
+                sections=error_sections(errors, self.cell) + self.world.node_notices(list(errors)),
                 fix="Output printed before the error is kept above. The ranks keep their state "
                 "and are ready for the next cell.",
             )
@@ -457,6 +457,7 @@ class CellRun:
         sections = ledgers.verdict_sections(world, busy)
         sections += stack_sections(stacks, self.code, "busy, current stack", self.cell)
         sections += error_sections(self._errors(skip_interrupts=True), self.cell)
+        sections += world.node_notices(busy)
         if still:
             fix = ledgers.stuck_fix(world, still)
         else:

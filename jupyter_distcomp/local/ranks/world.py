@@ -8,6 +8,7 @@ ranks, and stops everything it started.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -247,7 +248,7 @@ class World(WorldHealth):
             list(range(self.world_size)),
             setup_rank,
             lambda info: (
-                {**self.envs[info.rank], **shim.node_environment(self.envs[info.rank])},
+                {**self.envs[info.rank], **self._node_environment(info.rank)},
                 list(OPEN_MPI_WORLD_KEYS),
                 os.path.join(self._tmp, f"rank-{info.rank}.stack"),
                 (ledgers.HOOKS_FILE, self.ledger_path(info.rank)),
@@ -281,6 +282,26 @@ class World(WorldHealth):
             target=self._watch, name=f"distcomp-watch-{self.name}", daemon=True
         )
         self._monitor.start()
+
+    def _node_environment(self, rank: int) -> dict[str, str]:
+        """The listen shim's variables of ``rank``'s emulated node, if it has its own address;
+        what the shim says there (node 1 looked for node 0 at localhost) goes to a file."""
+        env = shim.node_environment(self.envs[rank])
+        if env:
+            env["DISTCOMP_NOTICE_FILE"] = os.path.join(self._tmp, f"rank-{rank}.notice")
+        return env
+
+    def node_notices(self, ranks: Sequence[int]) -> list[tuple[str, list[str]]]:
+        """What the listen shim said on ``ranks``, one report section per rank that said it."""
+        sections = []
+        for rank in ranks:
+            with contextlib.suppress(OSError):
+                path = os.path.join(self._tmp, f"rank-{rank}.notice")
+                with open(path, encoding="utf-8", errors="replace") as handle:
+                    lines = handle.read().splitlines()
+                os.remove(path)  # said once
+                sections.append((format_ranks([rank]), list(dict.fromkeys(lines))))
+        return sections
 
     def ledger_path(self, rank: int) -> str:
         """The file where ``rank`` records its collectives (on the rank's host): in shared
