@@ -98,10 +98,16 @@ dist.destroy_process_group()
     code = """
 import datetime, os, torch.distributed as dist
 dist.init_process_group("gloo", init_method=f"tcp://localhost:{os.environ['MASTER_PORT']}",
-    rank=int(os.environ["RANK"]), world_size=2, timeout=datetime.timedelta(seconds=5))
+    rank=int(os.environ["RANK"]), world_size=2, timeout=datetime.timedelta(seconds=6))
 """
-    cell = run_cell(ip, f"%%distcomp run ddp --timeout 60\n{code}")
+    ip.run_line_magic("config", "DistComp.hang_notice = 1")
+    try:
+        cell = run_cell(ip, f"%%distcomp run ddp\n{code}")
+    finally:
+        ip.run_line_magic("config", "DistComp.hang_notice = 30")
     assert not cell.ok
+    notice = [line for line in cell.stderr.splitlines() if "looked for node 0" in line]
+    assert notice and notice[0].startswith("[rank 1] distcomp: node 1 looked for node 0")
     report = strip_ansi(cell.traceback_text())
     assert "distcomp: node 1 looked for node 0 at localhost" in report, report
     assert "node 0 is at MASTER_ADDR (127.0.0.2)" in report

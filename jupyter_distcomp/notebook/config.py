@@ -73,7 +73,8 @@ class DistComp(_Settings):
         allow_none=True,
         config=True,
         help="Seconds every busy rank of a cell without --timeout may sit in collectives without "
-        "progress before one line says so, with what blocks them (None: never). Nothing is "
+        "progress before one line says so, with what blocks them (None: never); also how long "
+        "before a rank of node 1 that looked for node 0 at localhost is named. Nothing is "
         "stopped.",
     )
     default_instance_count = Int(1, config=True, help="Nodes for a newly defined component.")

@@ -291,15 +291,19 @@ class World(WorldHealth):
             env["DISTCOMP_NOTICE_FILE"] = os.path.join(self._tmp, f"rank-{rank}.notice")
         return env
 
-    def node_notices(self, ranks: Sequence[int]) -> list[tuple[str, list[str]]]:
-        """What the listen shim said on ``ranks``, one report section per rank that said it."""
+    def node_notices(
+        self, ranks: Sequence[int], consume: bool = True
+    ) -> list[tuple[str, list[str]]]:
+        """What the listen shim said on ``ranks``, one report section per rank that said it;
+        ``consume``: said once (a report), else again in the next report (a notice)."""
         sections = []
         for rank in ranks:
             with contextlib.suppress(OSError):
                 path = os.path.join(self._tmp, f"rank-{rank}.notice")
                 with open(path, encoding="utf-8", errors="replace") as handle:
                     lines = handle.read().splitlines()
-                os.remove(path)  # said once
+                if consume:
+                    os.remove(path)
                 sections.append((format_ranks([rank]), list(dict.fromkeys(lines))))
         return sections
 
