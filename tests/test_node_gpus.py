@@ -102,6 +102,14 @@ def test_shares_and_devices():
     assert gpus.rank_device({"OMPI_COMM_WORLD_LOCAL_RANK": "0"}, []) == "cpu"
 
 
+def test_nodes_sharing_a_gpu_are_named():
+    said = gpus.shortage_notice("torch.distributed", 2, 1, ["3"])
+    assert said is not None and "2 nodes share this machine's 1 GPU(s)" in said
+    assert "Fix: instance_count = 1 or fewer" in said
+    assert gpus.shortage_notice("torch.distributed", 2, 1, ["3"]) is None  # said once
+    assert gpus.shortage_notice("torch.distributed", 2, 1, ["3", "4"]) is None  # one each
+
+
 def test_the_kernels_gpus_come_from_its_cuda_visible_devices(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3,-1,5")
     assert gpus.kernel_gpus() == ["1", "3"]  # CUDA stops at an invalid entry

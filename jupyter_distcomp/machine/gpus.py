@@ -107,9 +107,17 @@ def shortage_notice(
     shares = node_shares(gpus, nodes)
     short = [(node, len(share)) for node, share in enumerate(shares) if len(share) < per_node]
     key = (launcher, nodes, per_node, tuple(gpus))
-    if not short or key in _said:
+    if (not short and len(gpus) >= nodes) or key in _said:
         return None
     _said.add(key)
+    if not short:  # every node has a GPU, but some nodes have the same one
+        return (
+            f"distcomp: the layout's {nodes} nodes share this machine's {len(gpus)} GPU(s) "
+            f"(CUDA_VISIBLE_DEVICES {','.join(gpus)}): NCCL refuses two ranks on one GPU "
+            '("Duplicate GPU detected"), where Azure ML gives each node its own. Fix: '
+            f'instance_count = {len(gpus)} or fewer, or init_process_group("gloo") for a '
+            "check on CPU."
+        )
     node, count = short[0]
     where = "this machine's" if nodes == 1 else f"its share of this machine's {len(gpus)}"
     return (
