@@ -1,7 +1,8 @@
 """A rank's shared memory and multiprocessing's temp folders do not outlive its ranks:
 ``%distcomp stop`` and restart end a rank tree with SIGTERM first, so Python's resource
 tracker unlinks the segments and the rank's exit code removes its ``pymp-*`` folder; a
-segment left by a SIGKILLed rank is unlinked by the tree's kill (issue 39, item 8)."""
+segment left by a SIGKILLed rank is unlinked by the tree's kill, and its temp folder is in
+the world's scratch folder, which goes with the world (issue 39, item 8)."""
 
 from __future__ import annotations
 
@@ -77,10 +78,11 @@ def test_a_segment_of_a_killed_rank_is_unlinked_at_stop(ip):
         2,
     )
     found = _started(ip)
-    name, _, pid = found[1]
+    name, folder, pid = found[1]
+    assert Path(folder).parent.parent.name.startswith("distcomp-shm-")  # the world's scratch
     os.kill(pid, signal.SIGKILL)
     run_cell(ip, "%distcomp stop shm")
-    assert _gone([Path("/dev/shm", name)]) == []
+    assert _gone([Path("/dev/shm", name), Path(folder)]) == []
 
 
 def test_the_tree_killer_unlinks_only_segments_no_one_maps(tmp_path):

@@ -73,7 +73,8 @@ class DistComp(_Settings):
         allow_none=True,
         config=True,
         help="Seconds every busy rank of a cell without --timeout may sit in collectives without "
-        "progress before one line says so, with what blocks them (None: never). Nothing is "
+        "progress before one line says so, with what blocks them (None: never); also how long "
+        "before a rank of node 1 that looked for node 0 at localhost is named. Nothing is "
         "stopped.",
     )
     default_instance_count = Int(1, config=True, help="Nodes for a newly defined component.")
@@ -81,6 +82,14 @@ class DistComp(_Settings):
         1, config=True, help="Processes per node for a newly defined component."
     )
     master_addr = Unicode("127.0.0.1", config=True, help="MASTER_ADDR given to local ranks.")
+    node_local_files = Bool(
+        False,
+        config=True,
+        help="`%%distcomp run` ranks on several emulated nodes: False runs every rank in the "
+        "notebook's folder; True gives each node its own copy of that folder and its own "
+        "TMPDIR, as Azure ML's nodes and `%distcomp command` have. Takes effect at the next "
+        "start of the ranks.",
+    )
     show_widget = Bool(True, config=True, help="Show the run-settings panel below definitions.")
     prestart = Union(
         [Enum(("auto", "always", "never")), Bool()],

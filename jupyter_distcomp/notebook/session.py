@@ -178,7 +178,7 @@ class Session:
         settings and any running ranks stay as they are."""
         from dataclasses import replace
 
-        from .views.env import EnvTable
+        from .views.env import EnvTable, files_text
 
         component = self.component(name)
         flags = {
@@ -193,9 +193,13 @@ class Session:
             preview = replace(component, runsettings=settings)
             placement = self._placement_of(component)
             envs = placement.rank_environments(preview, self.master_addr, chosen_at_start=True)
-            return EnvTable(preview, envs, preview_of=name)
+            nodes = settings.resource_layout.instance_count
+            files = files_text(nodes, self.local.node_local_files, placement.local)
+            return EnvTable(preview, envs, preview_of=name, files=files)
         envs, held = self.rank_values(name, component)
-        return EnvTable(component, envs, held=held, pending=self.pending(name))
+        nodes = component.runsettings.resource_layout.instance_count
+        files = files_text(nodes, self.local.node_local_files, self._placement_of(component).local)
+        return EnvTable(component, envs, held=held, pending=self.pending(name), files=files)
 
     def pending(self, name: str) -> str | None:
         """What the next run of ``name`` changes, while its running ranks no longer match its
@@ -207,6 +211,7 @@ class Session:
         if backend is None:
             return None
         backend.master_addr = self.master_addr
+        backend.node_local_files = self.local.node_local_files
         return backend.pending(name, component)
 
     def rank_values(
@@ -248,6 +253,7 @@ class Session:
             kernel = self.in_kernel
             self._backend.progress = lambda name, total: StartProgress(name, total, kernel)
         self._backend.master_addr = self.master_addr
+        self._backend.node_local_files = self.local.node_local_files
         self._backend.placement = self.placement
         self._backend.default_connection = Connection(
             profile=self.local.cluster_profile or None, cluster_id=self.local.cluster_id or None

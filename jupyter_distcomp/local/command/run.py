@@ -27,8 +27,10 @@ from ...core.ranges import format_ranks, rank_label
 from ...core.rank_text import labelled_lines
 from ...core.tf_config import empty_ps_hint
 from ...errors import RankError, SpecError
+from ...machine.gpus import shortage_notice
 from ...machine.hosts import Placement
-from ...machine.shim import listen_environment
+from ...machine.node_disks import NodeDisks, make_node_disks
+from ...machine.shim import listen_environment, node_environment
 from ..debug.channel import DebugChannel
 from ..debug.held import HeldStops
 from ..debug.serve import serve
@@ -122,6 +124,11 @@ def run_command(
         envs = placement.rank_environments(component, master_addr)
     base_env = launch_mod.base_environment(component.environment_variables)
     _check_program(argv, base_env, code_dir)
+    short = placement.local and shortage_notice(
+        launcher, nodes, layout.process_count_per_node if launcher else 1
+    )
+    if short and stream is not None:
+        stream(short, file=sys.stderr, flush=True)
     # breakpoint() in a rank prompts here, through a channel on the ranks' address
     debugger = DebugChannel(placement.listen())
     envs = [{**env, **debugger.rank_environment(r, base_env)} for r, env in enumerate(envs)]
@@ -156,8 +163,17 @@ def run_command(
     active.supervisors = lambda: run.launch.pids() if run.launch is not None else {}
     active.interrupt = run.interrupt_from_elsewhere
     base_env = active.environment(base_env)
+    disks: NodeDisks | None = None
     with registered(name or component.name, active):
         try:
+            envs = [{**env, **node_environment(env)} for env in envs]  # own loopback address
+            cwds = None
+            if launcher is not None and nodes > 1 and placement.local:  # a disk per node
+                outputs_inside = [Path(p) for p in bound_outputs.values()]
+                disks = make_node_disks(code_dir, nodes, skip=outputs_inside)
+                nodes_of = [node for node, _ in env_places(envs)]
+                cwds = [disks.code[node] for node in nodes_of]
+                envs = [{**e, **disks.environment(n)} for e, n in zip(envs, nodes_of, strict=True)]
             if launcher in MPI_LAUNCHERS or placement.hosts:  # mpiexec reaches the hosts
                 run.launch = launch_mod.MpiLaunch(
                     argv,
@@ -168,15 +184,18 @@ def run_command(
                     placement,
                     layout.process_count_per_node if launcher else 1,
                     drop_mpi=launcher not in MPI_LAUNCHERS,
+                    cwds=cwds,
                 )
             else:
                 listen = listen_environment()  # their servers (a rendezvous) on loopback only
                 rank_envs = [{**base_env, **listen, **env} for env in envs]
-                run.launch = launch_mod.DirectLaunch(argv, rank_envs, code_dir, run.events)
+                run.launch = launch_mod.DirectLaunch(argv, rank_envs, code_dir, run.events, cwds)
             run.wait()
         finally:
             run.finish()
             result.seconds = time.monotonic() - started
+            if disks is not None:
+                disks.remove()
     if result.interrupted:
         raise KeyboardInterrupt
     if check and not result.ok:

@@ -20,6 +20,7 @@ from ...core.layout import layout_text, start_environment
 from ...core.ranges import format_ranks, parse_ranks
 from ...core.summary import pending_text
 from ...errors import RankError
+from ...machine.gpus import kernel_gpus, rank_device, shortage_notice
 from ...machine.hosts import Placement
 from . import gpu
 from .background import BackgroundCell, BackgroundJobs
@@ -58,6 +59,8 @@ class RankBackend:
     def __init__(self) -> None:
         self.worlds: dict[str, World] = {}
         self.master_addr = "127.0.0.1"
+        #: DistComp.node_local_files: each emulated node's ranks in a copy of the folder
+        self.node_local_files = False
         self.default_connection = Connection()
         self.connections: dict[str, Connection] = {}
         self.placement = Placement()  # DistComp.hosts: where the nodes of every layout run
@@ -133,6 +136,7 @@ class RankBackend:
         return (
             *component.layout_args,
             self.master_addr,
+            self.node_local_files,
             self.placement_of(name),
             tuple(sorted(component.environment_variables.items())),
             self.connections.get(name, self.default_connection),
@@ -256,6 +260,11 @@ class RankBackend:
         placement = self.placement_of(name).for_layout(layout.instance_count)
         if placement.local and signature[-1].embedded:
             _warn_if_oversubscribed(layout.world_size)
+            short = shortage_notice(
+                component.launcher_type, layout.instance_count, layout.process_count_per_node
+            )
+            if short:
+                print(short, file=sys.stderr)
         # the ports are chosen here, once per world; every view shows these values
         envs = placement.rank_environments(component, self.master_addr)
         world = World(
@@ -269,6 +278,7 @@ class RankBackend:
             placement=placement,
             on_change=self._notify,
             on_ready=(attach,),
+            node_disks=self.node_local_files,
         )
         self.worlds[name] = world
         self._signatures[name] = signature
@@ -479,6 +489,7 @@ class RankBackend:
         (its devices and memory, "" for none: gpu.py)."""
         names = [name] if name is not None else list(self.worlds)
         records = []
+        gpus = kernel_gpus()
         for world_name in names:
             world = self.worlds.get(world_name)
             if world is None:
@@ -497,6 +508,7 @@ class RankBackend:
                         "host": info.host,
                         "death": info.death,
                         "gpu": gpu.short_text(facts[info.rank]) if info.rank in facts else "",
+                        "device": rank_device(world.envs[info.rank], gpus),
                     }
                 )
         return records

@@ -86,6 +86,7 @@ class FailFast:
         self.settle(self.interrupt_grace, lambda: not (running & set(busy)))
         still = sorted(running & set(busy))
         sections = error_sections(errors, self.cell, self._gpu)
+        sections += world.node_notices([*errors, *busy])
         sections += ledgers.verdict_sections(world, busy, sorted(errors))
         sections += stack_sections(stacks, self.code, "still busy, waiting here", self.cell)
         failed = format_ranks(sorted(set(errors) | quits))

@@ -103,6 +103,17 @@ class HangWatch:
             return
         self._next = time.monotonic() + HANG_CHECK
         busy = sorted(running)
+        notices = self.world.node_notices(busy, consume=False)
+        if notices:  # a rank of node 1 looked for node 0 at localhost: why nothing moves
+            self.said = True
+            said = "\n".join(f"[{where}] {line}" for where, lines in notices for line in lines)
+            print(
+                f"{said}\nThe cell keeps waiting. To get out: interrupt the kernel, then fix "
+                "the address the program connects to.",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
         ledgers = read(self.world, busy, last=1)
         now = time.time()
         last = [ledgers[r][-1] if ledgers.get(r) else None for r in busy]

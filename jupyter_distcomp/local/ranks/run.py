@@ -337,7 +337,8 @@ class CellRun:
                     if len(errors) < len(self.ranks)
                     else ""
                 ),
-                sections=error_sections(errors, self.cell, self._gpu),
+                sections=error_sections(errors, self.cell, self._gpu)
+                + self.world.node_notices(list(errors)),
                 fix="Output printed before the error is kept above. The ranks keep their state "
                 "and are ready for the next cell.",
             )
@@ -467,6 +468,7 @@ class CellRun:
         sections = ledgers.verdict_sections(world, busy, sorted(errors))
         sections += stack_sections(stacks, self.code, "busy, current stack", self.cell)
         sections += error_sections(errors, self.cell, self._gpu)
+        sections += world.node_notices(busy)
         if still:
             fix = ledgers.stuck_fix(world, still)
         else:
