@@ -66,6 +66,8 @@ class Entry:
     #: a non-blocking call (``Iallreduce``, ``isend``, ``async_op=True``): it runs until its
     #: request or work completes, while the rank goes on
     posted: bool = False
+    #: a reduction of DDP's gradient buckets (in ``backward``)
+    bucket: bool = False
 
     @property
     def members(self) -> tuple[int, ...]:
@@ -124,7 +126,7 @@ class Ring:
         """Record a call that starts now; its slot's offset, for :meth:`end`.
 
         ``call``: ``(kind, group, op, data, reduce, root, posted)`` (posted: ``"nb"`` for a
-        non-blocking call, else ``""``); ``code``: the calling frame's
+        non-blocking call, ``"ddp"`` for a DDP gradient bucket's, else ``""``); ``code``: the calling frame's
         code object (anything with ``co_filename`` and ``co_name``), ``line`` its line.
         """
         key = (call, code, line)
@@ -267,6 +269,7 @@ def _entry(seq: int, started: float, finished: float, text: str) -> Entry | None
         int(line) if line.isdigit() else 0,
         function,
         posted == "nb",
+        posted == "ddp",
     )
 
 
@@ -486,15 +489,3 @@ def verdicts(
         if verdict is not None:
             found.append(verdict)
     return found
-
-
-def report_lines(
-    ledgers: dict[int, list[Entry]], world_size: int, busy: set[int] | None = None
-) -> list[str]:
-    """The verdicts' texts, one line each, each with the calls' own states."""
-    now = time.time()
-    lines = []
-    for verdict in verdicts(ledgers, world_size, busy, now):
-        table = by_group(ledgers)[verdict.group].get(verdict.seq, {})
-        lines.append(verdict_text(verdict, table))
-    return lines

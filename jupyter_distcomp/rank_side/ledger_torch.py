@@ -126,6 +126,7 @@ class _Torch:
         op_key, op_at = position("op")
         root_key, root_at = position("src", "dst")
         async_key, async_at = position("async_op")
+        tag_key, tag_at = position("tag")
         torch = self
         collective = kind == core.ledger.COLLECTIVE
         default_reduce = "sum" if name in ("all_reduce", "reduce") else ""
@@ -174,9 +175,13 @@ class _Torch:
                 waits = not (always_async or (n > async_at and args[async_at]))
             label, members = _DEFAULT if group is None else torch.group(group)
             reduce_text = torch.reduce_name(op) if op is not None else default_reduce
+            if not collective:
+                tag = kwargs[tag_key] if tag_key in kwargs else (args[tag_at] if tag_at < n else 0)
+                peer = (peer, tag) if isinstance(tag, int) and tag > 0 else peer
             root_text = roots.get(peer)
             if root_text is None:
-                root_text = roots[peer] = f"{word} {peer}"
+                words = f"{word} {peer[0]}, tag {peer[1]}" if type(peer) is tuple else f"{word} {peer}"
+                root_text = roots[peer] = words
             data_text = _tensor_text(data) if data is not None else ""
             where = core.site()
             if collective:
@@ -185,7 +190,8 @@ class _Torch:
                 seq_key = label
             else:
                 seq_key = label + "\x00p2p"
-            posted = "" if waits or state.in_buckets else "nb"
+            # DDP's gradient buckets: waited for by backward, marked for the hang patterns
+            posted = "ddp" if state.in_buckets else ("" if waits else "nb")
             slot = core.record(
                 seq_key, (kind, label, name, data_text, reduce_text, root_text, posted), where
             )

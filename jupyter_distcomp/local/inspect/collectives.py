@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ...contracts import RankState
+from ...core.hangs import hang_lines
 from ...core.ranges import format_ranks
 from ...rank_side import ledger
 from ..ranks import ledgers as world_ledgers
@@ -30,7 +31,7 @@ def collectives(world: World, last: int = 10) -> WhereReport:
     busy = {r for r, state in states.items() if state in (RankState.BUSY, RankState.DEBUGGING)}
     ledgers = world_ledgers.read(world)
     title = f"{world.name}: the last {last} collective(s) of each group, by sequence number"
-    shown = report(title, ledgers, world.world_size, busy, last)
+    shown = report(title, ledgers, world.world_size, busy, last, dict(states))
     away = [r for r in range(world.world_size) if r not in ledgers]
     if away:  # a ledger is a file on its rank's host
         shown.sections.append(
@@ -94,14 +95,16 @@ def report(
     world_size: int,
     busy: set[int] | None,
     last: int,
+    states: dict[int, str] | None = None,
 ) -> WhereReport:
     now = time.time()
     sections: list[tuple[str, list[str]]] = []
-    verdict = ledger.report_lines(ledgers, world_size, busy)
+    verdict = hang_lines(ledgers, world_size, busy, states)
     if not any(ledgers.values()):
         sections.append(("no collective recorded yet", []))
         return WhereReport(title, sections)
-    sections.append(("verdict", verdict or ["every group's ranks agree on their calls"]))
+    agree = "every group's ranks agree on their calls, and no rank waits for one that cannot come"
+    sections.append(("verdict", verdict or [agree]))
     for group, table in ledger.by_group(ledgers).items():
         first = next(iter(next(iter(table.values())).values()))
         members = [r for r in (first.members or range(world_size)) if r in ledgers]
@@ -110,8 +113,8 @@ def report(
     for rank, entries in sorted(ledgers.items()):
         for e in [e for e in entries if e.kind == ledger.P2P][-last:]:
             p2p.append(
-                f"{ledger.ranks_text([rank])}: {e.op} #{e.seq} ({e.data}, {e.root}, {e.group}) "
-                f"at {e.site()}, {_state([e], now)}"
+                f"{ledger.ranks_text([rank])}: {ledger.call_text(e)} at {e.site()}, "
+                f"{_state([e], now)}"
             )
     if p2p:
         sections.append(("point-to-point", p2p))

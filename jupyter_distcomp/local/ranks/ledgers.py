@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ...core.hangs import hang_lines
 from ...core.ranges import format_ranks
 from ...machine.network import is_local_host
 from ...rank_side import ledger
@@ -38,10 +39,12 @@ def read(
 
 
 def verdict_lines(world: World, busy: list[int] | None = None) -> list[str]:
-    """What blocks or diverges in the world's collectives, one line per group."""
+    """The deadlocks, and what blocks or diverges in the world's collectives, one line per
+    group (core/hangs.py)."""
     try:
         ledgers = read(world)
-        return ledger.report_lines(ledgers, world.world_size, None if busy is None else set(busy))
+        chosen = None if busy is None else set(busy)
+        return hang_lines(ledgers, world.world_size, chosen, dict(world.states()))
     except Exception as exc:  # a report must not fail for want of a ledger
         return [f"(the collectives ledger could not be read: {exc!r})"]
 
