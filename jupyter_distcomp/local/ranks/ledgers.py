@@ -94,8 +94,11 @@ class HangWatch:
         self.said = True
         name = self.world.name
         verdict = "; ".join(verdict_lines(self.world, busy)) or "every busy rank waits there"
+        calls = "collectives" if all(e and e.kind == ledger.COLLECTIVE for e in last) else (
+            "collectives and point-to-point calls"
+        )
         print(
-            f"distcomp: {format_ranks(busy)} of {name!r} have waited in collectives for "
+            f"distcomp: {format_ranks(busy)} of {name!r} have waited in {calls} for "
             f"{self.seconds:g} s: {verdict}. The cell keeps waiting. To get out: interrupt the "
             f"kernel (ranks blocked in a collective do not stop on it), then `%distcomp restart "
             f"{name} --replay`; `%config DistComp.hang_notice` sets this wait.",
@@ -134,7 +137,7 @@ def busy_message(world: World, busy: list[int], background: bool = False) -> str
         way = f"`%distcomp interrupt {name}` (SIGINT), or `%distcomp restart {name} --replay`."
     if blocked:
         return text + (
-            f" {format_ranks(blocked)} are blocked inside a collective, which SIGINT "
+            f" {format_ranks(blocked)} are blocked inside a collective or point-to-point call, which SIGINT "
             f"cannot end. Fix: `%distcomp restart {name} --replay` (fresh ranks, the cells "
             "that succeeded since the last start run again)."
         )
