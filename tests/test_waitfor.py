@@ -79,7 +79,10 @@ def test_send_send_of_large_messages_is_named_in_collectives_where_compare_inter
         f"if rank < 2:\n"
         f"    peer = 1 - rank\n"
         f"    rescue(lambda: Recv(comm, np.empty(4_000_000), source=peer), flag={str(flag)!r})\n"
-        f"    comm.Send(np.ones(4_000_000), dest=peer)",
+        f"    comm.Send(np.ones(4_000_000), dest=peer)\n"
+        f"while rank == 2 and not os.path.exists({str(flag)!r}):\n"
+        f"    MPI.COMM_SELF.Barrier()\n"
+        f"    time.sleep(0.01)",
     )
     try:
         text = run_cell(ip, "%distcomp collectives w").stdout
@@ -89,6 +92,11 @@ def test_send_send_of_large_messages_is_named_in_collectives_where_compare_inter
         assert "agree" not in text
         where = run_cell(ip, "%distcomp where w").stdout
         assert chain in where, where
+        time.sleep(0.5)
+        again = run_cell(ip, "%distcomp where w").stdout
+        assert "--- since the last look, " in again, again
+        assert "rank 2: progressed (stack or newest call changed)" in again
+        assert "ranks 0-1: did not move (same stack, same call)" in again
         compared = run_cell(ip, "%distcomp compare w rank")
         assert not compared.ok
         said = compared.traceback_text()

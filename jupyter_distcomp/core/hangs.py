@@ -88,10 +88,9 @@ def hang_lines(
     """The deadlocks, then each group's verdict with its pattern, one line each."""
     now = time.time()
     gone = gone_ranks(world_size, busy, states)
-    lines = waitfor.wait_lines(ledgers, world_size, gone, now)
-    verdicts = ledger.verdicts(ledgers, world_size, busy, now)
-    tables = ledger.by_group(ledgers) if verdicts else {}
-    for verdict in verdicts:
+    tables = ledger.by_group(ledgers)
+    lines = waitfor.wait_lines(ledgers, world_size, gone, now, tables)
+    for verdict in ledger.verdicts(ledgers, world_size, busy, now, tables):
         text = ledger.verdict_text(verdict, tables[verdict.group].get(verdict.seq, {}))
         lines.append(text + pattern(verdict, ledgers, gone, states))
     return lines

@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ..rank_side.ledger import COLLECTIVE, Entry, call_text, ranks_text
+from ..rank_side.ledger import COLLECTIVE, Entry, by_group, call_text, ranks_text
 
 SEND, RECV, COLL = "send", "recv", "collective"
 #: a rank that will not call anything any more, and the words for it
@@ -78,11 +78,12 @@ def _fits(send_tag: int | None, recv_tag: int | None) -> bool:
     return recv_tag is None or send_tag is None or send_tag == recv_tag
 
 
-def _matched(rank: int, kind: str, peer: int, tag: int | None, group: str, ledgers) -> bool:
-    """``peer`` holds a running call that meets ``rank``'s piece on ``group``."""
+def _matched(rank: int, kind: str, peer: int, tag: int | None, group: str, pending) -> bool:
+    """``peer`` holds a running call (``pending``: each rank's running point-to-point
+    calls) that meets ``rank``'s piece on ``group``."""
     want = RECV if kind == SEND else SEND
-    for other in reversed(ledgers.get(peer, ())):
-        if not other.running or other.kind == COLLECTIVE or other.group != group:
+    for other in pending.get(peer, ()):
+        if other.group != group:
             continue
         for side, who, their_tag in peers(other):
             if side != want or who not in (rank, None):
@@ -92,8 +93,13 @@ def _matched(rank: int, kind: str, peer: int, tag: int | None, group: str, ledge
     return False
 
 
-def waits(ledgers: dict[int, list[Entry]], world_size: int) -> dict[int, Wait]:
-    """Each blocked rank's wait, its met pieces left out."""
+def waits(
+    ledgers: dict[int, list[Entry]],
+    world_size: int,
+    groups: dict[str, dict[int, dict[int, Entry]]] | None = None,
+) -> dict[int, Wait]:
+    """Each blocked rank's wait, its met pieces left out (``groups``: the ledgers'
+    ``by_group``, when known)."""
     current: dict[int, Entry] = {}
     for rank, entries in ledgers.items():
         for entry in reversed(entries):
@@ -101,33 +107,31 @@ def waits(ledgers: dict[int, list[Entry]], world_size: int) -> dict[int, Wait]:
                 current[rank] = entry
                 break
     found: dict[int, Wait] = {}
-    reached: dict[int, set[tuple[str, int]]] = {}  # each rank's collectives, when needed
+    pending = {
+        rank: [e for e in entries if e.finished <= 0.0 and e.kind != COLLECTIVE]
+        for rank, entries in ledgers.items()
+    }
     for rank, entry in current.items():
         wait = found[rank] = Wait(rank, entry)
         members = entry.members or tuple(range(world_size))
         if entry.kind == COLLECTIVE:
-            if not reached:
-                reached.update(
-                    {
-                        r: {(e.group, e.seq) for e in entries if e.kind == COLLECTIVE}
-                        for r, entries in ledgers.items()
-                    }
-                )
-            call = (entry.group, entry.seq)
-            wait.pieces = [Piece(COLL, (r,)) for r in members if call not in reached.get(r, ())]
+            if groups is None:
+                groups = by_group(ledgers)
+            reached = groups.get(entry.group, {}).get(entry.seq, {})
+            wait.pieces = [Piece(COLL, (r,)) for r in members if r not in reached]
             continue
         for kind, peer, tag in peers(entry):
             if peer is None:
                 others = tuple(r for r in members if r != rank)
                 wait.pieces.append(Piece(kind, others, tag, any_source=True))
-            elif not _matched(rank, kind, peer, tag, entry.group, ledgers):
+            elif not _matched(rank, kind, peer, tag, entry.group, pending):
                 wait.pieces.append(Piece(kind, (peer,), tag))
         if any(p.any_source for p in wait.pieces):
             sending = [
                 p
                 for p in wait.pieces
                 if p.any_source
-                and any(_matched(rank, RECV, r, p.tag, entry.group, ledgers) for r in p.candidates)
+                and any(_matched(rank, RECV, r, p.tag, entry.group, pending) for r in p.candidates)
             ]
             wait.pieces = [p for p in wait.pieces if p not in sending]
     return found
@@ -270,8 +274,9 @@ def wait_lines(
     world_size: int,
     gone: dict[int, str],
     now: float | None = None,
+    groups: dict[str, dict[int, dict[int, Entry]]] | None = None,
 ) -> list[str]:
     """The deadlocks and the waits on a rank that will not come, one line each."""
     now = time.time() if now is None else now
-    found = waits(ledgers, world_size)
+    found = waits(ledgers, world_size, groups)
     return [chain_text(chain, now) for chain in chains(found, gone)]

@@ -422,9 +422,17 @@ def by_group(ledgers: dict[int, list[Entry]]) -> dict[str, dict[int, dict[int, E
     """``{group: {seq: {rank: entry}}}`` of the collective calls."""
     groups: dict[str, dict[int, dict[int, Entry]]] = {}
     for rank, entries in ledgers.items():
+        group, table = None, {}
         for entry in entries:
-            if entry.kind == COLLECTIVE:
-                groups.setdefault(entry.group, {}).setdefault(entry.seq, {})[rank] = entry
+            if entry.kind != COLLECTIVE:
+                continue
+            if entry.group != group:
+                group = entry.group
+                table = groups.setdefault(group, {})
+            calls = table.get(entry.seq)
+            if calls is None:
+                calls = table[entry.seq] = {}
+            calls[rank] = entry
     return groups
 
 
@@ -449,25 +457,30 @@ def verdicts(
     world_size: int,
     busy: set[int] | None = None,
     now: float | None = None,
+    groups: dict[str, dict[int, dict[int, Entry]]] | None = None,
 ) -> list[Verdict]:
     """What blocks or diverges, per group: the first sequence number where the ranks'
     calls differ, else the call some ranks wait in that others have not reached.
 
-    ``busy``: the ranks still running their cell (None: unknown). Only sequence numbers
-    that every member still holds in its ring are compared.
+    ``busy``: the ranks still running their cell (None: unknown); ``groups``: the ledgers'
+    ``by_group``, when known. Only sequence numbers that every member still holds in its
+    ring are compared.
     """
     now = time.time() if now is None else now
     found: list[Verdict] = []
-    for group, table in by_group(ledgers).items():
+    for group, table in (by_group(ledgers) if groups is None else groups).items():
         any_entry = next(iter(next(iter(table.values())).values()))
         members = list(any_entry.members) or list(range(world_size))
         members = [r for r in members if r in ledgers]
         if not members:
             continue
-        firsts = [
-            min((e.seq for e in ledgers[r] if e.group == group), default=None) for r in members
-        ]
-        low = max((f for f in firsts if f is not None), default=0)
+        firsts: dict[int, int] = {}  # each rank's oldest call of the group in its ring
+        for seq in sorted(table):
+            for rank in table[seq]:
+                firsts.setdefault(rank, seq)
+            if len(firsts) == len(members):
+                break
+        low = max((firsts[r] for r in members if r in firsts), default=0)
         verdict = None
         for seq in sorted(s for s in table if s >= low):
             calls = table[seq]
