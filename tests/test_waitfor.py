@@ -103,7 +103,8 @@ def test_send_send_of_large_messages_is_named_in_collectives_where_compare_inter
         assert chain in said and "`%distcomp restart w --replay`" in said, said
         assert "Fix: `%distcomp wait" not in said
         interrupted = run_cell(ip, "%distcomp interrupt w").stdout
-        assert "none stopped" in interrupted and chain in interrupted, interrupted
+        assert "Sent SIGINT to ranks 0-2 of w: rank 2 stopped." in interrupted, interrupted
+        assert chain in interrupted and "ranks 0-1 did not stop on SIGINT" in interrupted
     finally:
         release(ip, "w", flag)
 
@@ -172,12 +173,20 @@ def test_an_ssend_ring_of_three_is_named_in_the_hang_notice_and_the_time_out(ip)
         "deadlock: rank 0 waits to send to rank 1, which waits to send to rank 2, which waits "
         "to send to rank 0 (COMM_WORLD)"
     )
+    from jupyter_distcomp.local.ranks.backend import get_backend
+
+    events: list[dict] = []  # what the ranks panel hears
     ip.run_line_magic("config", "DistComp.hang_notice = 2")
+    get_backend().add_listener(events.append)
     try:
         cell = run_cell(ip, "%%distcomp run w\n" + ring.format(after=6))
     finally:
+        get_backend().remove_listener(events.append)
         ip.run_line_magic("config", "DistComp.hang_notice = 30")
     assert cell.ok, cell.traceback_text()
+    hung = [e["hang"] for e in events if e["name"] == "w" and e["hang"]]
+    assert hung and chain in hung[-1], events
+    assert events[-1]["hang"] is None, "the panel's hang goes when the ranks are idle"
     notice = [line for line in cell.stderr.splitlines() if "have waited in" in line]
     assert len(notice) == 1 and chain in notice[0], cell.stderr
     assert "ranks 0-2 of 'w' have waited in collectives and point-to-point calls for 2 s" in notice[0]

@@ -9,6 +9,7 @@ function world(states: RankState[], background = false): IWorld {
     stopped: false,
     pending: null,
     background,
+    hang: null,
     ranks: states.map((state, rank) => ({
       rank,
       node: 0,

@@ -73,13 +73,15 @@ def set_check(world: World, on: bool) -> None:
 
 class HangWatch:
     """Says once, for a cell without a time-out, that every busy rank has sat in collectives
-    without progress for ``seconds``; kills nothing."""
+    or point-to-point calls without progress for ``seconds``, in the cell's output and in
+    the ranks panel (``world.hang``); kills nothing."""
 
     def __init__(self, world: World, seconds: float | None) -> None:
         self.world = world
         self.seconds = seconds
         self.said = False
         self._next = time.monotonic() + (seconds or 0)
+        world.hang = None  # a new cell: the last one's hang is over
 
     def check(self, running: set[int]) -> None:
         if self.said or not self.seconds or not running or time.monotonic() < self._next:
@@ -93,10 +95,13 @@ class HangWatch:
             return
         self.said = True
         name = self.world.name
-        verdict = "; ".join(verdict_lines(self.world, busy)) or "every busy rank waits there"
         calls = "collectives" if all(e and e.kind == ledger.COLLECTIVE for e in last) else (
             "collectives and point-to-point calls"
         )
+        lines = verdict_lines(self.world, busy)
+        verdict = "; ".join(lines) or "every busy rank waits there"
+        self.world.hang = "\n".join(lines) or f"{format_ranks(busy)} wait in {calls}"
+        self.world.notices.changed()  # the ranks panel shows it
         print(
             f"distcomp: {format_ranks(busy)} of {name!r} have waited in {calls} for "
             f"{self.seconds:g} s: {verdict}. The cell keeps waiting. To get out: interrupt the "
