@@ -66,7 +66,9 @@ def write(folder: str) -> list[str]:
             root = f"to rank {(rank + 1) % (RANKS // 2)}"
             ring.begin(seqs["p"], (P2P, world, "Ssend", "[8] float64", "", root, ""), _Code, 12)
         elif rank < RANKS - 1:  # the others in a reduction rank 63 has not reached
-            ring.begin(99999, (COLLECTIVE, half, "Allreduce", "[4] float32", "sum", "", ""), _Code, 14)
+            ring.begin(
+                99999, (COLLECTIVE, half, "Allreduce", "[4] float32", "sum", "", ""), _Code, 14
+            )
         paths.append(path)
     return paths
 

@@ -86,7 +86,9 @@ def test_send_send_of_large_messages_is_named_in_collectives_where_compare_inter
     )
     try:
         text = run_cell(ip, "%distcomp collectives w").stdout
-        chain = "deadlock: rank 0 waits to send to rank 1, which waits to send to rank 0 (COMM_WORLD)"
+        chain = (
+            "deadlock: rank 0 waits to send to rank 1, which waits to send to rank 0 (COMM_WORLD)"
+        )
         assert chain in text, text
         assert "ranks 0-1 in Send ([4000000] float64) at cell line 5, since" in text
         assert "agree" not in text
@@ -138,8 +140,12 @@ def test_recv_recv_and_an_object_receive_whose_peer_ended_its_cell(ip, tmp_path)
     )
     try:
         text = run_cell(ip, "%distcomp collectives w").stdout
-        assert "rank 0 waits to receive from rank 1, whose cell has ended (COMM_WORLD)" in text, text
-        assert "rank 0: recv #" in text and "(object, from rank 1, COMM_WORLD) at cell line 5" in text
+        assert "rank 0 waits to receive from rank 1, whose cell has ended (COMM_WORLD)" in text, (
+            text
+        )
+        assert (
+            "rank 0: recv #" in text and "(object, from rank 1, COMM_WORLD) at cell line 5" in text
+        )
     finally:
         release(ip, "w", flag)
 
@@ -157,7 +163,9 @@ def test_a_receive_from_a_rank_inside_a_collective(ip, tmp_path):
     )
     try:
         text = run_cell(ip, "%distcomp collectives w").stdout
-        assert "deadlock: rank 0 waits to receive from rank 1, which waits in Barrier #" in text, text
+        assert "deadlock: rank 0 waits to receive from rank 1, which waits in Barrier #" in text, (
+            text
+        )
         assert "rank 0 is in a point-to-point call while the others are in the collective" in text
     finally:
         release(ip, "w", flag)
@@ -189,7 +197,9 @@ def test_an_ssend_ring_of_three_is_named_in_the_hang_notice_and_the_time_out(ip)
     assert events[-1]["hang"] is None, "the panel's hang goes when the ranks are idle"
     notice = [line for line in cell.stderr.splitlines() if "have waited in" in line]
     assert len(notice) == 1 and chain in notice[0], cell.stderr
-    assert "ranks 0-2 of 'w' have waited in collectives and point-to-point calls for 2 s" in notice[0]
+    assert (
+        "ranks 0-2 of 'w' have waited in collectives and point-to-point calls for 2 s" in notice[0]
+    )
     timed = run_cell(ip, "%%distcomp run w --timeout 2\n" + ring.format(after=5))
     assert not timed.ok
     assert chain in timed.traceback_text(), timed.traceback_text()

@@ -37,8 +37,20 @@ def p2p(root, op="Send", group="COMM_WORLD", data="[4000000] float64", running=T
 def coll(op="Barrier", group="COMM_WORLD", seq=1, running=True, bucket=False, data=""):
     now = time.time()
     return Entry(
-        seq, now - 5, 0.0 if running else now - 4, COLLECTIVE, group, op, data, "sum" if data else "",
-        "", CELL, 7, "<module>", False, bucket,
+        seq,
+        now - 5,
+        0.0 if running else now - 4,
+        COLLECTIVE,
+        group,
+        op,
+        data,
+        "sum" if data else "",
+        "",
+        CELL,
+        7,
+        "<module>",
+        False,
+        bucket,
     )
 
 
@@ -57,8 +69,10 @@ def test_recv_recv_and_an_ssend_ring_of_three():
     assert line.startswith("deadlock: rank 0 waits to receive from rank 1, which waits to receive")
     ring = {r: [p2p(f"to rank {(r + 1) % 3}", "Ssend")] for r in range(3)}
     (line,) = hang_lines(ring, 3, {0, 1, 2})
-    assert "rank 0 waits to send to rank 1, which waits to send to rank 2, which waits to send " \
+    assert (
+        "rank 0 waits to send to rank 1, which waits to send to rank 2, which waits to send "
         "to rank 0 (COMM_WORLD)" in line
+    )
     assert "ranks 0-2 in Ssend" in line
 
 
@@ -66,19 +80,25 @@ def test_a_send_that_meets_its_receive_or_a_completed_eager_send_is_no_wait():
     assert hang_lines({0: [p2p("to rank 1")], 1: [p2p("from rank 0", "Recv")]}, 2) == []
     any_source = {0: [p2p("to rank 1")], 1: [p2p("from any rank", "Recv")]}
     assert hang_lines(any_source, 2) == []
-    eager = {0: [p2p("to rank 1", running=False), p2p("from rank 1", "Recv", seq=2)],
-             1: [p2p("to rank 0", running=False), p2p("from rank 0", "Recv", seq=2)]}
+    eager = {
+        0: [p2p("to rank 1", running=False), p2p("from rank 1", "Recv", seq=2)],
+        1: [p2p("to rank 0", running=False), p2p("from rank 0", "Recv", seq=2)],
+    }
     (line,) = hang_lines(eager, 2)
     assert "rank 0 waits to receive from rank 1, which waits to receive from rank 0" in line
-    posted = {0: [p2p("to rank 1", "Isend", posted=True), p2p("from rank 1", "Recv", seq=2)],
-              1: [p2p("to rank 0", "Isend", posted=True), p2p("from rank 0", "Recv", seq=2)]}
+    posted = {
+        0: [p2p("to rank 1", "Isend", posted=True), p2p("from rank 1", "Recv", seq=2)],
+        1: [p2p("to rank 0", "Isend", posted=True), p2p("from rank 0", "Recv", seq=2)],
+    }
     assert hang_lines(posted, 2) == [], "a posted Isend meets the peer's Recv"
 
 
 def test_tags_must_fit():
     ledgers = {0: [p2p("to rank 1, tag 5")], 1: [p2p("from rank 0, tag 6", "Recv")]}
     (line,) = hang_lines(ledgers, 2)
-    assert "rank 0 waits to send to rank 1 (tag 5), which waits to receive from rank 0 (tag 6)" in line
+    assert (
+        "rank 0 waits to send to rank 1 (tag 5), which waits to receive from rank 0 (tag 6)" in line
+    )
 
 
 def test_sub_communicator_peers_are_mapped_to_world_ranks():
@@ -112,7 +132,9 @@ def test_a_rank_that_computes_is_no_deadlock():
 
 
 def test_the_patterns_ddp_uneven_inputs_and_a_debugger_prompt():
-    ddp = {r: [coll("all_reduce", "default group", 1, False, True, "[5] float32")] for r in range(3)}
+    ddp = {
+        r: [coll("all_reduce", "default group", 1, False, True, "[5] float32")] for r in range(3)
+    }
     for r in (0, 1):
         ddp[r].append(coll("all_reduce", "default group", 2, True, True, "[5] float32"))
     (line,) = hang_lines(ddp, 3, {0, 1})

@@ -236,8 +236,10 @@ def _fix(chain: Chain) -> str:
             "a rank inside a collective serves no point-to-point call: let every send meet "
             "its receive before any rank enters the collective"
         )
-    pair = "dist.batch_isend_irecv, or isend/irecv and wait" if torch else (
-        "comm.Sendrecv, or Isend/Irecv and Waitall"
+    pair = (
+        "dist.batch_isend_irecv, or isend/irecv and wait"
+        if torch
+        else ("comm.Sendrecv, or Isend/Irecv and Waitall")
     )
     if kinds == {RECV}:
         return f"every receive waits for a send that comes after a receive: let one rank send first, or post both with {pair}"

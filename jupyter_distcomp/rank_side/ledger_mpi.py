@@ -100,7 +100,9 @@ _MPI_P2P = {
     )
 }
 _MPI_P2P.update({name: (0, 1, "from", "source") for name in ("Recv", "recv", "Irecv", "irecv")})
-_MPI_P2P.update({name: (_FAR, 0, "from", "source") for name in ("Probe", "probe", "Mprobe", "mprobe")})
+_MPI_P2P.update(
+    {name: (_FAR, 0, "from", "source") for name in ("Probe", "probe", "Mprobe", "mprobe")}
+)
 #: exchange -> the index of its source parameter
 _EXCHANGES = {
     "Sendrecv": 4,
@@ -141,6 +143,8 @@ _FREES = ("Free", "free", "Disconnect")
 _REQUEST_CLASS_METHODS = tuple(
     f"{verb}{what}" for verb in ("Wait", "Test", "wait", "test") for what in ("all", "any", "some")
 )
+
+
 class _Mpi:
     def __init__(self, MPI) -> None:
         self.MPI = MPI

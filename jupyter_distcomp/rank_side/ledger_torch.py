@@ -180,7 +180,9 @@ class _Torch:
                 peer = (peer, tag) if isinstance(tag, int) and tag > 0 else peer
             root_text = roots.get(peer)
             if root_text is None:
-                words = f"{word} {peer[0]}, tag {peer[1]}" if type(peer) is tuple else f"{word} {peer}"
+                words = (
+                    f"{word} {peer[0]}, tag {peer[1]}" if type(peer) is tuple else f"{word} {peer}"
+                )
                 root_text = roots[peer] = words
             data_text = _tensor_text(data) if data is not None else ""
             where = core.site()

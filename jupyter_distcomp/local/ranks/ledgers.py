@@ -95,8 +95,10 @@ class HangWatch:
             return
         self.said = True
         name = self.world.name
-        calls = "collectives" if all(e and e.kind == ledger.COLLECTIVE for e in last) else (
-            "collectives and point-to-point calls"
+        calls = (
+            "collectives"
+            if all(e and e.kind == ledger.COLLECTIVE for e in last)
+            else ("collectives and point-to-point calls")
         )
         lines = verdict_lines(self.world, busy)
         verdict = "; ".join(lines) or "every busy rank waits there"
