@@ -248,3 +248,27 @@ def test_ddp_with_uneven_inputs_is_named_with_join_and_drop_last(ip):
     assert "`with model.join():`" in notice[0] and "drop_last=True" in notice[0]
     assert not cell.ok, "gloo's time-out ends the cell"
     settle(ip, "g")
+
+
+def test_torch_batch_isend_irecv_waits_are_named(ip, tmp_path):
+    flag = tmp_path / "go"
+    hang(
+        ip,
+        "g",
+        f"peer = 1 - rank\n"
+        f"rescue(lambda: dist.send.__distcomp_ledger__(torch.ones(2), dst=peer), flag={str(flag)!r})\n"
+        f"ops = [dist.P2POp(dist.irecv, torch.empty(2), peer)]\n"
+        f"for request in dist.batch_isend_irecv(ops):\n"
+        f"    request.wait()",
+    )
+    try:
+        text = run_cell(ip, "%distcomp collectives g").stdout
+        assert (
+            "deadlock: rank 0 waits to receive from rank 1, which waits to receive from rank 0 "
+            "(default group); ranks 0-1 in irecv ([2] float32)" in text
+        ), text
+    finally:
+        release(ip, "g", flag)
+    text = run_cell(ip, "%distcomp collectives g").stdout
+    assert "rank 0: irecv #" in text and "from rank 1, default group) at " in text, text
+    assert "waiting" not in text.split("--- point-to-point ---")[1], "the waits ended"
