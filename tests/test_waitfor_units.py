@@ -154,3 +154,15 @@ def test_the_verdict_never_says_the_ranks_agree_while_a_cycle_exists():
     assert "rank 0: Send #1 ([4000000] float64, to rank 1, COMM_WORLD) at cell line 3" in text
     objects = report("t", {0: [p2p("from rank 1", "recv", data="object")]}, 2, {0}, 10).text()
     assert "recv #1 (object, from rank 1, COMM_WORLD)" in objects
+
+
+def test_ranks_in_different_collectives_are_told_to_keep_one_order():
+    ledgers = {0: [coll("all_reduce", "default group", 5, data="[4] float32")], 1: [coll()]}
+    ledgers[1][0].group = "default group"
+    ledgers[1][0].seq = 5
+    (line,) = hang_lines(ledgers, 2, {0, 1})
+    assert "rank 1 has not called it: it is in Barrier #5 at cell line 7" in line, line
+    assert (
+        "The ranks are in different collectives of default group. Fix: every rank of a group "
+        "must call its collectives in the same order" in line
+    )
