@@ -212,14 +212,15 @@ def test_torch_recv_on_both_sides(ip, tmp_path):
         ip,
         "g",
         f"peer = 1 - rank\n"
-        f"rescue(lambda: dist.send.__distcomp_ledger__(torch.ones(4), dst=peer), flag={str(flag)!r})\n"
+        f"send = dist.send.__distcomp_ledger__\n"
+        f"rescue(lambda: send(torch.ones(4), dst=peer), flag={str(flag)!r})\n"
         f"dist.recv(torch.empty(4), src=peer)",
     )
     try:
         text = run_cell(ip, "%distcomp collectives g").stdout
         assert (
             "deadlock: rank 0 waits to receive from rank 1, which waits to receive from rank 0 "
-            "(default group); ranks 0-1 in recv ([4] float32) at cell line 4" in text
+            "(default group); ranks 0-1 in recv ([4] float32) at cell line 5" in text
         ), text
         assert "dist.batch_isend_irecv" in text
     finally:
@@ -256,7 +257,8 @@ def test_torch_batch_isend_irecv_waits_are_named(ip, tmp_path):
         ip,
         "g",
         f"peer = 1 - rank\n"
-        f"rescue(lambda: dist.send.__distcomp_ledger__(torch.ones(2), dst=peer), flag={str(flag)!r})\n"
+        f"send = dist.send.__distcomp_ledger__\n"
+        f"rescue(lambda: send(torch.ones(2), dst=peer), flag={str(flag)!r})\n"
         f"ops = [dist.P2POp(dist.irecv, torch.empty(2), peer)]\n"
         f"for request in dist.batch_isend_irecv(ops):\n"
         f"    request.wait()",

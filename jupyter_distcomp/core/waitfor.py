@@ -236,16 +236,18 @@ def _fix(chain: Chain) -> str:
             "a rank inside a collective serves no point-to-point call: let every send meet "
             "its receive before any rank enters the collective"
         )
-    pair = (
-        "dist.batch_isend_irecv, or isend/irecv and wait"
-        if torch
-        else ("comm.Sendrecv, or Isend/Irecv and Waitall")
-    )
+    if torch:
+        pair = "dist.batch_isend_irecv, or isend/irecv and wait"
+    else:
+        pair = "comm.Sendrecv, or Isend/Irecv and Waitall"
     if kinds == {RECV}:
-        return f"every receive waits for a send that comes after a receive: let one rank send first, or post both with {pair}"
+        return (
+            "every receive waits for a send that comes after a receive: let one rank send "
+            f"first, or post both with {pair}"
+        )
     return (
-        f"let one side receive first (e.g. even ranks send while odd ranks receive), or use {pair}; "
-        "small messages pass eagerly, large ones (and Ssend) wait for their receive"
+        "let one side receive first (e.g. even ranks send while odd ranks receive), or use "
+        f"{pair}; small messages pass eagerly, large ones (and Ssend) wait for their receive"
     )
 
 

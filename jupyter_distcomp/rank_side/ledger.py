@@ -126,8 +126,9 @@ class Ring:
         """Record a call that starts now; its slot's offset, for :meth:`end`.
 
         ``call``: ``(kind, group, op, data, reduce, root, posted)`` (posted: ``"nb"`` for a
-        non-blocking call, ``"ddp"`` for a DDP gradient bucket's, else ``""``); ``code``: the calling frame's
-        code object (anything with ``co_filename`` and ``co_name``), ``line`` its line.
+        non-blocking call, ``"ddp"`` for a DDP gradient bucket's, else ``""``); ``code``: the
+        calling frame's code object (anything with ``co_filename`` and ``co_name``),
+        ``line`` its line.
         """
         key = (call, code, line)
         known = self._texts.get(key)

@@ -144,8 +144,8 @@ def busy_message(world: World, busy: list[int], background: bool = False) -> str
         way = f"`%distcomp interrupt {name}` (SIGINT), or `%distcomp restart {name} --replay`."
     if blocked:
         return text + (
-            f" {format_ranks(blocked)} are blocked inside a collective or point-to-point call, which SIGINT "
-            f"cannot end. Fix: `%distcomp restart {name} --replay` (fresh ranks, the cells "
-            "that succeeded since the last start run again)."
+            f" {format_ranks(blocked)} are blocked inside a collective or point-to-point "
+            f"call, which SIGINT cannot end. Fix: `%distcomp restart {name} --replay` (fresh "
+            "ranks, the cells that succeeded since the last start run again)."
         )
     return f"{text} Fix: {way}"
