@@ -274,3 +274,29 @@ def test_torch_batch_isend_irecv_waits_are_named(ip, tmp_path):
     text = run_cell(ip, "%distcomp collectives g").stdout
     assert "rank 0: irecv #" in text and "from rank 1, default group) at " in text, text
     assert "waiting" not in text.split("--- point-to-point ---")[1], "the waits ended"
+
+
+def test_the_hang_notice_names_a_deadlock_while_another_rank_still_runs(ip):
+    code = (
+        "%%distcomp run w\n"
+        "if rank < 2:\n"
+        "    peer = 1 - rank\n"
+        "    rescue(lambda: Recv(comm, np.empty(4_000_000), source=peer), after=6)\n"
+        "    comm.Send(np.ones(4_000_000), dest=peer)\n"
+        "started = time.time()\n"
+        "while rank == 2 and time.time() - started < 6:\n"
+        "    MPI.COMM_SELF.Barrier()\n"
+        "    time.sleep(0.01)"
+    )
+    ip.run_line_magic("config", "DistComp.hang_notice = 2")
+    try:
+        cell = run_cell(ip, code)
+    finally:
+        ip.run_line_magic("config", "DistComp.hang_notice = 30")
+    assert cell.ok, cell.traceback_text()
+    notice = [line for line in cell.stderr.splitlines() if "hang while other ranks run" in line]
+    assert len(notice) == 1, cell.stderr
+    assert notice[0].startswith(
+        "distcomp: ranks 0-1 of 'w' hang while other ranks run: deadlock: rank 0 waits to send "
+        "to rank 1, which waits to send to rank 0 (COMM_WORLD)"
+    ), notice[0]

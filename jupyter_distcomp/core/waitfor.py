@@ -273,6 +273,21 @@ def chain_text(chain: Chain, now: float) -> str:
     return text
 
 
+def deadlock_lines(
+    ledgers: dict[int, list[Entry]], world_size: int, gone: dict[int, str], now: float
+) -> tuple[list[int], list[str]]:
+    """The point-to-point deadlocks alone (their ranks, and their lines): what a few of
+    each rank's newest calls tell, as no collective's wait is judged on them."""
+    found = waits(ledgers, world_size, {})
+    cycles = [
+        chain
+        for chain in chains(found, gone)
+        if chain.cycle and all(piece.kind != COLL for _, piece, _ in chain.links)
+    ]
+    ranks = sorted({wait.rank for chain in cycles for wait, _, _ in chain.links})
+    return ranks, [chain_text(chain, now) for chain in cycles]
+
+
 def wait_lines(
     ledgers: dict[int, list[Entry]],
     world_size: int,

@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ...core.hangs import hang_lines
+from ...core.hangs import gone_ranks, hang_lines
+from ...core.waitfor import deadlock_lines
 from ...core.ranges import format_ranks
 from ...machine.network import is_local_host
 from ...rank_side import ledger
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 
 HOOKS_FILE = str(Path(ledger.__file__).with_name("ledger_hooks.py"))
 HANG_CHECK = 1.0  # seconds between reads of the ledgers while a cell may hang
+RECENT = 64  # the newest calls of each rank that show a point-to-point deadlock
 
 
 def read(
@@ -92,6 +94,7 @@ class HangWatch:
         now = time.time()
         last = [ledgers[r][-1] if ledgers.get(r) else None for r in busy]
         if any(e is None or not e.blocked or now - e.started < self.seconds for e in last):
+            self._deadlock(busy, last, now)
             return
         self.said = True
         name = self.world.name
@@ -109,6 +112,30 @@ class HangWatch:
             f"{self.seconds:g} s: {verdict}. The cell keeps waiting. To get out: interrupt the "
             f"kernel (ranks blocked in a collective do not stop on it), then `%distcomp restart "
             f"{name} --replay`; `%config DistComp.hang_notice` sets this wait.",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def _deadlock(self, busy: list[int], last: list, now: float) -> None:
+        """Said also while other ranks still run: ranks in a point-to-point deadlock."""
+        waited = [
+            e for e in last if e is not None and e.blocked and now - e.started >= self.seconds
+        ]
+        if len(waited) < 2:
+            return
+        world = self.world
+        recent = read(world, None, last=RECENT)
+        gone = gone_ranks(world.world_size, set(busy), dict(world.states()))
+        ranks, lines = deadlock_lines(recent, world.world_size, gone, now)
+        if not lines:
+            return
+        self.said = True
+        world.hang = "\n".join(lines)
+        world.notices.changed()
+        print(
+            f"distcomp: {format_ranks(ranks)} of {world.name!r} hang while other ranks run: "
+            f"{'; '.join(lines)}. The cell keeps waiting. To get out: interrupt the kernel, "
+            f"then `%distcomp restart {world.name} --replay`.",
             file=sys.stderr,
             flush=True,
         )
