@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...core.hangs import gone_ranks, hang_lines
-from ...core.waitfor import deadlock_lines
 from ...core.ranges import format_ranks
+from ...core.waitfor import deadlock_lines
 from ...machine.network import is_local_host
 from ...rank_side import ledger
 from ...rank_side.rank_setup import check_collectives
