@@ -166,3 +166,29 @@ def test_ranks_in_different_collectives_are_told_to_keep_one_order():
         "The ranks are in different collectives of default group. Fix: every rank of a group "
         "must call its collectives in the same order" in line
     )
+
+
+def test_a_non_blocking_call_is_a_wait_while_a_wait_waits_for_it():
+    waited = {r: [p2p(f"from rank {1 - r}", "Irecv", posted=True)] for r in (0, 1)}
+    assert hang_lines(waited, 2, {0, 1}) == [], "posted, nobody waits yet"
+    for r in (0, 1):
+        waited[r][0].finished = -(time.time() - 3)  # a Wait for it since 3 s
+    (line,) = hang_lines(waited, 2, {0, 1})
+    assert line.startswith("deadlock: rank 0 waits to receive from rank 1, which waits")
+
+
+def test_an_exchange_needs_both_its_peers():
+    exchange = {
+        0: [p2p("to rank 1, from rank 1", "Sendrecv")],
+        1: [p2p("to rank 0, from rank 0", "Sendrecv")],
+    }
+    assert hang_lines(exchange, 2, {0, 1}) == [], "each meets the other: no wait"
+    other_tag = {
+        0: [p2p("to rank 1, from rank 1", "Sendrecv")],
+        1: [p2p("from rank 0, tag 7", "Recv")],
+    }
+    (line,) = hang_lines(other_tag, 2, {0, 1})
+    assert (
+        "deadlock: rank 0 waits to send to rank 1, which waits to receive from rank 0 (tag 7)"
+        in line
+    )
