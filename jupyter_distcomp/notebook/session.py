@@ -549,7 +549,7 @@ class Session:
     def interrupt_report(self, name: str) -> str:
         """SIGINT to the busy ranks of ``name``; which stopped, which could not, what to do."""
         from ..core.ranges import format_ranks
-        from ..local.ranks.ledgers import stuck_fix
+        from ..local.ranks.ledgers import stuck_fix, verdict_lines
 
         self.component(name)
         if self._running_command(name) is not None:
@@ -565,7 +565,8 @@ class Session:
         if not still:
             return text + "; every rank is ready for the next cell."
         world = self.backend.running_world(name)
-        return f"{text}.\n{stuck_fix(world, still)}"
+        waits = "".join(f"\n{line}" for line in verdict_lines(world, still))
+        return f"{text}.{waits}\n{stuck_fix(world, still)}"
 
     def collectives(self, name: str, last: int = 10) -> WhereReport:
         """The recent collectives of ``name``'s ranks (or of its `%distcomp command` run)."""

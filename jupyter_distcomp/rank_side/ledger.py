@@ -109,6 +109,8 @@ class Entry:
     #: the GPU's own state of an NCCL call, from torch's Flight Recorder: "scheduled" (not
     #: launched on the GPU yet), "started" (its kernel runs), "completed"; "" elsewhere
     gpu: str = ""
+    #: a reduction of DDP's gradient buckets (in ``backward``)
+    bucket: bool = False
 
     @property
     def members(self) -> tuple[int, ...]:
@@ -193,8 +195,9 @@ class Ring:
         """Record a call that starts now; its slot's offset, for :meth:`end`.
 
         ``call``: ``(kind, group, op, data, reduce, root, posted)`` (posted: ``"nb"`` for a
-        non-blocking call, else ``""``); ``code``: the calling frame's
-        code object (anything with ``co_filename`` and ``co_name``), ``line`` its line.
+        non-blocking call, ``"ddp"`` for a DDP gradient bucket's, else ``""``); ``code``: the
+        calling frame's code object (anything with ``co_filename`` and ``co_name``),
+        ``line`` its line.
         """
         key = (call, code, line)
         known = self._texts.get(key)
@@ -397,6 +400,7 @@ def _entry(seq: int, started: float, finished: float, text: str) -> Entry | None
         int(line) if line.isdigit() else 0,
         function,
         posted == "nb",
+        bucket=posted == "ddp",
     )
 
 
@@ -586,9 +590,17 @@ def by_group(ledgers: dict[int, list[Entry]]) -> dict[str, dict[int, dict[int, E
     """``{group: {seq: {rank: entry}}}`` of the collective calls."""
     groups: dict[str, dict[int, dict[int, Entry]]] = {}
     for rank, entries in ledgers.items():
+        group, table = None, {}
         for entry in entries:
-            if entry.kind == COLLECTIVE:
-                groups.setdefault(entry.group, {}).setdefault(entry.seq, {})[rank] = entry
+            if entry.kind != COLLECTIVE:
+                continue
+            if entry.group != group:
+                group = entry.group
+                table = groups.setdefault(group, {})
+            calls = table.get(entry.seq)
+            if calls is None:
+                calls = table[entry.seq] = {}
+            calls[rank] = entry
     return groups
 
 
@@ -621,28 +633,33 @@ def verdicts(
     world_size: int,
     busy: set[int] | None = None,
     now: float | None = None,
+    groups: dict[str, dict[int, dict[int, Entry]]] | None = None,
     besides: dict[int, str] | None = None,
 ) -> list[Verdict]:
     """What blocks or diverges, per group: the first sequence number where the ranks'
     calls differ, else the call some ranks wait in that others have not reached.
 
-    ``busy``: the ranks still running their cell (None: unknown); ``besides``: what ranks
-    do that their ledger does not say (``{1: "stopped at a breakpoint prompt"}``). Only
-    sequence numbers that every member still holds in its ring are compared.
+    ``busy``: the ranks still running their cell (None: unknown); ``groups``: the ledgers'
+    ``by_group``, when known; ``besides``: what ranks do that their ledger does not say
+    (``{1: "stopped at a breakpoint prompt"}``). Only sequence numbers that every member
+    still holds in its ring are compared.
     """
     besides = besides or {}
     now = time.time() if now is None else now
     found: list[Verdict] = []
-    for group, table in by_group(ledgers).items():
+    for group, table in (by_group(ledgers) if groups is None else groups).items():
         any_entry = next(iter(next(iter(table.values())).values()))
         members = list(any_entry.members) or list(range(world_size))
         members = [r for r in members if r in ledgers]
         if not members:
             continue
-        firsts = [
-            min((e.seq for e in ledgers[r] if e.group == group), default=None) for r in members
-        ]
-        low = max((f for f in firsts if f is not None), default=0)
+        firsts: dict[int, int] = {}  # each rank's oldest call of the group in its ring
+        for seq in sorted(table):
+            for rank in table[seq]:
+                firsts.setdefault(rank, seq)
+            if len(firsts) == len(members):
+                break
+        low = max((firsts[r] for r in members if r in firsts), default=0)
         verdict = None
         for seq in sorted(s for s in table if s >= low):
             calls = table[seq]
@@ -664,19 +681,3 @@ def verdicts(
         if verdict is not None:
             found.append(verdict)
     return found
-
-
-def report_lines(
-    ledgers: dict[int, list[Entry]],
-    world_size: int,
-    busy: set[int] | None = None,
-    besides: dict[int, str] | None = None,
-) -> list[str]:
-    """The verdicts' texts, one line each, each with the calls' own states (``besides``:
-    see :func:`verdicts`)."""
-    now = time.time()
-    lines = []
-    for verdict in verdicts(ledgers, world_size, busy, now, besides):
-        table = by_group(ledgers)[verdict.group].get(verdict.seq, {})
-        lines.append(verdict_text(verdict, table, besides))
-    return lines

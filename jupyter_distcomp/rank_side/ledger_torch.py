@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import threading
 import weakref
 from typing import Any
 
@@ -41,26 +42,68 @@ _TORCH_P2P = {"send": "tensor", "recv": "tensor", "isend": "tensor", "irecv": "t
 
 
 _SHAPES: dict[tuple, str] = {}
+
+
+class _Inside(threading.local):
+    """This thread's recorded calls in progress: the calls they make are not recorded."""
+
+    calls = 0
+
+
+_INSIDE = _Inside()
 _FAR = 1 << 30  # the index of a parameter a function does not have
 _DEFAULT = ("default group", ())
 
 
+#: id(work) -> (work, ring, slot, seq) of a pending async call: a ``Work.wait`` marks its
+#: call waited for, and ends it when it returns
+_MARKS: dict[int, tuple] = {}
+
+
 def _end_when_done(work, ring, slot: int, seq: int) -> None:
-    """An ``async_op`` call (or isend/irecv) ends in the ledger when its work completes;
-    when the backend gives the work no future, when it returns."""
+    """An ``async_op`` call (or isend/irecv) ends in the ledger when its work completes:
+    when its future does, or (gloo's point-to-point works have none) when a ``wait()``
+    on it returns; while a ``wait()`` waits for it, the rank waits in it."""
+    if len(_MARKS) > 4096:  # works nobody waits for: their calls stay unfinished
+        _MARKS.clear()
+    _MARKS[id(work)] = (work, ring, slot, seq)
     try:
         future = work.get_future()
     except Exception:
-        ring.end(slot)
         return
 
     def done(_future) -> None:
+        _MARKS.pop(id(work), None)
         ring.end(slot, seq)
 
     try:
         future.add_done_callback(done)
     except Exception:
-        ring.end(slot)
+        return
+
+
+def _wrap_work_wait(dist) -> None:
+    """``Work.wait`` (torch's one class of async works) marks the ledger's call."""
+    work_class = dist.distributed_c10d.Work
+    plain = work_class.wait
+    if getattr(plain, "__distcomp_ledger__", None) is not None:
+        return
+
+    @functools.wraps(plain)
+    def wait(work, *args, **kwargs):
+        __tracebackhide__ = True
+        mark = _MARKS.get(id(work)) if _MARKS else None
+        if mark is None or mark[0] is not work:
+            return plain(work, *args, **kwargs)
+        mark[1].wait(mark[2], mark[3])
+        try:
+            return plain(work, *args, **kwargs)
+        finally:
+            _MARKS.pop(id(work), None)
+            mark[1].end(mark[2], mark[3])
+
+    wait.__distcomp_ledger__ = plain  # type: ignore[attr-defined]
+    work_class.wait = wait
 
 
 def _tensor_text(value) -> str:
@@ -134,11 +177,13 @@ class _Torch:
         op_key, op_at = position("op")
         root_key, root_at = position("src", "dst")
         async_key, async_at = position("async_op")
+        tag_key, tag_at = position("tag")
         torch = self
         collective = kind == core.ledger.COLLECTIVE
         default_reduce = "sum" if name in ("all_reduce", "reduce") else ""
         word = "root" if collective else ("to" if name in ("send", "isend") else "from") + " rank"
         always_async = name in ("isend", "irecv")
+        group_peer = "group_dst" if name in ("send", "isend") else "group_src"
         roots: dict = {None: ""}
 
         @functools.wraps(fn)
@@ -146,7 +191,7 @@ class _Torch:
             __tracebackhide__ = True
             state = core.STATE
             ring = state.ring
-            if ring is None:
+            if ring is None or _INSIDE.calls:  # torch's recv calls its irecv: one call
                 return fn(*args, **kwargs)
             n = len(args)
             if kwargs:
@@ -184,9 +229,19 @@ class _Torch:
                 return fn(*args, **kwargs)
             label, members = _DEFAULT if group is None else torch.group(group)
             reduce_text = torch.reduce_name(op) if op is not None else default_reduce
+            if not collective:
+                if peer is None and kwargs:  # a peer given by its rank in the group
+                    local = kwargs.get(group_peer)
+                    if isinstance(local, int):
+                        peer = members[local] if 0 <= local < len(members) else local
+                tag = kwargs[tag_key] if tag_key in kwargs else (args[tag_at] if tag_at < n else 0)
+                peer = (peer, tag) if isinstance(tag, int) and tag > 0 else peer
             root_text = roots.get(peer)
             if root_text is None:
-                root_text = roots[peer] = f"{word} {peer}"
+                words = (
+                    f"{word} {peer[0]}, tag {peer[1]}" if type(peer) is tuple else f"{word} {peer}"
+                )
+                root_text = roots[peer] = words
             data_text = _tensor_text(data) if data is not None else ""
             where = core.site()
             if collective:
@@ -196,15 +251,19 @@ class _Torch:
                 seq_key = label
             else:
                 seq_key = label + "\x00p2p"
-            posted = "" if waits or state.in_buckets else "nb"
+            # DDP's gradient buckets: waited for by backward, marked for the hang patterns
+            posted = "ddp" if state.in_buckets else ("" if waits else "nb")
             slot = core.record(
                 seq_key, (kind, label, name, data_text, reduce_text, root_text, posted), where
             )
+            _INSIDE.calls += 1
             try:
                 result = fn(*args, **kwargs)
             except BaseException:
                 ring.end(slot)
                 raise
+            finally:
+                _INSIDE.calls -= 1
             if waits or result is None:
                 ring.end(slot)
             else:
@@ -277,6 +336,16 @@ def wrap(dist) -> None:
         for name, data in table.items():
             if hasattr(dist, name):
                 setattr(dist, name, torch.wrap(name, data, kind))
+    c10d = dist.distributed_c10d
+    for name in _TORCH_P2P:  # P2POp accepts only c10d's own isend and irecv
+        wrapped = getattr(dist, name, None)
+        plain = getattr(wrapped, "__distcomp_ledger__", None)
+        if plain is not None and getattr(c10d, name, None) is plain:
+            setattr(c10d, name, wrapped)
+    try:
+        _wrap_work_wait(dist)
+    except Exception:  # a torch whose Work is not patchable: waits go unmarked
+        pass
     core.start_torch_record(dist)
 
 

@@ -47,6 +47,10 @@ export interface IWorld {
    * a `%%distcomp run NAME --background` cell runs on them
    */
   background: boolean;
+  /**
+   * while a cell's ranks hang (the hang notice was given): what they wait for, deadlocks and collective verdicts with their fix (core/hangs.py); null otherwise
+   */
+  hang: string | null;
   ranks: IRank[];
 }
 /**

@@ -110,6 +110,10 @@ export class RanksPanel extends Widget {
         element('div', 'distcomp-world-pending', world.pending)
       );
     }
+    if (world.hang) {
+      // the hang notice's words: what the ranks wait for, and the fix
+      section.appendChild(element('div', 'distcomp-world-hang', world.hang));
+    }
     const buttons = element('div', 'distcomp-world-actions');
     for (const [action, label, caption] of ACTIONS) {
       const button = element(

@@ -13,6 +13,7 @@ function world(
     stopped: false,
     pending,
     background,
+    hang: null,
     ranks: states.map((state, rank) => ({
       rank,
       node: 0,

@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ...contracts import RankState
+from ...core.hangs import hang_lines
 from ...core.ranges import format_ranks
 from ...rank_side import ledger
 from ..ranks import ledgers as world_ledgers
@@ -32,7 +33,7 @@ def collectives(world: World, last: int = 10) -> WhereReport:
     title = f"{world.name}: the last {last} collective(s) of each group, by sequence number"
     failed = [r for r in world.failed_ranks if r not in busy]
     said = world_ledgers.besides(world, failed)
-    shown = report(title, ledgers, world.world_size, busy, last, said)
+    shown = report(title, ledgers, world.world_size, busy, last, dict(states), said)
     away = [r for r in range(world.world_size) if r not in ledgers]
     if away:  # a ledger is a file on its rank's host
         shown.sections.append(
@@ -100,16 +101,19 @@ def report(
     world_size: int,
     busy: set[int] | None,
     last: int,
+    states: dict[int, str] | None = None,
     besides: dict[int, str] | None = None,
 ) -> WhereReport:
-    """``besides``: what ranks do that their ledgers do not say (see ledger.verdicts)."""
+    """``states``: each rank's state (idle, busy, dead...); ``besides``: what ranks do that
+    their ledgers do not say (see ledger.verdicts)."""
     now = time.time()
     sections: list[tuple[str, list[str]]] = []
-    verdict = ledger.report_lines(ledgers, world_size, busy, besides)
+    verdict = hang_lines(ledgers, world_size, busy, states, besides)
     if not any(ledgers.values()):
         sections.append(("no collective recorded yet", []))
         return WhereReport(title, sections)
-    sections.append(("verdict", verdict or ["every group's ranks agree on their calls"]))
+    agree = "every group's ranks agree on their calls, and no rank waits for one that cannot come"
+    sections.append(("verdict", verdict or [agree]))
     for group, table in ledger.by_group(ledgers).items():
         first = next(iter(next(iter(table.values())).values()))
         members = [r for r in (first.members or range(world_size)) if r in ledgers]
@@ -118,8 +122,8 @@ def report(
     for rank, entries in sorted(ledgers.items()):
         for e in [e for e in entries if e.kind == ledger.P2P][-last:]:
             p2p.append(
-                f"{ledger.ranks_text([rank])}: {e.op} #{e.seq} ({e.data}, {e.root}, {e.group}) "
-                f"at {e.site()}, {_state({rank: e}, now)}"
+                f"{ledger.ranks_text([rank])}: {ledger.call_text(e)} at {e.site()}, "
+                f"{_state({rank: e}, now)}"
             )
     if p2p:
         sections.append(("point-to-point", p2p))

@@ -100,6 +100,9 @@ class RankBackend:
             "stopped": stopped,
             "pending": pending,
             "background": world.background,
+            "hang": world.hang
+            if any(info.state == RankState.BUSY for info in world.ranks)
+            else None,
             "ranks": [
                 {
                     "rank": info.rank,

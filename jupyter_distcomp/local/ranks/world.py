@@ -108,6 +108,7 @@ class World(WorldHealth):
         self.used = False  # a cell ran here: its state is the user's, keep it
         self.cell_code = ""  # the last cell sent to the ranks: source lines of their stacks
         self.background = False  # a `--background` cell runs on the ranks
+        self.hang: str | None = None  # the hang notice's words while the cell's ranks hang
         #: where breakpoint() on a rank connects (set by the debugger's start-up hook)
         self.debugger: DebugChannel | None = None
         self.failed_ranks: list[int] = []  # ranks whose last cell failed (post-mortem)
