@@ -50,7 +50,7 @@ def coll(op="Barrier", group="COMM_WORLD", seq=1, running=True, bucket=False, da
         7,
         "<module>",
         False,
-        bucket,
+        bucket=bucket,
     )
 
 
