@@ -60,7 +60,9 @@ class _State:
     last_seq = 0  # the sequence number :func:`record` gave last
     in_buckets = False  # in DDP's comm hook (ledger_torch): its async calls block backward
     hooked = False  # the imports of _TARGETS are watched
-    torch_record = False  # torch's record is read beside the ledger (torch_record.py)
+    #: torch's record is read beside the ledger (torch_record.py): its thread started and
+    #: no dump failed; NCCL's collectives are then left to it (ledger_torch.py)
+    torch_record = False
 
 
 STATE = _State()

@@ -106,7 +106,8 @@ class _Torch:
         """Whether ``group``'s collectives are left to torch's record outside check mode: its
         backend is NCCL alone (a group with several backends, ``cpu:gloo,cuda:nccl``, runs
         its CPU tensors on gloo, which the kernel takes from the ledger) and torch's record
-        is read (TORCH_FR_BUFFER_SIZE above 0, the record's thread started)."""
+        is on (TORCH_FR_BUFFER_SIZE above 0); the wrapper also asks that it is read
+        (``STATE.torch_record``: its thread started, and no dump has failed)."""
         if group is None or type(group) is int:  # no default group yet, or not a member
             return _NOT_SKIPPED
         try:
@@ -117,7 +118,7 @@ class _Torch:
             size = int(os.environ.get("TORCH_FR_BUFFER_SIZE", "0"))
         except ValueError:
             size = 0
-        known = (weakref.ref(group), backend == "nccl" and size > 0 and core.STATE.torch_record)
+        known = (weakref.ref(group), backend == "nccl" and size > 0)
         if len(self.nccl) > 4096:
             self.nccl = {k: v for k, v in self.nccl.items() if v[0]() is not None}
         self.nccl[id(group)] = known
@@ -183,7 +184,7 @@ class _Torch:
             if ring is None:
                 return fn(*args, **kwargs)
             n = len(args)
-            if collective and not state.check:  # an NCCL group's: torch's record has it
+            if collective and state.torch_record and not state.check:  # torch's has NCCL's
                 group = args[group_at] if group_at < n else None
                 if kwargs and group_key in kwargs:
                     group = kwargs[group_key]
