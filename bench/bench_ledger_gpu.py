@@ -131,8 +131,10 @@ def main() -> None:
     with_ledger = child(backend, ledger=True, record=True)
     bare = child(backend, ledger=False, record=False)
     us = 1e6
-    how = "the ledger leaves this call to torch's record" if with_ledger["skipped"] else (
-        "the ledger records this call"
+    how = (
+        "the ledger leaves this call to torch's record"
+        if with_ledger["skipped"]
+        else "the ledger records this call"
     )
     print(
         f"collectives ledger on {backend}, one rank, {with_ledger['device']}, "

@@ -389,7 +389,12 @@ def test_a_hang_in_an_nccl_call_is_named_from_torchs_record():
     def nccl(seq: int, gpu: str) -> Entry:
         done = 2.0 if gpu == "completed" else 0.0
         entry = Entry(
-            seq, time.time() - 9, done, COLLECTIVE, "nccl group 0 (ranks 0, 1)", "all_reduce",
+            seq,
+            time.time() - 9,
+            done,
+            COLLECTIVE,
+            "nccl group 0 (ranks 0, 1)",
+            "all_reduce",
             "[4] float32",
         )
         entry.gpu = gpu

@@ -118,7 +118,10 @@ class _Torch:
             size = int(os.environ.get("TORCH_FR_BUFFER_SIZE", "0"))
         except ValueError:
             size = 0
-        known = (weakref.ref(group), backend == "nccl" and size > 0)
+        try:
+            known = (weakref.ref(group), backend == "nccl" and size > 0)
+        except TypeError:  # a group object without weak references: asked at each call
+            return _NOT_SKIPPED
         if len(self.nccl) > 4096:
             self.nccl = {k: v for k, v in self.nccl.items() if v[0]() is not None}
         self.nccl[id(group)] = known
