@@ -265,6 +265,7 @@ for name in torch_record._DUMPS:
 dist.init_process_group("gloo")
 dist.all_reduce(torch.ones(2))
 time.sleep(1.0)
+print("record read:", ledger_hooks.STATE.torch_record)  # NCCL's calls back to the ledger
 dist.destroy_process_group()
 """
 
@@ -294,6 +295,7 @@ def test_a_record_torch_cannot_dump_is_said_once_on_the_ranks_stderr(tmp_path):
     said = [x for x in done.stderr.splitlines() if "cannot be read" in x]
     assert said and len(said) == len(set(said)), done.stderr  # each failing dump once
     assert "RuntimeError: no record here" in said[0], done.stderr
+    assert "record read: False" in done.stdout, "the ledger records NCCL's calls itself"
     assert [r.op for r in ledger.read_ledger(str(tmp_path / "r.ledger"))] == ["all_reduce"]
 
 

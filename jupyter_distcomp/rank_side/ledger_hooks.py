@@ -61,7 +61,7 @@ class _State:
     in_buckets = False  # in DDP's comm hook (ledger_torch): its async calls block backward
     hooked = False  # the imports of _TARGETS are watched
     #: torch's record is read beside the ledger (torch_record.py): its thread started and
-    #: no dump failed; NCCL's collectives are then left to it (ledger_torch.py)
+    #: its last dump worked; NCCL's collectives are then left to it (ledger_torch.py)
     torch_record = False
 
 

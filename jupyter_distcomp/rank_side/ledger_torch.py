@@ -107,7 +107,7 @@ class _Torch:
         backend is NCCL alone (a group with several backends, ``cpu:gloo,cuda:nccl``, runs
         its CPU tensors on gloo, which the kernel takes from the ledger) and torch's record
         is on (TORCH_FR_BUFFER_SIZE above 0); the wrapper also asks that it is read
-        (``STATE.torch_record``: its thread started, and no dump has failed)."""
+        (``STATE.torch_record``: its thread started, and its last dump worked)."""
         if group is None or type(group) is int:  # no default group yet, or not a member
             return _NOT_SKIPPED
         try:

@@ -45,8 +45,8 @@ def start(dist, core) -> None:
     when changed every FLIGHT_EVERY seconds by a daemon thread: its dump
     (``<ledger>.torch``, JSON), which the kernel merges with the ledger, and this rank's GPU
     facts (``<ledger>.gpu``, :func:`gpu_facts`). Where no dump function works, each one's
-    failure is said once on the rank's stderr, and from then on the ledger's wrappers record
-    NCCL's collectives themselves (``STATE.torch_record``)."""
+    failure is said once on the rank's stderr, and until one works the ledger's wrappers
+    record NCCL's collectives themselves (``STATE.torch_record``)."""
     if core.STATE.ring is None:
         return
     torch = sys.modules["torch"]
@@ -66,8 +66,8 @@ def start(dist, core) -> None:
             except Exception:  # a torch without these counters: no facts
                 facts = b""
             raw, errors = dump_record() if dist.is_initialized() else (b"", [])
-            if errors and not raw:  # the ledger records NCCL's collectives from now on
-                core.STATE.torch_record = False
+            # while no dump works, the ledger's wrappers record NCCL's collectives
+            core.STATE.torch_record = bool(raw) or not errors
             for name, error in errors if not raw else ():  # one dump that works is enough
                 if name not in said:
                     said.add(name)
