@@ -131,10 +131,12 @@ def main() -> None:
     with_ledger = child(backend, ledger=True, record=True)
     bare = child(backend, ledger=False, record=False)
     us = 1e6
+    full = with_ledger["full"]
+    extra = "" if full is None else f"; its full record of the call adds {full * us:5.2f} us"
     how = (
         "the ledger leaves this call to torch's record"
         if with_ledger["skipped"]
-        else "the ledger records this call"
+        else "the ledger records this call (torch's record is not read, or not NCCL's)"
     )
     print(
         f"collectives ledger on {backend}, one rank, {with_ledger['device']}, "
@@ -145,8 +147,7 @@ def main() -> None:
         f"the ledger's {with_ledger['ledger'] * us:6.2f} us: "
         f"added {with_ledger['added'] * us:5.2f} us (median of block differences; "
         f"target <= 2 us)\n"
-        f"  {how}; its full record of the call (as in check mode) adds "
-        f"{(with_ledger['full'] or 0) * us:5.2f} us a call (reported)\n"
+        f"  {how}{extra}\n"
         f"  torch's function without its own record (TORCH_FR_BUFFER_SIZE=0, another "
         f"process): {bare['plain'] * us:6.2f} us a call (reported)"
     )
