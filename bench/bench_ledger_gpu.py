@@ -8,6 +8,9 @@ Run: python bench/bench_ledger_gpu.py [--backend nccl|gloo]   (not a test; print
    other block), CUDA synchronised at the end of each block (so a block's time includes its
    kernels). The figure is the median over blocks of the time per call, and the median of
    the per-block differences: what the ledger adds to a launch (target <= 2 us on NCCL).
+   On NCCL the ledger leaves the call to torch's record (ledger_torch.py); a third side in
+   the same blocks, the ledger's full record of the call (as on gloo, or in check mode),
+   is reported for scale.
 2. torch's own record (its Flight Recorder, which the ledger turns on with
    TORCH_FR_BUFFER_SIZE): the same plain loop in a second process with the record off
    (TORCH_FR_BUFFER_SIZE=0), for scale (separate processes: reported, no target).
@@ -55,6 +58,8 @@ def measure(backend: str, ledger: bool) -> dict:
     wrapped = dist.all_reduce
     plain = getattr(wrapped, "__distcomp_ledger__", wrapped)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
+    skips = getattr(wrapped, "__distcomp_skips__", None)
+    world = dist.GroupMember.WORLD
 
     def block(fn) -> float:
         sync()
@@ -66,7 +71,9 @@ def measure(backend: str, ledger: bool) -> dict:
 
     for _ in range(5):  # warm: NCCL's communicator, the ledger's cached texts
         block(plain), block(wrapped)
-    plains, ledgers, added = [], [], []
+    wrapped(x)
+    decided = skips.get(id(world)) if skips is not None else None  # the ledger's own choice
+    plains, ledgers, added, fulls = [], [], [], []
     for i in range(BLOCKS):
         if i % 2:
             b = block(wrapped)
@@ -77,11 +84,17 @@ def measure(backend: str, ledger: bool) -> dict:
         plains.append(a)
         ledgers.append(b)
         added.append(b - a)
+        if decided is not None:  # the ledger's full record of the call, for this block
+            skips[id(world)] = (lambda: world, False)
+            fulls.append(block(wrapped) - a)
+            skips[id(world)] = decided
     dist.destroy_process_group()
     return {
         "plain": statistics.median(plains),
         "ledger": statistics.median(ledgers),
         "added": statistics.median(added),
+        "full": statistics.median(fulls) if fulls else None,
+        "skipped": bool(decided and decided[1]),
         "device": torch.cuda.get_device_name(0) if cuda else "cpu",
         "torch": torch.__version__,
         "record": os.environ.get("TORCH_FR_BUFFER_SIZE", ""),
@@ -118,6 +131,13 @@ def main() -> None:
     with_ledger = child(backend, ledger=True, record=True)
     bare = child(backend, ledger=False, record=False)
     us = 1e6
+    full = with_ledger["full"]
+    extra = "" if full is None else f"; its full record of the call adds {full * us:5.2f} us"
+    how = (
+        "the ledger leaves this call to torch's record"
+        if with_ledger["skipped"]
+        else "the ledger records this call (torch's record is not read, or not NCCL's)"
+    )
     print(
         f"collectives ledger on {backend}, one rank, {with_ledger['device']}, "
         f"torch {with_ledger['torch']}, {os.cpu_count()} cores\n"
@@ -127,6 +147,7 @@ def main() -> None:
         f"the ledger's {with_ledger['ledger'] * us:6.2f} us: "
         f"added {with_ledger['added'] * us:5.2f} us (median of block differences; "
         f"target <= 2 us)\n"
+        f"  {how}{extra}\n"
         f"  torch's function without its own record (TORCH_FR_BUFFER_SIZE=0, another "
         f"process): {bare['plain'] * us:6.2f} us a call (reported)"
     )

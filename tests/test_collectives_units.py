@@ -265,6 +265,7 @@ for name in torch_record._DUMPS:
 dist.init_process_group("gloo")
 dist.all_reduce(torch.ones(2))
 time.sleep(1.0)
+print("record read:", ledger_hooks.STATE.torch_record)  # NCCL's calls back to the ledger
 dist.destroy_process_group()
 """
 
@@ -294,4 +295,118 @@ def test_a_record_torch_cannot_dump_is_said_once_on_the_ranks_stderr(tmp_path):
     said = [x for x in done.stderr.splitlines() if "cannot be read" in x]
     assert said and len(said) == len(set(said)), done.stderr  # each failing dump once
     assert "RuntimeError: no record here" in said[0], done.stderr
+    assert "record read: False" in done.stdout, "the ledger records NCCL's calls itself"
     assert [r.op for r in ledger.read_ledger(str(tmp_path / "r.ledger"))] == ["all_reduce"]
+
+
+def test_an_nccl_groups_collectives_are_left_to_torchs_record_outside_check_mode(
+    tmp_path, monkeypatch
+):
+    """The wrapper's decision per group: a gloo group's all_reduce is recorded in the ledger;
+    one on a group whose backend is NCCL is not (torch's record gives its row, without the
+    call site), unless check mode is on; its point-to-point calls stay recorded."""
+    import json
+    import types
+    import weakref
+
+    import torch
+    import torch.distributed as dist
+
+    from jupyter_distcomp.rank_side import ledger_hooks, ledger_torch
+
+    class Group:  # a process group as the wrapper sees it: an object with a weak reference
+        pass
+
+    gloo, nccl = Group(), Group()
+
+    def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        return None
+
+    def send(tensor, dst=None, group=None, tag=0):
+        return None
+
+    fake = types.SimpleNamespace(__file__=dist.__file__, GroupMember=dist.GroupMember)
+    fake.all_reduce, fake.send = all_reduce, send
+    fake.get_backend = lambda group: {id(gloo): "gloo"}[id(group)]
+    fake.get_process_group_ranks = lambda group: [0, 1]
+    fake.distributed_c10d = types.SimpleNamespace(
+        _get_process_group_name=lambda group: "1" if group is gloo else "2"
+    )
+    path = str(tmp_path / "rank-0.ledger")
+    monkeypatch.setattr(ledger_torch, "core", ledger_hooks)
+    monkeypatch.setattr(ledger_hooks.STATE, "ring", Ring(path))
+    monkeypatch.setattr(ledger_hooks.STATE, "seqs", {})
+    monkeypatch.setattr(ledger_hooks.STATE, "check", False)
+    monkeypatch.setattr(ledger_hooks.STATE, "torch_record", True)
+    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "2000")
+    recorder = ledger_torch._Torch(fake)
+    recorder.nccl[id(nccl)] = (weakref.ref(nccl), True)  # get_backend said "nccl"
+    wrapped = recorder.wrap("all_reduce", "tensor", COLLECTIVE)
+    wrapped_send = recorder.wrap("send", "tensor", ledger.P2P)
+    wrapped(torch.ones(4), group=gloo)
+    wrapped(torch.ones(4), group=nccl)
+    wrapped(torch.ones(3), dist.ReduceOp.SUM, nccl)
+    wrapped_send(torch.ones(2), 1, nccl)
+    assert recorder.nccl[id(gloo)][1] is False, "gloo's backend, asked once and kept"
+    assert [(e.op, e.data, e.group) for e in read_ring(path)] == [
+        ("all_reduce", "[4] float32", "group 1 (ranks 0, 1)"),
+        ("send", "[2] float32", "group 2 (ranks 0, 1)"),
+    ]
+    checked = []
+    recorder.check = lambda label, members, sig, where, wait=True: checked.append(sig)
+    ledger_hooks.STATE.check = True  # check mode: every group's calls are compared, NCCL's too
+    wrapped(torch.ones(5), group=nccl)
+    assert checked == [("all_reduce", "[5] float32", "sum", "")]
+    assert read_ring(path)[-1].group == "group 2 (ranks 0, 1)"
+    # the NCCL calls the ledger left out: torch's record of them, as the rank dumps it
+    dump = {
+        "entries": [
+            {
+                "collective_seq_id": seq,
+                "profiling_name": "nccl:all_reduce",
+                "process_group": ("2", "undefined"),
+                "input_sizes": [[size]],
+                "input_dtypes": ["Float"],
+                "state": "completed",
+                "time_created_ns": 1_000_000_000,
+                "time_discovered_completed_ns": 2_000_000_000,
+                "is_p2p": False,
+            }
+            for seq, size in ((1, 4), (2, 3))
+        ],
+        "pg_config": {"2": {"ranks": "[0, 1]"}},
+    }
+    (tmp_path / "rank-0.ledger.torch").write_text(json.dumps(dump))
+    rows = [(e.op, e.data, e.group) for e in ledger.read_ledger(path) if e.gpu]
+    assert rows == [
+        ("all_reduce", "[4] float32", "nccl group 2 (ranks 0, 1)"),
+        ("all_reduce", "[3] float32", "nccl group 2 (ranks 0, 1)"),
+    ]
+
+
+def test_a_hang_in_an_nccl_call_is_named_from_torchs_record():
+    """With the ledger leaving NCCL's collectives to torch's record, a rank that waits in one
+    while another never called it gets its verdict from torch's rows alone."""
+
+    def nccl(seq: int, gpu: str) -> Entry:
+        done = 2.0 if gpu == "completed" else 0.0
+        entry = Entry(
+            seq,
+            time.time() - 9,
+            done,
+            COLLECTIVE,
+            "nccl group 0 (ranks 0, 1)",
+            "all_reduce",
+            "[4] float32",
+        )
+        entry.gpu = gpu
+        return entry
+
+    ledgers = {0: [nccl(1, "completed"), nccl(2, "started")], 1: [nccl(1, "completed")]}
+    (verdict,) = ledger.verdicts(ledgers, 2, busy={0, 1})
+    table = ledger.by_group(ledgers)[verdict.group][verdict.seq]
+    assert ledger.verdict_text(verdict, table) == (
+        "all_reduce #2 ([4] float32, nccl group 0 (ranks 0, 1)): rank 0 waits since 9 s "
+        "(rank 0 running on the GPU); rank 1 has not called it: it runs other code "
+        "(its last call here: all_reduce #1)"
+    )

@@ -60,6 +60,9 @@ class _State:
     last_seq = 0  # the sequence number :func:`record` gave last
     in_buckets = False  # in DDP's comm hook (ledger_torch): its async calls block backward
     hooked = False  # the imports of _TARGETS are watched
+    #: torch's record is read beside the ledger (torch_record.py): its thread started and
+    #: its last dump worked; NCCL's collectives are then left to it (ledger_torch.py)
+    torch_record = False
 
 
 STATE = _State()
@@ -154,6 +157,7 @@ def start_torch_record(dist) -> None:
     (torch_record.py); what stops it is said, and the ledger goes on without it."""
     try:
         _sibling("torch_record").start(dist, sys.modules[__name__])
+        STATE.torch_record = True
     except Exception as exc:
         print(f"distcomp: torch's record of the collectives is not read: {exc!r}", file=sys.stderr)
 

@@ -3,6 +3,12 @@ point-to-point function records its call, and in check mode posts its signature 
 process group's store (gloo and NCCL alike) and compares before the call runs. torch's own
 record of each call (its Flight Recorder) is read beside the ledger by torch_record.py.
 
+A collective on a group whose backend is NCCL, outside check mode, is not recorded here: torch's
+record has it already (with its GPU-side state, which the ledger cannot see), and recording it
+twice would add about 4 us to a launch of about 12 us (bench/bench_ledger_gpu.py). What its
+row loses is the call site (torch's record is dumped without stack traces). Point-to-point
+calls on NCCL stay recorded here (the kernel reads only the collectives of torch's record).
+
 Standard library only at import; ``core`` is ledger_hooks, set before :func:`wrap`.
 """
 
@@ -53,6 +59,7 @@ class _Inside(threading.local):
 _INSIDE = _Inside()
 _FAR = 1 << 30  # the index of a parameter a function does not have
 _DEFAULT = ("default group", ())
+_NOT_SKIPPED = (lambda: None, False)
 
 
 #: id(work) -> (work, ring, slot, seq) of a pending async call: a ``Work.wait`` marks its
@@ -133,6 +140,35 @@ class _Torch:
         self.made = 0
         self.posted: dict[str, list[int]] = {}  # check mode's rounds whose keys are kept
         self.ops: dict = {}
+        #: id(group) -> (a weak reference to it, whether its collectives are left to torch's
+        #: record: see :meth:`skips`); asked once per group object (get_backend is slow)
+        self.nccl: dict[int, tuple[Any, bool]] = {}
+        self.members = dist.GroupMember  # .WORLD: the default group, resolved per call
+
+    def skips(self, group) -> tuple[Any, bool]:
+        """Whether ``group``'s collectives are left to torch's record outside check mode: its
+        backend is NCCL alone (a group with several backends, ``cpu:gloo,cuda:nccl``, runs
+        its CPU tensors on gloo, which the kernel takes from the ledger) and torch's record
+        is on (TORCH_FR_BUFFER_SIZE above 0); the wrapper also asks that it is read
+        (``STATE.torch_record``: its thread started, and its last dump worked)."""
+        if group is None or type(group) is int:  # no default group yet, or not a member
+            return _NOT_SKIPPED
+        try:
+            backend = str(self.dist.get_backend(group))
+        except Exception:
+            backend = ""
+        try:
+            size = int(os.environ.get("TORCH_FR_BUFFER_SIZE", "0"))
+        except ValueError:
+            size = 0
+        try:
+            known = (weakref.ref(group), backend == "nccl" and size > 0)
+        except TypeError:  # a group object without weak references: asked at each call
+            return _NOT_SKIPPED
+        if len(self.nccl) > 4096:
+            self.nccl = {k: v for k, v in self.nccl.items() if v[0]() is not None}
+        self.nccl[id(group)] = known
+        return known
 
     def group(self, group) -> tuple[str, tuple[int, ...]]:
         dist = self.dist
@@ -185,6 +221,8 @@ class _Torch:
         always_async = name in ("isend", "irecv")
         group_peer = "group_dst" if name in ("send", "isend") else "group_src"
         roots: dict = {None: ""}
+        nccl = self.nccl
+        world = self.members
 
         @functools.wraps(fn)
         def call(*args, **kwargs):
@@ -194,6 +232,17 @@ class _Torch:
             if ring is None or _INSIDE.calls:  # torch's recv calls its irecv: one call
                 return fn(*args, **kwargs)
             n = len(args)
+            if collective and state.torch_record and not state.check:  # torch's has NCCL's
+                group = args[group_at] if group_at < n else None
+                if kwargs and group_key in kwargs:
+                    group = kwargs[group_key]
+                if group is None:
+                    group = world.WORLD
+                known = nccl.get(id(group))
+                if known is None or known[0]() is not group:
+                    known = torch.skips(group)
+                if known[1]:
+                    return fn(*args, **kwargs)
             if kwargs:
                 group = (
                     kwargs[group_key]
@@ -271,6 +320,7 @@ class _Torch:
             return result
 
         call.__distcomp_ledger__ = fn  # type: ignore[attr-defined]
+        call.__distcomp_skips__ = nccl  # type: ignore[attr-defined]  # the bench's way in
         return call
 
     def check(

@@ -11,7 +11,8 @@ time from the ledger's memory-mapped file without the rank's help (torch's is re
 call in the rank: this module's thread, as fresh as FLIGHT_EVERY, and none while a call
 holds the GIL). So the ledger turns the record on where CUDA is (NCCL's GPU-side state is
 what the wrappers cannot see; torch 2.13 keeps it by default), and the kernel takes from it
-the NCCL calls, as rows of their own with that state (ledger.torch_record_entries). gloo's
+the NCCL calls, as rows of their own with that state (ledger.torch_record_entries); outside
+check mode the wrappers leave an NCCL group's collectives to it (ledger_torch.py). gloo's
 entries (torch 2.13 records them by default: about 1.5 us of CPU a call, measured against
 TORCH_FR_BUFFER_SIZE=0) are dumped but not shown: they say what the ledger's rows say, DDP's
 gradient buckets included (the ledger's comm hook records them).
@@ -44,7 +45,8 @@ def start(dist, core) -> None:
     when changed every FLIGHT_EVERY seconds by a daemon thread: its dump
     (``<ledger>.torch``, JSON), which the kernel merges with the ledger, and this rank's GPU
     facts (``<ledger>.gpu``, :func:`gpu_facts`). Where no dump function works, each one's
-    failure is said once on the rank's stderr."""
+    failure is said once on the rank's stderr, and until one works the ledger's wrappers
+    record NCCL's collectives themselves (``STATE.torch_record``)."""
     if core.STATE.ring is None:
         return
     torch = sys.modules["torch"]
@@ -64,6 +66,8 @@ def start(dist, core) -> None:
             except Exception:  # a torch without these counters: no facts
                 facts = b""
             raw, errors = dump_record() if dist.is_initialized() else (b"", [])
+            # while no dump works, the ledger's wrappers record NCCL's collectives
+            core.STATE.torch_record = bool(raw) or not errors
             for name, error in errors if not raw else ():  # one dump that works is enough
                 if name not in said:
                     said.add(name)
