@@ -16,7 +16,7 @@ import pytest
 
 from jupyter_distcomp.rank_side import reaper
 
-from .ranks_support import define, run_cell
+from .ranks_support import MPI_SPEC, define, run_cell
 
 pytestmark = pytest.mark.slow
 
@@ -32,6 +32,8 @@ print("segment", segment.name, "pymp", multiprocessing.util.get_temp_dir(), "pid
 
 
 def _started(ip) -> dict[int, tuple[str, str, int]]:
+    """Two MPI ranks that each made a segment and a pool: rank -> (segment, pymp folder, pid)."""
+    define(ip, "shm", MPI_SPEC.replace("ranks_demo", "shm"), 1, 2)
     cell = run_cell(ip, CELL)
     assert cell.ok, cell.error
     found = {}
@@ -53,14 +55,6 @@ def _gone(paths: list[Path], seconds: float = 10) -> list[Path]:
 
 
 def test_stop_leaves_no_segment_and_no_temp_folder(ip):
-    define(
-        ip,
-        "shm",
-        "name: shm\ntype: DistributedComponent\nlauncher:\n  type: mpi\n"
-        "  additional_arguments: python x.py\n",
-        1,
-        2,
-    )
     found = _started(ip)
     assert run_cell(ip, "%distcomp stop shm").ok
     left = _gone([Path("/dev/shm", n) for n, _, _ in found.values()])
@@ -69,14 +63,6 @@ def test_stop_leaves_no_segment_and_no_temp_folder(ip):
 
 
 def test_a_segment_of_a_killed_rank_is_unlinked_at_stop(ip):
-    define(
-        ip,
-        "shm",
-        "name: shm\ntype: DistributedComponent\nlauncher:\n  type: mpi\n"
-        "  additional_arguments: python x.py\n",
-        1,
-        2,
-    )
     found = _started(ip)
     name, folder, pid = found[1]
     assert Path(folder).parent.parent.name.startswith("distcomp-shm-")  # the world's scratch
