@@ -1,6 +1,7 @@
 """The debugger channel against hostile clients and a kernel that does not answer (issue 28,
-item 2): the listener outlives any accept() error, idle and half-open clients are dropped
-within seconds, and a rank whose handshake gets no answer says so and runs on."""
+item 2; issue 39, item 6): the listener outlives any accept() error, idle and half-open
+clients are dropped within seconds, cost no thread and are capped, and a rank whose
+handshake gets no answer says so and runs on."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ import resource
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
 from jupyter_distcomp.local.debug.channel import AUTH_SECONDS, DebugChannel
+from jupyter_distcomp.local.debug.listener import MAX_PENDING
 from jupyter_distcomp.rank_side import debug_hook
 
 
@@ -79,6 +82,32 @@ def test_idle_and_half_open_clients_are_dropped_and_do_not_block_a_rank(channel)
     while channel.refused < 41 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert channel.refused == 41
+
+
+def test_a_flood_of_idle_clients_costs_no_thread_is_capped_and_a_rank_still_stops(channel):
+    threads = threading.active_count()
+    flood = [socket.create_connection((channel.host, channel.port)) for _ in range(300)]
+    try:
+        time.sleep(0.3)
+        assert threading.active_count() <= threads + 1, "a thread per pending connection"
+        assert channel.pending_connections <= MAX_PENDING
+        tic = time.monotonic()
+        _stops_and_goes(channel)  # while all 300 are still open
+        assert time.monotonic() - tic < 2, "the flood held up a rank's handshake"
+        assert channel.pending()
+        pushed_out = 0
+        for client in flood[:-MAX_PENDING]:  # the oldest were closed to make room
+            client.settimeout(AUTH_SECONDS)
+            try:
+                while client.recv(1024):
+                    pass
+                pushed_out += 1
+            except (ConnectionResetError, TimeoutError):
+                pass
+        assert pushed_out == 300 - MAX_PENDING
+    finally:
+        for client in flood:
+            client.close()
 
 
 RANK_PROGRAM = "breakpoint()\nprint('ran on', flush=True)\n"

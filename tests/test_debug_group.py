@@ -4,7 +4,9 @@ hangs. A real kernel whose stdin requests are answered as a notebook answers the
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 import time
 
 import pytest
@@ -299,6 +301,39 @@ def test_a_step_into_print_goes_to_the_next_line_not_into_the_output_machinery(k
     assert "> cell line 5, in f()" in out.transcript, out.transcript
     for foreign in ("flow.py", "threading.py", "ipykernel", "jupyter_distcomp", "<string>"):
         assert foreign not in out.transcript, out.transcript
+
+
+def kernel_counts(pid: int) -> tuple[int, int]:
+    """The kernel process's threads and open file descriptors now."""
+    return len(os.listdir(f"/proc/{pid}/task")), len(os.listdir(f"/proc/{pid}/fd"))
+
+
+@pytest.mark.slow
+def test_300_idle_clients_of_the_debugger_channel_cost_no_threads_and_a_breakpoint_still_stops(
+    kernel,
+):
+    from jupyter_distcomp.local.debug.listener import MAX_PENDING
+
+    out = kernel.run(
+        "%%distcomp run dbg --ranks 0\nimport sys\n"
+        "print('at', *sys.modules['distcomp_debug_hook']._channel.address)"
+    )
+    host, port = re.search(r"at (\S+) (\d+)", out.text).groups()
+    pid = int(re.search(r"pid (\d+)", kernel.run("import os; print('pid', os.getpid())").text)[1])
+    threads, files = kernel_counts(pid)
+    flood = [socket.create_connection((host, int(port))) for _ in range(300)]
+    try:
+        time.sleep(0.5)
+        now_threads, now_files = kernel_counts(pid)
+        assert now_threads <= threads + 1, (threads, now_threads)
+        assert now_files <= files + MAX_PENDING + 2, (files, now_files)
+        out = kernel.run("%%distcomp run dbg\nbreakpoint()\nprint('went on', mpi_rank)", ["c"])
+        assert out.ok, out.text
+        assert out.prompts == ["(Pdb ranks 0-2) "], out.text
+        assert all(f"[rank {r}] went on {r}" in out.text for r in range(3)), out.text
+    finally:
+        for client in flood:
+            client.close()
 
 
 @pytest.mark.slow
