@@ -303,6 +303,25 @@ def test_a_step_into_print_goes_to_the_next_line_not_into_the_output_machinery(k
         assert foreign not in out.transcript, out.transcript
 
 
+@pytest.mark.slow
+def test_100000_breakpoints_in_one_file_load_in_linear_time(kernel):
+    """pdb loads each breakpoint with a check of a list: 100,000 in one file took minutes
+    per stop (30,000: 7.5 s). JupyterLab's gutter sends them this way (debugpy's own part
+    of that is upstream's)."""
+    cell = (
+        "%%distcomp run dbg\nimport bdb\nfor line in range(10, 100_010):\n"
+        "    bdb.Breakpoint('/nowhere/big.py', line)\nbreakpoint()\n"
+        "bdb.Breakpoint.clearBreakpoints()\nprint('cleared', len(bdb.Breakpoint.bplist))"
+    )
+    tic = time.monotonic()
+    out = kernel.run(cell, ["c"])
+    seconds = time.monotonic() - tic
+    assert out.ok, out.text
+    assert out.prompts == ["(Pdb ranks 0-2) "], out.text
+    assert all(f"[rank {r}] cleared 0" in out.text for r in range(3)), out.text
+    assert seconds < 30, seconds
+
+
 def kernel_counts(pid: int) -> tuple[int, int]:
     """The kernel process's threads and open file descriptors now."""
     return len(os.listdir(f"/proc/{pid}/task")), len(os.listdir(f"/proc/{pid}/fd"))

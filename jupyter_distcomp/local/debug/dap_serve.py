@@ -21,7 +21,7 @@ from typing import Any
 
 from ...contracts import RankState
 from .channel import DebugChannel, RankSession
-from .dap import STEPS, Adapter, ref_of, split_ref, thread_of
+from .dap import SLOT, STEPS, THREAD_BASE, Adapter, thread_of
 from .group import Group, Member
 
 #: what a rank whose prompt is gone is sent in place of a step (answers, changes nothing)
@@ -32,9 +32,11 @@ POLL = 0.05
 class Serving:
     """The adapter's requests for one group of stopped ranks, until none is stopped."""
 
-    def __init__(self, adapter: Adapter, world_name: str, pump: Callable[[], None]):
+    def __init__(
+        self, adapter: Adapter, world_name: str, channel: DebugChannel, pump: Callable[[], None]
+    ):
         self.adapter = adapter
-        self.slot = adapter.slot(world_name)
+        self.slot = adapter.slot(world_name, channel)
         self.pump = pump
         self.jobs: queue.Queue[tuple[str, dict, concurrent.futures.Future]] = queue.Queue()
         self.announced: set[int] = set()  # ranks JupyterLab was told are stopped
@@ -66,6 +68,8 @@ class Serving:
             self.open = False
             self.adapter.serving = None
             self._tell_continued(set(self.announced))
+            for rank in group.members:  # their frames and variables are stale now
+                self.adapter.refs.forget(thread_of(self.slot, rank))
             while True:
                 try:
                     _, _, future = self.jobs.get_nowait()
@@ -102,6 +106,10 @@ class Serving:
         assert group is not None
         if command in STEPS or command == "detach":
             at = self._at_prompt()
+            refusal = self._refusal(args, at) if command != "detach" else None
+            if refusal is not None:
+                future.set_result(refusal)
+                return None
             only = self.adapter.only
             if command != "detach" and only is not None and only in at:
                 group.focus = {only}
@@ -114,6 +122,7 @@ class Serving:
             self.stepped |= targets if command not in ("continue", "detach") else set()
             for rank in targets:
                 self.stacks.pop(rank, None)
+                self.adapter.refs.forget(thread_of(self.slot, rank))
             self._tell_continued(targets)
             future.set_result({"allThreadsContinued": targets == set(at)})
             return "c" if command == "detach" else STEPS[command]
@@ -123,13 +132,24 @@ class Serving:
         future.set_result(self._question(command, args))
         return None
 
+    def _refusal(self, args: dict, at: set[int]) -> str | None:
+        """Why a step may not go to the ranks at the prompt (``at``): the thread it names
+        is a rank of another world, or a rank that is not stopped; None if it may.
+        JupyterLab's Continue names thread 1 (see dap.py): that means the stopped ranks."""
+        thread = int(args.get("_thread") or 0)
+        if thread < THREAD_BASE:
+            return None
+        rank = thread - thread_of(self.slot, 0)
+        if not 0 <= rank < SLOT:
+            return f"threadId {thread} is a rank of another world, which is not stopped"
+        if rank not in at:
+            return f"threadId {thread}: rank {rank} is not stopped"
+        return None
+
     def _question(self, command: str, args: dict) -> Any:
         if command == "stackTrace":
-            return self._stack_trace(int(args["threadId"]))
-        key = {"variables": "variablesReference", "copyToGlobals": "srcFrameId"}.get(
-            command, "frameId"
-        )
-        thread, number = split_ref(int(args[key]))
+            return self._stack_trace(int(args["_thread"]))
+        thread, number = int(args["_thread"]), int(args["_number"])
         rank = thread - thread_of(self.slot, 0)
         if rank not in self._at_prompt():
             return f"rank {rank} is not stopped"
@@ -139,7 +159,7 @@ class Serving:
                 "scopes": [
                     {
                         "name": s["name"],
-                        "variablesReference": ref_of(thread, s["ref"]) if s["ref"] else 0,
+                        "variablesReference": self._ref("variable", thread, s["ref"]),
                         "expensive": False,
                     }
                     for s in found
@@ -153,7 +173,7 @@ class Serving:
             found = self._ask({rank}, "evaluate", [number, expression])[rank]
             if "error" in found:
                 return str(found["error"])
-            ref = ref_of(thread, found["ref"]) if found["ref"] else 0
+            ref = self._ref("variable", thread, found["ref"])
             return {"result": found["result"], "type": found["type"], "variablesReference": ref}
         if command == "richInspectVariables":
             name = str(args.get("variableName", ""))
@@ -165,9 +185,12 @@ class Serving:
             return f"{command} is not available for a rank"
         return str(found["error"]) if "error" in found else found
 
-    @staticmethod
-    def _variable(thread: int, found: dict) -> dict:
-        ref = ref_of(thread, found["ref"]) if found["ref"] else 0
+    def _ref(self, kind: str, thread: int, number: int) -> int:
+        """JupyterLab's number for the rank's frame or variable ``number`` (0: none)."""
+        return self.adapter.refs.give(kind, thread, number) if number or kind == "frame" else 0
+
+    def _variable(self, thread: int, found: dict) -> dict:
+        ref = self._ref("variable", thread, found["ref"])
         return {
             "name": found["name"],
             "value": found["value"],
@@ -190,7 +213,7 @@ class Serving:
                 path = self.adapter.source_path(frame["file"])
                 frames.append(
                     {
-                        "id": ref_of(thread_of(self.slot, rank), frame["index"]),
+                        "id": self._ref("frame", thread_of(self.slot, rank), frame["index"]),
                         "name": f"rank {rank}: {frame['name']}",
                         "line": frame["line"],
                         "column": 1,
@@ -286,7 +309,7 @@ def serve_visual(
     if not channel.pending():
         return 0.0
     tic = time.monotonic()
-    serving = Serving(adapter, world_name, before_prompt)
+    serving = Serving(adapter, world_name, channel, before_prompt)
     group = Group(channel, serving.ask, before_prompt, label, quits, states, world_name)
     group.on_input = on_input
     group.refocus = True

@@ -161,7 +161,7 @@ class Listener:
                     if key.fileobj is self.server:
                         backoff = self._accept(backoff)
                     elif key.fileobj is not self._wake_r:
-                        self._serve(self.pending.get(key.fileobj), events)  # type: ignore[arg-type]
+                        self._serve(self.pending.get(key.fileobj), events)  # type: ignore[call-overload]
         finally:
             for pending in list(self.pending.values()):
                 self._drop(pending, refused=False)
