@@ -253,7 +253,12 @@ def test_restarted_ranks_leave_and_join_as_threads(debugger):
     assert reply["status"] == "ok", text
     exited = dap.wait_events("thread", RANKS, since, reason="exited")
     started = dap.wait_events("thread", RANKS, since, reason="started", timeout=120)
-    assert {e["body"]["threadId"] for e in exited} == {e["body"]["threadId"] for e in started}
+    old = {e["body"]["threadId"] for e in exited}
+    new = {e["body"]["threadId"] for e in started}
+    assert sorted(map(rank_of, old)) == sorted(map(rank_of, new)) == list(range(RANKS))
+    assert not old & new  # the new ranks' threads are numbered anew: old numbers are stale
+    stale = dap.request("stackTrace", threadId=min(old))
+    assert not stale["success"] and "not a rank of a running world" in stale["message"]
     time.sleep(0.1)
     reply, text = dap.run(
         "%%distcomp run dbg\nfrom mpi4py import MPI\ncomm = MPI.COMM_WORLD\nimport sys"

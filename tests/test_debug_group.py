@@ -304,6 +304,45 @@ def test_a_step_into_print_goes_to_the_next_line_not_into_the_output_machinery(k
 
 
 @pytest.mark.slow
+def test_an_evaluation_past_the_time_limit_is_interrupted_and_a_blocked_rank_is_named(kernel):
+    assert kernel.run("%env DISTCOMP_DEBUG_EVAL_SECONDS=2").ok
+    answers = [
+        "!while True: pass",  # interrupted after 2 s: the ranks stay at the prompt
+        "p sys.exit(3)",
+        "rank 1",
+        "p comm.allreduce(1)",  # rank 1 alone in a collective: SIGINT cannot end it
+        "p comm.allreduce(1)",  # the others join it: rank 1 answers and rejoins
+        "p mpi_rank",
+        "c",
+    ]
+    try:
+        tic = time.monotonic()
+        out = kernel.run(
+            "%%distcomp run dbg\nimport sys\nbreakpoint()\nprint('after', mpi_rank)", answers
+        )
+    finally:
+        kernel.run("%env DISTCOMP_DEBUG_EVAL_SECONDS=15")
+    assert out.ok, out.text
+    text = out.text
+    assert "ranks 0-2: '!while True: pass' ran past the debugger's time limit of 2 s" in text
+    assert "KeyboardInterrupt" in text and "SystemExit" in text, text
+    assert "rank 1 did not answer 'p comm.allreduce(1)' after the interrupt" in text, text
+    assert out.prompts == [
+        "(Pdb ranks 0-2) ",
+        "(Pdb ranks 0-2) ",
+        "(Pdb ranks 0-2) ",
+        "(Pdb rank 1) ",
+        "(Pdb ranks 0, 2) ",
+        "(Pdb ranks 0-2) ",
+        "(Pdb ranks 0-2) ",
+    ], out.transcript
+    assert "[ranks 0, 2] 3" in text, text  # the collective completed, rank 1 rejoined:
+    assert "[rank 0] 0" in text and "*** KeyboardInterrupt\n1\n" in text, text
+    assert all(f"[rank {r}] after {r}" in text for r in range(3)), text
+    assert time.monotonic() - tic < 60
+
+
+@pytest.mark.slow
 def test_100000_breakpoints_in_one_file_load_in_linear_time(kernel):
     """pdb loads each breakpoint with a check of a list: 100,000 in one file took minutes
     per stop (30,000: 7.5 s). JupyterLab's gutter sends them this way (debugpy's own part

@@ -334,6 +334,7 @@ class _Run:
                         quits=self.quits,
                         states=self._states,
                         name=self.result.component,
+                        interrupt=lambda ranks: self.started.signal(signal.SIGINT, ranks),
                     )
                 for rank in self.quits:
                     self.result.ranks[rank].quit = True

@@ -127,6 +127,7 @@ class CellDebug:
                 quits=self.quits,
                 states=self.world.states,
                 on_input=lambda session, ask: _serve_input(session, ask, pump, label),
+                interrupt=self._interrupt,
             )
         return serve(
             self.channel,
@@ -136,7 +137,11 @@ class CellDebug:
             states=self.world.states,
             interrupted=self.interrupted,
             name=self.world.name,
+            interrupt=self._interrupt,
         )
+
+    def _interrupt(self, ranks: list[int]) -> None:
+        self.world.signal(ranks, signal.SIGINT)
 
     def arm(self, code: str, shell: Any, ranks: list[int]) -> None:
         """Before the cell: with JupyterLab's debugger on, the ranks get its breakpoints

@@ -34,7 +34,9 @@ from .refs import REF_BASE, Malformed, References, Stale, error_reply, number
 
 THREAD_BASE = 1_000_000_000  # a rank's thread: THREAD_BASE + world slot * SLOT + rank
 SLOT = 100_000
-ANSWER_SECONDS = 30.0  # the most a request waits for the stopped ranks' answer
+#: seconds a request waits for the stopped ranks' answer beyond the time limit of an
+#: evaluation (group.py), which interrupts a rank that runs past it
+ANSWER_GRACE = 15.0
 #: requests answered for a rank thread (the threadId says whose)
 THREAD_REQUESTS = {"stackTrace", "next", "stepIn", "stepOut", "continue"}
 #: the ranks panel's request: steps and continue go to one rank only (``{"rank": N}``), or
@@ -246,7 +248,10 @@ class Adapter:
             return reply
         future: concurrent.futures.Future = serving.submit(command, args)
         try:
-            body = await asyncio.wait_for(asyncio.wrap_future(future), ANSWER_SECONDS)
+            from .group import eval_seconds
+
+            waited = eval_seconds() + ANSWER_GRACE
+            body = await asyncio.wait_for(asyncio.wrap_future(future), waited)
         except Exception as exc:
             reply.update(success=False, message=str(exc) or type(exc).__name__)
             return reply

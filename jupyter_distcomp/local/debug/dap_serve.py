@@ -20,9 +20,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ...contracts import RankState
+from ...core.ranges import format_ranks
 from .channel import DebugChannel, RankSession
 from .dap import SLOT, STEPS, THREAD_BASE, Adapter, thread_of
-from .group import Group, Member
+from .group import Group, Member, eval_seconds
 
 #: what a rank whose prompt is gone is sent in place of a step (answers, changes nothing)
 NOTHING = "distcomp_call noop"
@@ -230,12 +231,17 @@ class Serving:
         answers = group._ask_ranks(members)
         found: dict[int, Any] = {}
         for member, answer in answers.items():
+            late = f" (past the time limit of {eval_seconds():g} s)" if member.timed_out else ""
             if "error" in answer:
-                raise RuntimeError(f"rank {member.session.rank}: {answer['error']}")
+                raise RuntimeError(f"rank {member.session.rank}: {answer['error']}{late}")
             found[member.session.rank] = answer.get("value")
         missing = ranks - set(found)
         if missing:
-            raise RuntimeError(f"no answer from rank(s) {sorted(missing)}")
+            raise RuntimeError(
+                f"{format_ranks(missing)} did not answer within the time limit of "
+                f"{eval_seconds():g} s, nor after an interrupt: blocked in C code (a "
+                "collective the other ranks did not join?); `%distcomp restart` if it stays so"
+            )
         return found
 
     def _members(self, ranks: set[int]) -> list[Member]:
@@ -304,6 +310,7 @@ def serve_visual(
     quits: set[int] | None,
     states: Callable[[], dict[int, RankState]] | None,
     on_input: Callable[[RankSession, dict], None] | None,
+    interrupt: Callable[[list[int]], None] | None = None,
 ) -> float:
     """Serve the stopped ranks for JupyterLab's debugger; the seconds spent (0.0 if none)."""
     if not channel.pending():
@@ -312,6 +319,7 @@ def serve_visual(
     serving = Serving(adapter, world_name, channel, before_prompt)
     group = Group(channel, serving.ask, before_prompt, label, quits, states, world_name)
     group.on_input = on_input
+    group.interrupt = interrupt
     group.refocus = True
     serving.run(group)
     return time.monotonic() - tic

@@ -4,6 +4,7 @@ prompt does), on idle ranks in their namespace; the stops stay for ``%distcomp w
 
 from __future__ import annotations
 
+import signal
 from typing import TYPE_CHECKING
 
 from ...contracts import RankState
@@ -43,6 +44,7 @@ def compare_stopped(world: World, ranks: list[int], expr: str, rtol: float | Non
         return table(world.name, expr, summaries, rtol)
     assert channel is not None
     group = Group(channel, lambda session, prompt: "", lambda: None, None, None, None, world.name)
+    group.interrupt = lambda stuck: world.signal(stuck, signal.SIGINT)
     members = group.hold(stops)
     try:
         summaries.update(group.evaluate(members, expr))
