@@ -379,6 +379,42 @@ def test_malformed_requests_get_error_replies_and_references_go_stale_after_a_st
 
 
 @pytest.mark.slow
+def test_an_evaluation_or_variables_view_that_never_returns_is_interrupted(debugger):
+    dap, _ = debugger
+    dap.run("%env DISTCOMP_DEBUG_EVAL_SECONDS=2")
+    reply, text = dap.run(
+        "%%distcomp run dbg\nclass Forever:\n    def __repr__(self):\n"
+        "        while True:\n            pass"
+    )
+    assert reply["status"] == "ok", text
+    code = "%%distcomp run dbg\nslow = Forever()\nx = comm.rank\nprint('x', x)"
+    dap.breakpoints(code, [3])
+    dap.request("configurationDone")
+    since = len(dap.events)
+    msg_id = dap.execute(code)
+    try:
+        current = dap.wait_events("stopped", RANKS, since)[-1]["body"]["threadId"]
+        frame = dap.request("stackTrace", threadId=current)["body"]["stackFrames"][0]
+        tic = time.monotonic()
+        looped = dap.request("evaluate", expression="while True: pass", frameId=frame["id"])
+        assert not looped["success"], looped
+        assert "KeyboardInterrupt" in looped["message"], looped
+        assert "time limit of 2 s" in looped["message"], looped
+        assert time.monotonic() - tic < 15
+        scope = dap.request("scopes", frameId=frame["id"])["body"]["scopes"]
+        seen = dap.request("variables", variablesReference=scope[-1]["variablesReference"])
+        assert not seen["success"] and "time limit" in seen["message"], seen
+        assert dap.request("evaluate", expression="comm.rank", frameId=frame["id"])["success"]
+    finally:
+        dap.request("continue", threadId=1)
+        reply = dap.wait_reply(msg_id)
+        dap.run("%env DISTCOMP_DEBUG_EVAL_SECONDS=15")
+        dap.breakpoints(code, [])
+    assert reply["status"] == "ok", dap.output(msg_id)
+    assert all(f"[rank {r}] x {r}" in dap.output(msg_id) for r in range(RANKS))
+
+
+@pytest.mark.slow
 def test_switching_the_debugger_off_at_a_stop_lets_the_ranks_run_on(dap):
     dap.start()
     dap.breakpoints(CELL, [3])

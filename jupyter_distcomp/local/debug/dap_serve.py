@@ -173,7 +173,7 @@ class Serving:
         if command == "evaluate":
             found = self._ask({rank}, "evaluate", [number, expression])[rank]
             if "error" in found:
-                return str(found["error"])
+                return str(found["error"]) + self._late(rank)
             ref = self._ref("variable", thread, found["ref"])
             return {"result": found["result"], "type": found["type"], "variablesReference": ref}
         if command == "richInspectVariables":
@@ -184,7 +184,14 @@ class Serving:
             found = self._ask({rank}, "to_globals", [number, *names])[rank]
         else:
             return f"{command} is not available for a rank"
-        return str(found["error"]) if "error" in found else found
+        return str(found["error"]) + self._late(rank) if "error" in found else found
+
+    def _late(self, rank: int) -> str:
+        """Words for an answer of ``rank`` that came after its time limit's interrupt."""
+        member = self.group.members.get(rank) if self.group is not None else None
+        if member is None or not member.timed_out:
+            return ""
+        return f" (past the time limit of {eval_seconds():g} s)"
 
     def _ref(self, kind: str, thread: int, number: int) -> int:
         """JupyterLab's number for the rank's frame or variable ``number`` (0: none)."""
@@ -231,9 +238,9 @@ class Serving:
         answers = group._ask_ranks(members)
         found: dict[int, Any] = {}
         for member, answer in answers.items():
-            late = f" (past the time limit of {eval_seconds():g} s)" if member.timed_out else ""
             if "error" in answer:
-                raise RuntimeError(f"rank {member.session.rank}: {answer['error']}{late}")
+                rank = member.session.rank
+                raise RuntimeError(f"rank {rank}: {answer['error']}{self._late(rank)}")
             found[member.session.rank] = answer.get("value")
         missing = ranks - set(found)
         if missing:
