@@ -30,6 +30,14 @@ NOTHING = "distcomp_call noop"
 POLL = 0.05
 
 
+def settle(future: concurrent.futures.Future, value: Any) -> None:
+    """Answer the adapter's request, unless it gave up waiting (its future is cancelled)."""
+    try:
+        future.set_result(value)
+    except concurrent.futures.InvalidStateError:  # cancelled or answered meanwhile
+        pass
+
+
 class Serving:
     """The adapter's requests for one group of stopped ranks, until none is stopped."""
 
@@ -51,7 +59,7 @@ class Serving:
     def submit(self, command: str, args: dict) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
         if not self.open:
-            future.set_result("the ranks are running, none is stopped")
+            settle(future, "the ranks are running, none is stopped")
         else:
             self.jobs.put((command, args, future))
         return future
@@ -76,7 +84,7 @@ class Serving:
                     _, _, future = self.jobs.get_nowait()
                 except queue.Empty:
                     break
-                future.set_result("the ranks are running, none is stopped")
+                settle(future, "the ranks are running, none is stopped")
 
     def ask(self, session: RankSession, prompt: str) -> str:
         """The next line for the group's focused ranks: the next step JupyterLab asks for."""
@@ -96,8 +104,7 @@ class Serving:
             try:
                 line = self._job(command, args, future)
             except Exception as exc:  # a rank that left while asked: say so, serve on
-                if not future.done():
-                    future.set_result(f"{type(exc).__name__}: {exc}")
+                settle(future, f"{type(exc).__name__}: {exc}")
                 continue
             if line is not None:
                 return line
@@ -109,7 +116,7 @@ class Serving:
             at = self._at_prompt()
             refusal = self._refusal(args, at) if command != "detach" else None
             if refusal is not None:
-                future.set_result(refusal)
+                settle(future, refusal)
                 return None
             only = self.adapter.only
             if command != "detach" and only is not None and only in at:
@@ -125,12 +132,12 @@ class Serving:
                 self.stacks.pop(rank, None)
                 self.adapter.refs.forget(thread_of(self.slot, rank))
             self._tell_continued(targets)
-            future.set_result({"allThreadsContinued": targets == set(at)})
+            settle(future, {"allThreadsContinued": targets == set(at)})
             return "c" if command == "detach" else STEPS[command]
         if command == "breakpoints":
-            future.set_result({})
+            settle(future, {})
             return None
-        future.set_result(self._question(command, args))
+        settle(future, self._question(command, args))
         return None
 
     def _refusal(self, args: dict, at: set[int]) -> str | None:
