@@ -147,6 +147,7 @@ def run_command(
             run.quits,
             run.interrupt_from_elsewhere,
             run._states,
+            lambda ranks: run.started.signal(signal.SIGINT, ranks),
         )
         background.serve, background.stopped = run.held.serve_waiting, run.held.stopped
         background.asking = run.held.asking

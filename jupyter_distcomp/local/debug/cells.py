@@ -189,6 +189,7 @@ class CellDebug:
             self.quits,
             lambda: world.signal(sorted(running()), signal.SIGINT),
             world.states,
+            self._interrupt,
         )
         return self.held
 
