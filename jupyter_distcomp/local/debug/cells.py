@@ -13,6 +13,8 @@ serves the prompts from the kernel's main thread.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import socket
 import sys
@@ -145,7 +147,18 @@ class CellDebug:
         )
 
     def _interrupt(self, ranks: list[int]) -> None:
-        self.world.signal(ranks, signal.SIGINT)
+        """SIGINT to the ranks' own processes (an evaluation past its time limit): not to
+        the processes they started (a DataLoader's workers), as ``world.signal`` does."""
+        elsewhere = []
+        for rank in ranks:
+            info = self.world.ranks[rank]
+            if info.pid and is_local_host(info.host):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(info.pid, signal.SIGINT)
+            else:
+                elsewhere.append(rank)
+        if elsewhere:
+            self.world.signal(elsewhere, signal.SIGINT)
 
     def arm(self, code: str, shell: Any, ranks: list[int], timeout: float | None = None) -> None:
         """Before the cell: with JupyterLab's debugger on, the ranks get its breakpoints
