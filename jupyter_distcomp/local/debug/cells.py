@@ -58,6 +58,21 @@ def cell_source(shell: Any, code: str) -> str:
     return source if body in source else ""
 
 
+def interrupt_ranks(world: World, ranks: list[int]) -> None:
+    """SIGINT to the ranks' own processes (an evaluation past its time limit): not to the
+    processes they started (a DataLoader's workers), as ``world.signal`` does."""
+    elsewhere = []
+    for rank in ranks:
+        info = world.ranks[rank]
+        if info.pid and is_local_host(info.host):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(info.pid, signal.SIGINT)
+        else:
+            elsewhere.append(rank)
+    if elsewhere:
+        world.signal(elsewhere, signal.SIGINT)
+
+
 def channel_host(world: World) -> str:
     """The address the ranks already use: loopback for local ranks, else this machine's
     address on the way to the first rank on another host."""
@@ -147,18 +162,7 @@ class CellDebug:
         )
 
     def _interrupt(self, ranks: list[int]) -> None:
-        """SIGINT to the ranks' own processes (an evaluation past its time limit): not to
-        the processes they started (a DataLoader's workers), as ``world.signal`` does."""
-        elsewhere = []
-        for rank in ranks:
-            info = self.world.ranks[rank]
-            if info.pid and is_local_host(info.host):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(info.pid, signal.SIGINT)
-            else:
-                elsewhere.append(rank)
-        if elsewhere:
-            self.world.signal(elsewhere, signal.SIGINT)
+        interrupt_ranks(self.world, ranks)
 
     def arm(self, code: str, shell: Any, ranks: list[int], timeout: float | None = None) -> None:
         """Before the cell: with JupyterLab's debugger on, the ranks get its breakpoints

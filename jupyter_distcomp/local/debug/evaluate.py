@@ -4,7 +4,6 @@ prompt does), on idle ranks in their namespace; the stops stay for ``%distcomp w
 
 from __future__ import annotations
 
-import signal
 from typing import TYPE_CHECKING
 
 from ...contracts import RankState
@@ -12,6 +11,7 @@ from ...core.compare_table import CompareTable, check_expression, table
 from ...core.ranges import format_ranks
 from ...errors import RankError
 from ...rank_side.compare import SLOT, diff_value, summarize
+from .cells import interrupt_ranks
 from .group import Group
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def compare_stopped(world: World, ranks: list[int], expr: str, rtol: float | Non
         return table(world.name, expr, summaries, rtol)
     assert channel is not None
     group = Group(channel, lambda session, prompt: "", lambda: None, None, None, None, world.name)
-    group.interrupt = lambda stuck: world.signal(stuck, signal.SIGINT)
+    group.interrupt = lambda late: interrupt_ranks(world, late)
     members = group.hold(stops)
     try:
         summaries.update(group.evaluate(members, expr))
