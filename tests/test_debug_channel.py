@@ -110,6 +110,28 @@ def test_a_flood_of_idle_clients_costs_no_thread_is_capped_and_a_rank_still_stop
             client.close()
 
 
+def test_a_client_that_sends_a_huge_frame_or_a_wrong_answer_is_dropped_at_once(channel):
+    huge = socket.create_connection((channel.host, channel.port))
+    wrong = socket.create_connection((channel.host, channel.port))
+    tic = time.monotonic()
+    huge.sendall(b"\x7f\xff\xff\xff" + b"x" * 100)  # a 2 GB frame announced
+    wrong.recv(1024)  # the challenge
+    wrong.sendall(b"\x00\x00\x00\x10" + b"0" * 16)  # an answer without the key
+    for client in (huge, wrong):
+        client.settimeout(AUTH_SECONDS)
+        try:
+            while client.recv(1024):
+                pass
+        except ConnectionResetError:
+            pass
+        client.close()
+    assert time.monotonic() - tic < 1, "a bad client was kept until its deadline"
+    deadline = time.monotonic() + 2
+    while channel.refused < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert channel.refused == 2 and channel.pending_connections == 0
+
+
 RANK_PROGRAM = "breakpoint()\nprint('ran on', flush=True)\n"
 
 
