@@ -18,6 +18,7 @@ connection and pauses accepting a moment), so a later ``breakpoint()`` still con
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import os
 import selectors
@@ -37,6 +38,7 @@ ACCEPT_BACKOFF = 0.5
 
 CHALLENGE = b"#CHALLENGE#"
 WELCOME = b"#WELCOME#"
+FAILURE = b"#FAILURE#"
 DIGESTS = {"md5", "sha256", "sha384", "sha512", "sha3_256", "sha3_384", "sha3_512"}
 
 
@@ -58,6 +60,11 @@ def verified(key: bytes, message: bytes, response: bytes) -> bool:
         expected = hmac.new(key, message, "sha256").digest()
         return hmac.compare_digest(expected, response[len(prefix) :])
     return hmac.compare_digest(hmac.new(key, message, "md5").digest(), response)
+
+
+class WrongKey(ValueError):
+    """The peer answered our challenge without the key: it is told so (``#FAILURE#``, as
+    ``deliver_challenge`` does, so its ``answer_challenge`` raises AuthenticationError)."""
 
 
 def _frame(payload: bytes) -> bytes:
@@ -99,7 +106,7 @@ class _Pending:
         """Take one frame; True once the peer has passed both challenges."""
         if self.step == "response":
             if not verified(self.key, self.challenge, payload):
-                raise ValueError("wrong key")
+                raise WrongKey("wrong key")
             self.outbox += _frame(WELCOME)
             self.step = "challenge"
             return False
@@ -227,7 +234,10 @@ class Listener:
                 self._flush(pending)
         except BlockingIOError:
             pass
-        except (OSError, EOFError, ValueError):
+        except (OSError, EOFError, ValueError) as exc:
+            if isinstance(exc, WrongKey):
+                with contextlib.suppress(OSError):
+                    pending.sock.send(_frame(FAILURE))
             self._drop(pending)
             return
         wanted = selectors.EVENT_READ | (selectors.EVENT_WRITE if pending.outbox else 0)
