@@ -41,20 +41,25 @@ def _stops_and_goes(channel: DebugChannel, rank: int = 3) -> None:
 
 def test_the_channel_survives_running_out_of_file_descriptors(channel):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    clients = []
+    clients = [socket.socket() for _ in range(20)]  # their descriptors taken before
+    filler = []
     resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 40, hard))
-    try:  # the audit's attack: connections until the kernel has no descriptor left
+    try:  # the audit's attack: the kernel has no descriptor left, and clients connect
         while True:
             try:
-                clients.append(socket.create_connection((channel.host, channel.port), 2))
+                filler.append(os.open(os.devnull, os.O_RDONLY))
             except OSError:
                 break
+        for client in clients:
+            client.connect((channel.host, channel.port))  # into the listener's backlog
         time.sleep(0.5)  # accept() fails with EMFILE meanwhile
     finally:
+        for fd in filler:
+            os.close(fd)
         for client in clients:
             client.close()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-    assert len(clients) >= 10
+    assert len(filler) >= 10
     assert channel.accept_errors > 0, "accept() never ran out of descriptors: no attack"
     tic = time.monotonic()
     _stops_and_goes(channel)  # a later breakpoint() still gets its prompt
