@@ -327,17 +327,18 @@ def test_an_evaluation_past_the_time_limit_is_interrupted_and_a_blocked_rank_is_
     assert "ranks 0-2: '!while True: pass' ran past the debugger's time limit of 2 s" in text
     assert "KeyboardInterrupt" in text and "SystemExit" in text, text
     assert "rank 1 did not answer 'p comm.allreduce(1)' after the interrupt" in text, text
-    assert out.prompts == [
+    assert out.prompts[:5] == [
         "(Pdb ranks 0-2) ",
         "(Pdb ranks 0-2) ",
         "(Pdb ranks 0-2) ",
         "(Pdb rank 1) ",
         "(Pdb ranks 0, 2) ",
-        "(Pdb ranks 0-2) ",
-        "(Pdb ranks 0-2) ",
     ], out.transcript
-    assert "[ranks 0, 2] 3" in text, text  # the collective completed, rank 1 rejoined:
-    assert "[rank 0] 0" in text and "*** KeyboardInterrupt\n1\n" in text, text
+    # rank 1 rejoins once its collective completes: by the next prompt, or the one after
+    assert set(out.prompts[5:]) <= {"(Pdb ranks 0, 2) ", "(Pdb ranks 0-2) ", "(Pdb rank 1) "}
+    assert "(Pdb ranks 0-2) " in out.prompts[5:] or "(Pdb rank 1) " in out.prompts[5:]
+    assert "[ranks 0, 2] 3" in text, text  # the collective completed
+    assert "[rank 1] *** KeyboardInterrupt" in text, text  # the interrupt, once it returned
     assert all(f"[rank {r}] after {r}" in text for r in range(3)), text
     assert time.monotonic() - tic < 60
 
