@@ -18,7 +18,7 @@ STAMP := $(VENV)/.installed-$(HASH)
 LAB_STAMP := $(VENV)/.installed-lab-$(HASH)
 TEST_STAMP := $(VENV)/.installed-test-$(HASH)
 
-.PHONY: demo lab test test-fast screenshots soak lint format bench docs
+.PHONY: demo lab test test-gpu test-fast screenshots soak lint format bench docs
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -75,6 +75,11 @@ $(SSHD):
 
 test: lint $(CHROMIUM) $(SSHD)
 	$(PY) -m pytest
+
+# the GPU tests alone (tests/test_gpu.py): on a machine with at least one CUDA GPU; elsewhere
+# they are skipped with the reason. bench/gpu_check.sh runs them with the NCCL ledger bench.
+test-gpu: $(TEST_STAMP)
+	$(PY) -m pytest -m gpu tests/
 
 # the documentation site, with the shipped notebooks executed as pages (build/docs/html/)
 docs: $(TEST_STAMP)

@@ -6,6 +6,8 @@
 2. Build + validate the job for the largest public spec with `to_azureml_job`, against
    azure-ai-ml's own `command(...)` + validation for the equivalent hand-written job, measured
    in this same run (ratio ours / azure-ai-ml).
+3. `submit` over HTTP to the local stand-in (each answer delayed 50 ms, a round trip to
+   Azure), with and without the preflight of the layout against the compute.
 
 Run: .venv/bin/python bench/bench_azureml.py
 """
@@ -158,9 +160,73 @@ def build_job(runs: int = 30) -> None:
     )
 
 
+def submit_preflight(runs: int = 9, latency: float = 0.05) -> None:
+    """Submit with and without the preflight, over HTTP to the stand-in, each answer delayed
+    by ``latency`` (a network round trip); the preflight's own requests are counted."""
+    from jupyter_distcomp.azureml import preflight, submit
+    from tests.azure_standin import AzureStandIn
+
+    folder = Path(tempfile.mkdtemp(prefix="bench-preflight-"))
+    try:
+        with warnings.catch_warnings(), AzureStandIn(latency=latency) as standin:
+            warnings.simplefilter("ignore")
+            component = prepare_gpu_spec(folder)
+            ml_client = standin.ml_client(show_progress=False)
+
+            def run(check: bool) -> None:
+                submit(
+                    component,
+                    ml_client,
+                    inputs={"data": "azureml://x/"},
+                    compute="gpu",
+                    preflight=check,
+                )
+
+            def requests(check: bool, fresh: bool = False) -> int:
+                if fresh:
+                    preflight._SIZES.clear()
+                count = len(standin.requests)
+                run(check)
+                return len(standin.requests) - count
+
+            total = requests(False)
+            first = requests(True, fresh=True) - total
+            cached = requests(True) - total
+            times: dict[bool, list[float]] = {False: [], True: []}
+            for _ in range(runs):  # interleaved, so load on the machine hits both alike
+                for check in (False, True):
+                    t0 = time.perf_counter()
+                    run(check)
+                    times[check].append(time.perf_counter() - t0)
+            t_without, t_with = (statistics.median(times[c]) for c in (False, True))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    print(
+        f"submit (torch.distributed, {latency * 1000:.0f} ms a round trip, {total} requests): "
+        f"median {t_without * 1000:.0f} ms without the preflight, {t_with * 1000:.0f} ms with "
+        f"it (+{(t_with - t_without) * 1000:.0f} ms); the preflight sends {first} request(s) "
+        f"the first time in a location, then {cached}"
+    )
+
+
+def prepare_gpu_spec(folder: Path):
+    from jupyter_distcomp import load_component
+
+    (folder / "train.py").write_text("print('training')\n")
+    (folder / "spec.yaml").write_text(
+        "name: train\ntype: DistributedComponent\ninputs:\n  data: {type: AnyDirectory}\n"
+        "launcher:\n  type: torch.distributed\n  additional_arguments: python train.py "
+        "--data {inputs.data}\nenvironment:\n  name: AzureML-Minimal\n"
+    )
+    component = load_component(folder / "spec.yaml")
+    component.runsettings.resource_layout.configure(instance_count=2, process_count_per_node=4)
+    return component
+
+
 def main() -> None:
     startup()
     build_job()
+    submit_preflight()
 
 
 if __name__ == "__main__":

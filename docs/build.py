@@ -24,6 +24,8 @@ def stage(out: Path, notebooks: Path) -> Path:
     source = out / "source"
     shutil.rmtree(source, ignore_errors=True)
     shutil.copytree(DOCS, source, ignore=shutil.ignore_patterns("build.py", "__pycache__"))
+    # the README's magic table is the one copy, which using.md includes
+    shutil.copy(DOCS.parent / "README.md", source / "_readme.md")
     shutil.copytree(
         notebooks, source / "notebooks", ignore=shutil.ignore_patterns("outputs", ".ipynb_*")
     )

@@ -5,7 +5,7 @@ author = "the jupyter-distcomp developers"
 extensions = ["myst_nb"]
 # the pages are Markdown (MyST); the shipped notebooks are pages too, copied in by build.py
 source_suffix = {".md": "myst-nb", ".ipynb": "myst-nb"}
-exclude_patterns = ["_build", "build.py", "**/.ipynb_checkpoints"]
+exclude_patterns = ["_build", "build.py", "_readme.md", "**/.ipynb_checkpoints"]
 myst_enable_extensions = ["colon_fence"]
 myst_heading_anchors = 3
 # build.py passes the mode: "off" for notebooks the test suite has already executed,

@@ -4,7 +4,9 @@ It serves what ``MLClient.jobs.create_or_update`` / ``jobs.get`` call for a comm
 local code folder: the code-asset lookup, the pending upload that hands out a blob SAS URI,
 the blob calls themselves (the SAS URI points back here, Azurite-style
 ``http://127.0.0.1:PORT/ACCOUNT/CONTAINER``), the code and anonymous environment versions, and
-the job PUT / GET. Every request is recorded with its parsed body, so
+the job PUT / GET; and what the submission's preflight reads: a compute (``computes/NAME``, the
+workspace's list of computes) and the location's VM sizes (``locations/LOC/vmSizes``), from
+:attr:`AzureStandIn.computes` and :data:`VM_SIZES`. Every request is recorded with its parsed body, so
 tests assert on what really went over the wire. Failures (401, 404, 400, 429, 5xx) are
 scripted per route with :meth:`AzureStandIn.fail`.
 
@@ -31,6 +33,11 @@ RESOURCE_GROUP = "rg-distcomp"
 WORKSPACE = "ws-distcomp"
 TOKEN = "FAKE-BEARER-TOKEN-6f1d2c9a"  # a test greps outputs and files for it
 SAS_SIGNATURE = "FAKE-SAS-SIGNATURE-93be1d"
+_SIZES_PATH = re.compile(
+    r"^/subscriptions/(?P<sub>[^/]+)/providers/Microsoft\.MachineLearningServices/locations/"
+    r"(?P<location>[^/]+)/vmSizes$",
+    re.IGNORECASE,
+)
 _WS_PATH = re.compile(
     r"^/subscriptions/(?P<sub>[^/]+)/resourceGroups/(?P<rg>[^/]+)/providers/"
     r"Microsoft\.MachineLearningServices/workspaces/(?P<ws>[^/]+)(?P<rest>/.*)?$",
@@ -75,6 +82,40 @@ class FakeCredential:
         return AccessToken(self.token, int(time.time()) + 3600)
 
 
+LOCATION = "westeurope"
+#: the VM sizes of the location, as ``locations/LOC/vmSizes`` lists them (real sizes' figures)
+VM_SIZES = [
+    {
+        "name": name,
+        "family": family,
+        "vCPUs": cpus,
+        "gpus": gpus,
+        "osVhdSizeMB": 1047552,
+        "maxResourceVolumeMB": disk,
+        "memoryGB": memory,
+        "lowPriorityCapable": True,
+        "premiumIO": True,
+        "supportedComputeTypes": ["Cluster", "ComputeInstance"],
+    }
+    for name, family, cpus, gpus, memory, disk in (
+        ("Standard_DS3_v2", "standardDSv2Family", 4, 0, 14.0, 28672),
+        ("Standard_NC6s_v3", "standardNCSv3Family", 6, 1, 112.0, 344064),
+        ("Standard_NC24s_v3", "standardNCSv3Family", 24, 4, 448.0, 1376256),
+        ("Standard_ND96asr_v4", "standardNDASv4_A100Family", 96, 8, 900.0, 6830080),
+    )
+]
+#: the workspace's computes: name -> (computeType, VM size as Azure writes it, max nodes)
+COMPUTES = {
+    "cpu": ("AmlCompute", "STANDARD_DS3_V2", 4),
+    "cpu-cluster": ("AmlCompute", "STANDARD_DS3_V2", 4),
+    "cpu-default": ("AmlCompute", "STANDARD_DS3_V2", 4),
+    "gpu": ("AmlCompute", "STANDARD_NC24S_V3", 4),
+    "gpu-cluster": ("AmlCompute", "STANDARD_NC24S_V3", 4),
+    "gpu-small": ("AmlCompute", "STANDARD_NC6S_V3", 2),
+    "my-instance": ("ComputeInstance", "STANDARD_NC6S_V3", 1),
+    "aks": ("Kubernetes", "", 0),
+}
+
 #: where the stand-in says a running job's interactive service listens
 INTERACTIVE_ENDPOINT = "https://standin.instances.azureml.ms/{}"
 
@@ -89,17 +130,20 @@ class AzureStandIn:
         workspace: str = WORKSPACE,
         token: str = TOKEN,
         statuses: tuple[str, ...] = ("Queued", "Running", "Completed"),
+        latency: float = 0.0,
     ):
         self.subscription = subscription
         self.resource_group = resource_group
         self.workspace = workspace
         self.token = token
         self.statuses = statuses
+        self.latency = latency  # seconds each answer waits (a network round trip, for benches)
         self.requests: list[Recorded] = []
         self.jobs: dict[str, dict] = {}
         self.job_gets: dict[str, int] = {}
         self.blobs: dict[str, bytes] = {}
         self.failures: list[_Failure] = []
+        self.computes: dict[str, tuple[str, str, int]] = dict(COMPUTES)
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -203,6 +247,9 @@ class AzureStandIn:
         """Answer one ARM request: (status, body dict or None, extra headers)."""
         if headers.get("authorization") != f"Bearer {self.token}":
             return 401, _error("InvalidAuthenticationToken", "The access token is invalid."), {}
+        sizes = _SIZES_PATH.match(path)
+        if sizes and method == "GET" and sizes["sub"] == self.subscription:
+            return 200, {"value": VM_SIZES}, {}
         match = _WS_PATH.match(path)
         if not match:
             return 404, _error("NotFound", f"No route for {method} {path}"), {}
@@ -248,7 +295,57 @@ class AzureStandIn:
             return 201, _resource(ws_id, rest, parts, body), {}
         if parts[:1] == ["jobs"] and len(parts) == 2:
             return self._job(method, ws_id, parts[1], body)
+        if parts == ["computes"] and method == "GET":
+            return 200, {"value": [self._compute(ws_id, n) for n in self.computes]}, {}
+        if parts[:1] == ["computes"] and len(parts) == 2 and method == "GET":
+            if parts[1] not in self.computes:
+                return (
+                    404,
+                    _error(
+                        "ResourceNotFound",
+                        "The Resource 'Microsoft.MachineLearningServices/workspaces/"
+                        f"{self.workspace}/computes/{parts[1]}' under resource group "
+                        f"'{self.resource_group}' was not found.",
+                    ),
+                    {},
+                )
+            return 200, self._compute(ws_id, parts[1]), {}
         return 404, _error("NotFound", f"The stand-in does not serve {method} {rest}"), {}
+
+    def _compute(self, ws_id: str, name: str) -> dict:
+        """A compute as ``computes/NAME`` GET answers (ComputeResource)."""
+        kind, size, max_nodes = self.computes[name]
+        own: dict[str, Any] = {"vmSize": size, "osType": "Linux"}
+        if kind == "Kubernetes":
+            own = {"namespace": "default", "defaultInstanceType": "defaultinstancetype"}
+        elif kind == "AmlCompute":
+            own.update(
+                vmPriority="Dedicated",
+                scaleSettings={
+                    "maxNodeCount": max_nodes,
+                    "minNodeCount": 0,
+                    "nodeIdleTimeBeforeScaleDown": "PT2M",
+                },
+                currentNodeCount=0,
+                targetNodeCount=0,
+                allocationState="Steady",
+            )
+        else:
+            own["state"] = "Running"
+        return {
+            "id": f"{ws_id}/computes/{name}",
+            "name": name,
+            "type": "Microsoft.MachineLearningServices/workspaces/computes",
+            "location": LOCATION,
+            "properties": {
+                "computeType": kind,
+                "computeLocation": LOCATION,
+                "provisioningState": "Succeeded",
+                "isAttachedCompute": False,
+                "disableLocalAuth": True,
+                "properties": own,
+            },
+        }
 
     def _job(self, method: str, ws_id: str, name: str, body: Any):
         if method == "PUT":
@@ -363,6 +460,8 @@ class _Handler(BaseHTTPRequestHandler):
                 body = data
         recorded_headers = {k: v for k, v in headers.items() if k != "authorization"}
         owner.requests.append(Recorded(self.command, split.path, query, recorded_headers, body))
+        if owner.latency:
+            time.sleep(owner.latency)
         failure = owner._scripted_failure(self.command, split.path)
         if failure is not None:
             self._reply(failure.status, failure.body, failure.headers)

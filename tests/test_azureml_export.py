@@ -152,6 +152,33 @@ def test_export_magic(ip, tmp_path, monkeypatch):
     assert not (tmp_path / "bad.yml").exists()
 
 
+def test_export_of_a_spec_without_environment_names_the_image_it_picks(ip, tmp_path, monkeypatch):
+    from azure.ai.ml import load_job
+    from IPython.utils.capture import capture_output
+
+    from jupyter_distcomp.azureml.environment import DEFAULT_IMAGE
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    bare = MAGIC_SPEC.split("environment:")[0].replace("mpi_quick", "mpi_bare")
+    assert ip.run_cell(f"%%distcomp bare\n{bare}").success
+    with capture_output() as captured:
+        result = ip.run_cell(
+            "%distcomp export bare bare.yml --input data=azureml://datastores/workspaceblobstore/paths/d/ --compute cpu"
+        )
+    assert result.success, result.error_in_exec
+    said = f"'mpi_bare' names no environment: the job runs in Azure ML's base image {DEFAULT_IMAGE}"
+    assert said in captured.stdout, captured.stdout
+    assert "Fix: add an `environment:` section to the spec" in captured.stdout
+    assert load_job(tmp_path / "bare.yml").environment.image == DEFAULT_IMAGE
+    assert ip.run_cell(f"%%distcomp quick\n{MAGIC_SPEC}").success
+    with capture_output() as captured:
+        result = ip.run_cell(
+            "%distcomp export quick quick.yml --input data=azureml://datastores/workspaceblobstore/paths/d/ --compute cpu"
+        )
+    assert result.success and "names no environment" not in captured.stdout, captured.stdout
+
+
 def test_azure_ai_ml_is_imported_by_export_not_by_load_ext(tmp_path):
     import subprocess
     import sys

@@ -70,6 +70,8 @@ def test_submitted_job_keeps_layout_command_and_inputs(standin, tmp_path):
     job = submit(component, client(standin), inputs={"data": DATA}, compute="cpu-cluster")
 
     def kind(r) -> str:
+        if "/computes/" in r.path:
+            return "compute"
         if "/codes/" in r.path:
             return {"GET": "code lookup", "POST": "pending upload", "PUT": "code version"}[r.method]
         if "/jobs/" in r.path:
@@ -77,9 +79,9 @@ def test_submitted_job_keeps_layout_command_and_inputs(standin, tmp_path):
         return "blob metadata" if "comp" in r.query else f"blob {r.method}"
 
     kinds = [kind(r) for r in standin.requests]
-    assert kinds[:2] == ["code lookup", "pending upload"]
+    assert kinds[:3] == ["compute", "code lookup", "pending upload"]  # the preflight reads it
     assert kinds[-2:] == ["code version", "job"]
-    assert set(kinds[2:-2]) == {"blob HEAD", "blob PUT", "blob metadata"}
+    assert set(kinds[3:-2]) == {"blob HEAD", "blob PUT", "blob metadata"}
     uploaded = {path.rsplit("/", 1)[-1]: data for path, data in standin.blobs.items()}
     assert uploaded["train.py"] == b"print('training')\n"  # the code folder, uploaded
     assert set(uploaded) == {"train.py", "spec.yaml"}

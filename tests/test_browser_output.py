@@ -146,3 +146,39 @@ def test_progress_bars_and_the_per_rank_view_with_16_ranks(lab, page):
     )
     assert rank_lines(shown_text(page, 5)) == merged
     assert cell(page, 5).locator(".jp-InputPrompt").inner_text() == count, "it ran again"
+
+
+def test_rank_widgets_survive_a_page_reload(lab, page):
+    url = lab.write_notebook(
+        "reload.ipynb",
+        [
+            "%load_ext jupyter_distcomp\n%config DistComp.default_process_count_per_node = 2",
+            "%%distcomp pair\n" + SPEC.replace("many", "pair"),
+            "%%distcomp run pair\nfrom tqdm.notebook import tqdm\nimport time\n"
+            "for i in tqdm(range(5), desc=f'rank {mpi_rank}'):\n    time.sleep(0.1)",
+        ],
+    )
+    open_notebook(page, url)
+    run_and_wait(page, 0, r"^$|.*", timeout=60)
+    run_and_wait(page, 1, r"2 rank\(s\)", timeout=300)
+    run_and_wait(page, 2, r"(5/5[\s\S]*){2}")
+    bars = output_of(page, 2).locator(".widget-hprogress")
+    assert bars.count() == 2
+    wait_kernel_idle(page)
+    page.keyboard.press("Control+s")  # the outputs (the bars' views) are in the file now
+    page.wait_for_function(
+        "() => !window.jupyterapp.shell.currentWidget.context.model.dirty", timeout=30_000
+    )
+
+    missing: list[str] = []
+    page.on("console", lambda msg: missing.append(msg.text) if "not found" in msg.text else None)
+    page.reload()
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    wait_kernel_idle(page)
+    # the kernel runs on: each rank's bar comes back at its end, as a plain cell's would
+    ends = output_of(page, 2).locator(".widget-hbox", has_text="100%")
+    expect(ends).to_have_count(2, timeout=30_000)
+    texts = [text.replace("\u2007", " ") for text in ends.all_inner_texts()]  # tqdm's spaces
+    assert all("5/5" in text for text in texts) and "rank 0" in " ".join(texts), texts
+    assert not missing, missing
+    assert "not found" not in output_of(page, 2).inner_text()

@@ -75,7 +75,8 @@ def test_states_errors_and_views_a_person_sees(lab, page):
         "views.ipynb",
         [
             "%load_ext jupyter_distcomp\n%config DistComp.default_instance_count = 2\n"
-            "%config DistComp.default_process_count_per_node = 2",
+            "%config DistComp.default_process_count_per_node = 2\n"
+            '%config DistComp.prestart = "always"',  # the panels show a start ahead
             f"%%distcomp views_demo\n{SPEC}",
             "%%distcomp run views_demo\nprint('hello from', mpi_rank, 'of', mpi_size)",
             "%%distcomp run views_demo\nx = mpi_rank\nif mpi_rank > 0:\n    1 / 0",
@@ -197,6 +198,8 @@ def test_states_errors_and_views_a_person_sees(lab, page):
     )
     assert panel.locator(".distcomp-btn-stop").is_disabled()
     page.locator(STATUS, has_text="distcomp: 0 ranks").wait_for(timeout=30_000)
+    said = panel.locator(".distcomp-status")
+    assert said.inner_text().strip(), "the stop left no status line to clear"
 
     # a kernel restart: the panel says it no longer reaches the kernel
     wait_kernel_idle(page)
@@ -206,6 +209,7 @@ def test_states_errors_and_views_a_person_sees(lab, page):
     note.wait_for(timeout=60_000)
     assert "Re-run the cell" in note.inner_text()
     assert panel.locator(".distcomp-btn-start").is_disabled()
+    assert said.inner_text().strip() == "", "the last action's line outlived the kernel"
     screenshot(page, "views-restarted")
 
 

@@ -76,6 +76,20 @@ def test_a_rank_that_never_came_is_missing_with_what_it_does():
     assert verdict.text().endswith("rank 2 has not called it: its cell has ended")
 
 
+def test_a_rank_that_raised_or_sits_at_a_prompt_is_said_so_not_to_have_gone_on():
+    ledgers = {0: [call(1, data="[4] float32")], 1: [call(1, data="[4] float32")]}
+    ledgers |= {r: [call(1, data="[5] float32", running=True)] for r in (2, 3)}
+    ledgers[4] = []
+    besides = {0: "raised an error", 4: "is stopped at a breakpoint prompt"}
+    (verdict,) = ledger.verdicts(ledgers, 5, busy={1, 2, 3, 4}, besides=besides)
+    table = ledger.by_group(ledgers)["default group"][1]
+    text = ledger.verdict_text(verdict, table, besides)
+    assert "rank 0 raised an error; rank 1 went on (their result may be wrong)" in text, text
+    assert "went on" not in text.split("rank 1")[0], text
+    assert "rank 4 has not called it: it is stopped at a breakpoint prompt" in text, text
+    assert "runs other code" not in text
+
+
 def test_agreeing_ranks_and_a_slow_collective_give_no_verdict():
     assert ledger.verdicts({r: [call(1), call(2)] for r in range(4)}, 4) == []
     everyone_in = {r: [call(1, running=True)] for r in range(4)}
@@ -95,9 +109,10 @@ def test_groups_are_aligned_separately():
 
 
 def test_a_flight_recorder_dump_joins_the_ledger(tmp_path):
-    """The shape torch's NCCL Flight Recorder dumps (``_dump_nccl_trace``), as the kernel
-    reads it beside a rank's ledger."""
-    import pickle
+    """The shape torch's NCCL Flight Recorder dumps (``_dump_nccl_trace_json``), as the
+    kernel reads it beside a rank's ledger: NCCL's calls with their GPU-side state, gloo's
+    left out (the ledger's own rows record them)."""
+    import json
 
     entry = {
         "collective_seq_id": 5,
@@ -108,6 +123,7 @@ def test_a_flight_recorder_dump_joins_the_ledger(tmp_path):
         "state": "started",
         "time_created_ns": 1_000_000_000,
         "time_discovered_started_ns": 2_000_000_000,
+        "pg_id": 0,
         "time_discovered_completed_ns": None,
         "is_p2p": False,
         "frames": [
@@ -117,15 +133,28 @@ def test_a_flight_recorder_dump_joins_the_ledger(tmp_path):
     }
     path = tmp_path / "rank-0.ledger"
     Ring(str(path))
-    (tmp_path / "rank-0.ledger.nccl").write_bytes(pickle.dumps({"entries": [entry]}))
+    gloo = {**entry, "profiling_name": "gloo:all_reduce", "state": "scheduled"}
+    dump = {"entries": [entry, gloo], "pg_config": {"0": {"ranks": "[0, 1]"}}}
+    (tmp_path / "rank-0.ledger.torch").write_text(json.dumps(dump))
     (read,) = ledger.read_ledger(str(path))
-    assert (read.seq, read.op, read.data, read.group) == (
+    assert (read.seq, read.op, read.data, read.group, read.gpu) == (
         5,
         "all_reduce",
-        "[4] Float",
-        "nccl group 0",
+        "[4] float32",
+        "nccl group 0 (ranks 0, 1)",
+        "started",
     )
-    assert read.running and read.started == 2.0 and read.site() == "train.py:12 in step"
+    assert read.running and read.started == 1.0 and read.site() == "train.py:12 in step"
+    assert read.members == (0, 1)
+    # a group torch's record gives no ranks for: those of the ledger's group of that name
+    ring = Ring(str(path))
+    ring.begin(1, (COLLECTIVE, "group 3 (ranks 0, 2)", "barrier", "", "", "", ""), CELL, 2)
+    third = {**entry, "process_group": ("3", "undefined")}
+    (tmp_path / "rank-0.ledger.torch").write_text(json.dumps({"entries": [third]}))
+    assert [e.group for e in ledger.read_ledger(str(path))] == [
+        "group 3 (ranks 0, 2)",
+        "nccl group 3 (ranks 0, 2)",
+    ]
 
 
 def test_a_non_blocking_call_runs_until_complete_and_blocks_only_in_a_wait(tmp_path):
@@ -200,3 +229,69 @@ def test_the_torch_wrapper_reads_each_argument_form_and_the_callers_line(tmp_pat
     assert [e.line for e in entries] == [line + 1, line + 2, line + 3]
     assert {os.path.basename(e.file) for e in entries} == {"test_collectives_units.py"}
     assert not any(e.running for e in entries)
+
+
+def test_collectives_say_each_nccl_calls_state_on_the_gpu():
+    from jupyter_distcomp.local.inspect.collectives import report
+
+    def nccl(rank: int, seq: int, gpu: str) -> Entry:
+        done = 2.0 if gpu == "completed" else 0.0
+        entry = Entry(
+            seq, 1.0, done, COLLECTIVE, "nccl group 0 (ranks 0, 1)", "all_reduce", "[4] float32"
+        )
+        entry.gpu = gpu
+        return entry
+
+    ledgers = {0: [nccl(0, 1, "completed"), nccl(0, 2, "started")], 1: [nccl(1, 1, "completed")]}
+    text = report("t", ledgers, 2, {0, 1}, 10).text()
+    assert "ranks 0-1 done (ranks 0-1 completed on the GPU)" in text, text
+    assert "rank 0 waits since" in text and "(rank 0 running on the GPU)" in text, text
+    assert "rank 1 has not called it" in text, text
+
+
+RECORD_FAILS = """\
+import os, sys, time
+from jupyter_distcomp.rank_side import ledger_hooks, torch_record
+torch_record.FLIGHT_EVERY = 0.1
+ledger_hooks.install(sys.argv[1])
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2], RANK="0", WORLD_SIZE="1")
+import torch, torch.distributed as dist
+c10d = torch._C._distributed_c10d
+def fails(*args):
+    raise RuntimeError("no record here")
+for name in torch_record._DUMPS:
+    if hasattr(c10d, name[0]):
+        setattr(c10d, name[0], fails)
+dist.init_process_group("gloo")
+dist.all_reduce(torch.ones(2))
+time.sleep(1.0)
+dist.destroy_process_group()
+"""
+
+
+def test_a_record_torch_cannot_dump_is_said_once_on_the_ranks_stderr(tmp_path):
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = subprocess.run(
+        [sys.executable, "-c", RECORD_FAILS, str(tmp_path / "r.ledger"), str(port)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            **os.environ,
+            "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        },
+    )
+    assert done.returncode == 0, done.stderr
+    said = [x for x in done.stderr.splitlines() if "cannot be read" in x]
+    assert said and len(said) == len(set(said)), done.stderr  # each failing dump once
+    assert "RuntimeError: no record here" in said[0], done.stderr
+    assert [r.op for r in ledger.read_ledger(str(tmp_path / "r.ledger"))] == ["all_reduce"]

@@ -114,6 +114,7 @@ def test_a_request_the_kernel_cannot_read_is_answered_not_acted_on(channel):
                     "process_count_per_node": 1,
                     "stopped": False,
                     "background": False,
+                    "hang": None,
                     "ranks": [
                         {"rank": 0, "node": 0, "local_rank": 0, "state": "asleep", "pid": None}
                     ],

@@ -181,15 +181,29 @@ def test_each_rank_sees_its_azure_variables(tmp_path, launcher, nodes, per_node)
     world = nodes if launcher == "tensorflow" else nodes * per_node
     assert result.returncodes == [0] * world
     infos = read_ranks(out, world)
+    # one node on 127.0.0.1; several: each on its own loopback address, node 0 at MASTER_ADDR
+    addrs = [f"127.0.0.{n + 2}" for n in range(nodes)] if nodes > 1 else ["127.0.0.1"]
     expected = rank_environments(
-        launcher, nodes, per_node, master_addr="127.0.0.1", master_port=_expected_port(infos[0])
+        launcher,
+        nodes,
+        per_node,
+        master_addr=addrs[0],
+        master_port=_expected_port(infos[0]),
+        node_hosts=addrs if nodes > 1 else None,
     )
+    if launcher == "mpi" and nodes > 1:  # NCCL on loopback, as for one node
+        expected = [{**env, "NCCL_SOCKET_IFNAME": "lo"} for env in expected]
     for rank, (info, wanted) in enumerate(zip(infos, expected, strict=True)):
         seen = {key: info["env"].get(key) for key in wanted}
         if launcher == "tensorflow":  # each call picks fresh free ports: compare the rest
             seen, wanted = _without_ports(seen), _without_ports(wanted)
         assert seen == wanted, f"rank {rank}"
-        assert info["cwd"] == str(tmp_path / "code")
+        node = rank // per_node if launcher != "tensorflow" else rank
+        if nodes == 1:
+            assert info["cwd"] == str(tmp_path / "code")
+        else:  # each node in its own copy of the code folder, as Azure ML's snapshot
+            assert info["cwd"].endswith(f"/node-{node}/code"), info["cwd"]
+            assert not Path(info["cwd"]).exists()  # removed with the run
         if under_mpiexec:  # one MPI world of all ranks, as mpirun gives on Azure ML
             assert info["mpi"] == [rank, world, world]
         else:  # Azure starts PyTorch-distribution and tensorflow ranks without mpirun

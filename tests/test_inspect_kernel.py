@@ -11,6 +11,7 @@ import queue
 import re
 import time
 
+import psutil
 import pytest
 
 from .ranks_support import MPI_SPEC
@@ -196,3 +197,34 @@ def test_where_sees_ranks_inside_a_gloo_collective(kernel, tmp_path):
     assert reply["status"] == "ok", text
     reply, text, _ = kernel.run("%distcomp compare gl dist.get_world_size()")
     assert "All ranks agree." in text and "0-1" in text
+
+
+def test_stop_ends_a_background_command_with_the_ranks_and_says_both(kernel, tmp_path):
+    (tmp_path / "train.py").write_text(TRAIN)
+    spec = COMMAND_SPEC.format(code=tmp_path, launcher="mpi")
+    reply, text, _ = kernel.run(f"%%distcomp halt\n{spec}")
+    assert reply["status"] == "ok", text
+    reply, text, _ = kernel.run("%%distcomp run halt\nprint('up', mpi_rank)")
+    assert reply["status"] == "ok" and "[rank 1] up 1" in text, text
+    reply, text, _ = kernel.run("%distcomp command halt --background --timeout 120")
+    assert reply["status"] == "ok", text
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        training = [p for p in kernel.processes() if "train.py" in " ".join(p.cmdline())]
+        if len(training) >= 2:
+            break
+        time.sleep(0.5)
+    assert len(training) >= 2, "the command's ranks never started"
+    reply, text, _ = kernel.run("%distcomp stop halt")
+    assert reply["status"] == "ok", text
+    said = "Stopped the ranks of halt; the background `%distcomp command` of halt (2 rank"
+    assert said in text, text
+    _, gone = psutil.wait_procs(training, timeout=10)
+    assert gone == [], f"still running after stop: {gone}"
+    reply, text, _ = kernel.run("%distcomp status halt")
+    assert "No ranks running" in text, text
+    # stopped on purpose: no failure is kept for `wait`
+    reply, text, _ = kernel.run("%distcomp wait halt --timeout 30")
+    assert reply["status"] == "ok", text
+    reply, text, _ = kernel.run("%distcomp stop halt")
+    assert "Nothing of halt was running." in text, text

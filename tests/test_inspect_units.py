@@ -143,6 +143,10 @@ def test_compare_table_nan_equals_nan_and_arrays_show_nan_and_inf_counts():
     arrays = {0: summarize_value(values[0], "unit"), 1: summarize_value(values[1], "unit")}
     text = table("w", "x", arrays, None).text()
     assert "(1 NaN, 1 Inf)" in text and "DIFFERS" in text, text
+    close = {r: summarize_value(0.5 + (0.25 if r == 2 else 0.0), "unit") for r in range(4)}
+    text = table("w", "loss", close, 0.6).text()
+    assert "rank 2 differs from rank 0 by at most 0.25, within rtol 0.6" in text, text
+    assert text.endswith("All ranks agree within rtol 0.6 (not all equal)."), text
     long = {r: summarize_value([*range(300), r], "unit") for r in range(2)}
     text = table("w", "xs", long, None).text()
     assert "297, 298, 299, 0]" in text and "297, 298, 299, 1]" in text, text
@@ -249,3 +253,53 @@ def test_an_unpicklable_reference_value_is_the_users_error():
     assert isinstance(why, str) and "cannot be sent to the other ranks" in why
     assert "TypeError" in why and "unpicklable" not in compare._SERVERS
     compare.forget("unpicklable")
+
+
+def test_a_tensor_is_summarised_and_compared_where_it_is_a_chunk_at_a_time(monkeypatch):
+    """compare's summary of a tensor is computed by torch on the tensor's device (for a
+    CUDA tensor, its GPU: tests/test_gpu.py): no copy of the tensor to the host; the max
+    |diff| of a differing rank reads both sides a chunk at a time."""
+    import torch
+
+    from jupyter_distcomp.rank_side import compare
+
+    monkeypatch.setattr(compare, "CHUNK", 7)  # several chunks, the last one short
+    base = torch.arange(40.0).reshape(4, 10)
+    strided = base.t()  # not contiguous: the same values as its contiguous copy
+    odd = base.clone()
+    odd[3, 9] += 0.5
+    odd[0, 1] = float("nan")
+    with monkeypatch.context() as no_host:
+        for name in ("cpu", "numpy"):
+            no_host.setattr(torch.Tensor, name, lambda *a, **k: pytest.fail("to the host"))
+        one = compare.summarize_value(base, "a")
+        same = compare.summarize_value(base.clone(), "b")
+        other = compare.summarize_value(odd, "c")
+        transposed = compare.summarize_value(strided, "d")
+        copy = compare.summarize_value(strided.contiguous(), "e")
+    assert one["digest"] == same["digest"] != other["digest"]
+    assert transposed["digest"] == copy["digest"] != one["digest"], "the shape counts"
+    assert (other["shape"], other["dtype"], other["nan"], other["inf"]) == (
+        (4, 10),
+        "float32",
+        1,
+        0,
+    )
+    ints = compare.summarize_value(torch.ones(3, dtype=torch.int8), "f")
+    assert (
+        ints["digest"] != compare.summarize_value(torch.ones(3, dtype=torch.uint8), "g")["digest"]
+    )
+    compare._KEPT["ref"] = base
+    address, port = compare.serve_value("ref", None, 1, "token", 10.0)
+    odd[0, 1] = 1.0
+    compare._KEPT["mine"] = odd
+    assert compare.diff_value("mine", (address, port, "token"), None) == {
+        "maxdiff": 0.5,
+        "close": False,
+    }
+    compare._KEPT["ref"] = {"w": base.to(torch.bfloat16)}
+    address, port = compare.serve_value("ref", None, 1, "token", 10.0)
+    compare._KEPT["mine"] = {"w": (base + 2).to(torch.bfloat16)}
+    result = compare.diff_value("mine", (address, port, "token"), None)
+    assert result["items"]["w"] == {"maxdiff": 2.0, "close": False}
+    compare.forget("ref")

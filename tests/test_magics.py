@@ -289,3 +289,15 @@ def test_an_error_from_inside_the_package_shows_no_package_frames(ip, tmp_path):
     assert "Error" in shown and str(target.parent.parent) in shown, shown
     assert "File " not in shown and ".py" not in shown, shown
     assert "Traceback" not in captured.stdout + captured.stderr
+
+
+def test_help_prints_the_subcommands_and_each_ones_options(ip):
+    result, captured = run_cell(ip, "--help")
+    assert result.success, result.error_in_exec
+    assert "unrecognized arguments" not in captured.stdout
+    assert "usage: %distcomp" in captured.stdout
+    assert "interrupt           send SIGINT to the busy ranks of NAME" in captured.stdout
+    result, captured = run_cell(ip, "stop --help")
+    assert result.success and "usage: %distcomp stop [-h] [name]" in captured.stdout
+    result, captured = run_cell(ip, "-h")
+    assert result.success and "%%distcomp NAME defines a component" in captured.stdout

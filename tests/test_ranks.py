@@ -43,7 +43,11 @@ def test_mpi_world_and_variables_match_the_layout(ip):
     assert cell.ok, cell.stdout
     world = get_backend().world("mpi")
     port = int(world.envs[0]["AZ_BATCH_MASTER_NODE"].rsplit(":", 1)[1])
-    expected = rank_environments("mpi", 2, 2, master_addr="127.0.0.1", master_port=port)
+    nodes = ["127.0.0.2", "127.0.0.3"]  # each emulated node on its own loopback address
+    expected = rank_environments(
+        "mpi", 2, 2, master_addr=nodes[0], master_port=port, node_hosts=nodes
+    )
+    expected = [{**env, "NCCL_SOCKET_IFNAME": "lo"} for env in expected]
     lines = by_rank(cell.stdout)
     assert sorted(lines) == [
         "[node 0 rank 0]",

@@ -393,7 +393,7 @@ def test_compare_finds_the_array_that_differs_on_the_second_host(debugged):
         assert what in odd and "DIFFERS" in odd, out.text
         assert float(odd.split()[-1]) == pytest.approx(diff, rel=1e-6), out.text
     out = debugged.run("%distcomp compare hdbg weights --rtol 0.6", timeout=180)
-    assert "All ranks agree." in out.text, out.text
+    assert "All ranks agree within rtol 0.6 (not all equal)." in out.text, out.text
 
 
 def test_a_failure_on_the_second_host_fails_fast_while_the_others_wait(debugged):

@@ -192,7 +192,8 @@ def test_compare_numbers_flags_the_odd_rank_with_its_difference(ip):
     odd = next(line for line in lines if line.startswith("2 "))
     assert "0.75" in odd and "DIFFERS" in odd and odd.rstrip().endswith("0.25")
     close = run_cell(ip, "%distcomp compare w loss --rtol 0.6")
-    assert "All ranks agree." in close.stdout
+    assert "rank 2 differs from rank 0 by at most 0.25, within rtol 0.6" in close.stdout
+    assert "All ranks agree within rtol 0.6 (not all equal)." in close.stdout
     subset = run_cell(ip, "%distcomp compare w loss --ranks 0,1")
     assert "All ranks agree." in subset.stdout
 
@@ -237,7 +238,8 @@ def test_compare_arrays_tensors_and_state_dicts_without_shipping_them(ip):
     line = next(x for x in arrays.stdout.splitlines() if x.startswith("3 "))
     assert "numpy float64 1000000" in line and "DIFFERS" in line
     assert float(line.split()[-1]) == pytest.approx(1e-9, rel=1e-3)
-    assert "All ranks agree." in run_cell(ip, "%distcomp compare w big --rtol 1e-6").stdout
+    within = run_cell(ip, "%distcomp compare w big --rtol 1e-6").stdout
+    assert "All ranks agree within rtol 1e-06 (not all equal)." in within, within
 
 
 def test_compare_says_why_a_differing_array_has_no_max_diff(ip):

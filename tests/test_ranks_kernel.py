@@ -90,11 +90,21 @@ def kernel():
     k.close()
 
 
-def test_definition_prestarts_ranks_in_the_background(kernel):
+def test_a_definition_starts_ranks_ahead_only_where_a_run_cell_is_likely(kernel):
+    # a first definition may only ever be used by `%distcomp command`: nothing starts
+    reply, text, _ = kernel.run(f"%%distcomp pre\n{MPI_SPEC}")
+    assert reply["status"] == "ok", text
+    reply, text, _ = kernel.run("%distcomp status pre")
+    assert "No ranks running" in text, text
+    reply, text, _ = kernel.run("%%distcomp run pre\nprint('first', mpi_rank)")
+    assert reply["status"] == "ok" and "[rank 1] first 1" in text, text
+    reply, text, _ = kernel.run("%distcomp stop pre")
+    assert "Stopped the ranks of pre." in text, text
+    # it ran cells in this kernel: its definition, run again, starts the ranks ahead
     reply, text, seconds = kernel.run(f"%%distcomp pre\n{MPI_SPEC}")
     assert reply["status"] == "ok", text
     reply, text, _ = kernel.run("%distcomp status pre")
-    assert "pre" in text and ("starting" in text or "idle" in text)
+    assert "pre" in text and ("starting" in text or "idle" in text), text
     reply, text, _ = kernel.run("%%distcomp run pre\nprint('hello', mpi_rank)")
     assert reply["status"] == "ok" and "[rank 1] hello 1" in text
     reply, text, _ = kernel.run(

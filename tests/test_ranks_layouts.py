@@ -12,6 +12,8 @@ import json
 
 import pytest
 
+from jupyter_distcomp.errors import strip_ansi
+
 from .ranks_support import (
     MPI_SPEC,
     TF_SPEC,
@@ -81,7 +83,10 @@ dist.destroy_process_group()
     from jupyter_distcomp.local.ranks.backend import get_backend
 
     port = int(get_backend().world("ddp").envs[0]["MASTER_PORT"])
-    envs = rank_environments("torch.distributed", 2, 1, master_port=port)
+    nodes = ["127.0.0.2", "127.0.0.3"]  # each emulated node on its own loopback address
+    envs = rank_environments(
+        "torch.distributed", 2, 1, master_addr=nodes[0], master_port=port, node_hosts=nodes
+    )
     cell = run_cell(ip, "%%distcomp run ddp\nimport os, json\nprint(json.dumps(dict(os.environ)))")
     for line in cell.stdout.splitlines():
         rank = int(line.split("] ")[0].split()[-1])
@@ -89,6 +94,23 @@ dist.destroy_process_group()
         assert {k: env.get(k) for k in envs[rank]} == envs[rank]
         # Open MPI's own per-process numbers would contradict the emulated nodes
         assert "OMPI_COMM_WORLD_RANK" not in env and "OMPI_COMM_WORLD_LOCAL_RANK" not in env
+    # node 1 looking for node 0 at localhost finds itself, as on Azure ML, and says so
+    code = """
+import datetime, os, torch.distributed as dist
+dist.init_process_group("gloo", init_method=f"tcp://localhost:{os.environ['MASTER_PORT']}",
+    rank=int(os.environ["RANK"]), world_size=2, timeout=datetime.timedelta(seconds=6))
+"""
+    ip.run_line_magic("config", "DistComp.hang_notice = 1")
+    try:
+        cell = run_cell(ip, f"%%distcomp run ddp\n{code}")
+    finally:
+        ip.run_line_magic("config", "DistComp.hang_notice = 30")
+    assert not cell.ok
+    notice = [line for line in cell.stderr.splitlines() if "looked for node 0" in line]
+    assert notice and notice[0].startswith("[rank 1] distcomp: node 1 looked for node 0")
+    report = strip_ansi(cell.traceback_text())
+    assert "distcomp: node 1 looked for node 0 at localhost" in report, report
+    assert "node 0 is at MASTER_ADDR (127.0.0.2)" in report
     run_cell(ip, "%distcomp stop ddp")
 
 
@@ -185,6 +207,43 @@ def test_every_view_shows_the_ports_the_ranks_hold(ip, launcher, keys):
             assert value in after, (rank, key)
             assert value.rsplit(":", 1)[-1] in panel.preview.value
     run_cell(ip, f"%distcomp stop {name}")
+
+
+def test_node_local_files_give_each_node_its_own_copy_of_the_notebook_folder(
+    ip, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)  # the notebook's folder
+    (tmp_path / "data.txt").write_text("prepared")
+    define(ip, "disks", MPI_SPEC, nodes=2, per_node=1)
+    session = ip.magics_manager.registry["DistCompMagics"].session
+    caption = repr(session.env_table("disks"))  # what `%distcomp env disks` shows
+    assert "`%%distcomp run`: all ranks in the notebook's folder" in caption
+    ip.run_line_magic("config", "DistComp.node_local_files = True")
+    try:
+        caption = repr(session.env_table("disks"))
+        assert "`%%distcomp run`: each node in its own copy of the notebook's folder" in caption
+        code = f"""
+import os, tempfile
+from mpi4py import MPI
+if mpi_rank == 0:
+    open("snapshot.pt", "w").write("node 0")
+    open(os.path.join(tempfile.gettempdir(), "cache"), "w").write("node 0")
+MPI.COMM_WORLD.Barrier()
+here = os.getcwd()
+print(os.path.exists("snapshot.pt"), os.path.exists(os.path.join(tempfile.gettempdir(), "cache")),
+      open("data.txt").read(), here != {str(tmp_path)!r}, here.endswith(f"node-{{mpi_rank}}/code"))
+"""
+        cell = run_cell(ip, f"%%distcomp run disks --timeout 60\n{code}")
+        assert cell.ok, cell.traceback_text() if cell.error else cell.stdout
+        lines = sorted(line for line in cell.stdout.splitlines() if "rank" in line)
+        assert lines == [
+            "[node 0 rank 0] True True prepared True True",
+            "[node 1 rank 1] False False prepared True True",
+        ]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["data.txt"]
+    finally:
+        ip.run_line_magic("config", "DistComp.node_local_files = False")
+        run_cell(ip, "%distcomp stop disks")
 
 
 def test_stop_and_unload_leave_no_process_behind(ip):

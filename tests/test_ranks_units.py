@@ -480,3 +480,43 @@ def test_a_burst_of_rank_changes_tells_the_panel_twice_and_the_last_state_wins()
     assert told == [1, 16, 0, 4]
     time.sleep(NOTICE_GAP * 4)
     assert told == [1, 16, 0, 4], "a flushed change is not told twice"
+
+
+def _logged(ranks: list[int] | None, size: int, first: str = "x = 1"):
+    from jupyter_distcomp.local.ranks.replay import Replayed
+
+    return Replayed("Cell In[3]", first, {"ranks": ranks}, size)
+
+
+def test_a_replay_plan_maps_all_ranks_to_the_new_layout_and_refuses_a_subset():
+    from jupyter_distcomp.local.ranks.replay import plan
+
+    cells = [_logged([0, 1], 2), _logged([0], 2, "root_only = 1"), _logged([1], 2)]
+    with pytest.raises(RankError) as refused:
+        plan("job", cells, 4)
+    text = str(refused.value)
+    assert "cell 2 (Cell In[3]: root_only = 1): it ran on rank 0 of 2" in text, text
+    assert "cell 3 (" in text and "--skip 2,3" in text and "Nothing was restarted" in text
+    chosen = plan("job", cells, 4, skip="2-3")
+    assert [(n, ranks) for n, _, ranks in chosen.runs] == [(1, [0, 1, 2, 3])]
+    assert "1. Cell In[3]: x = 1  [on ranks 0-3 (ran on ranks 0-1 of 2)]" in chosen.text()
+    assert "2. Cell In[3]: root_only = 1  [left out]" in chosen.text()
+    assert "files they wrote" in chosen.text()
+    same = plan("job", cells, 2, only="2,3")
+    assert [(n, ranks) for n, _, ranks in same.runs] == [(2, [0]), (3, [1])]
+
+
+@pytest.mark.parametrize(
+    ("flag", "text", "said"),
+    [
+        ("--skip", "0", "holds cells 1-3"),
+        ("--only", "4", "holds cells 1-3"),
+        ("--skip", "a", "not a cell"),
+    ],
+)
+def test_replay_cell_numbers_outside_the_list_are_refused(flag, text, said):
+    from jupyter_distcomp.local.ranks.replay import plan
+
+    cells = [_logged(None, 2)] * 3
+    with pytest.raises(RankError, match=said):
+        plan("job", cells, 2, **{flag[2:]: text})

@@ -90,13 +90,18 @@ def test_a_rank_error_names_the_notebook_cell_and_its_line(kernel):
     assert "ZeroDivisionError: division by zero" in text
     for internal in INTERNALS:
         assert internal not in text, (internal, text)
+    # the context starts at the cell's code, not at a stand-in for the magic's line
+    reply, _, _ = kernel.run("%%distcomp run views\ny = 2\nraise ValueError('third line')")
+    text = error_text(reply)
+    assert re.search(r"\n\s+2 y = 2\n----> 3 raise ValueError", text), text
+    assert not re.search(r"\n\s+1 #?\n", text), text
 
 
 def test_a_bad_rank_list_is_refused_before_ranks_start(kernel):
     reply, text, _ = kernel.run(
         f"%config DistComp.prestart = False\n"
         f"get_ipython().run_cell_magic('distcomp', 'later', {MPI_SPEC!r})\n"
-        "%config DistComp.prestart = True"
+        '%config DistComp.prestart = "auto"'
     )
     assert reply["status"] == "ok", text
     reply, _, _ = kernel.run("%%distcomp run later --ranks 7\nprint(1)")

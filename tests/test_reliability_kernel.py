@@ -287,7 +287,8 @@ def test_only_the_latest_definition_keeps_prestarted_ranks():
     k = Kernel()
     try:
         reply, text, _ = k.run(
-            "%load_ext jupyter_distcomp\n%config DistComp.default_process_count_per_node = 2"
+            "%load_ext jupyter_distcomp\n%config DistComp.default_process_count_per_node = 2\n"
+            '%config DistComp.prestart = "always"'
         )
         assert reply["status"] == "ok", text
         notices = []

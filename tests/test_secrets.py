@@ -190,3 +190,104 @@ def test_a_failed_command_shows_its_command_line_masked(ip, tmp_path, monkeypatc
     shown = str(result.error_in_exec) + captured.stdout + captured.stderr
     assert result.error_in_exec is not None and "command: python fail.py" in shown, shown
     assert SIG not in shown and "sig=***" in shown, shown
+
+
+# -- credentials by a variable's name (issue 39, item 7) ----------------------------------
+
+ENV_SPEC = """\
+name: envy
+type: DistributedComponent
+launcher:
+  type: torch.distributed
+  additional_arguments: python train.py
+environment_variables:
+  AZURE_CLIENT_SECRET: s3cr3t-client
+  HF_TOKEN: hf_abcdefgh
+  WANDB_API_KEY: wandb-0123
+  STORAGE: DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=KEY0==;EndpointSuffix=x
+  DATABASE_URL: postgresql://admin:pw1234@db/x
+  TOKENIZERS_PARALLELISM: "false"
+environment:
+  docker: {image: 'python:3.11-slim'}
+"""
+ENV_SECRETS = ("s3cr3t-client", "hf_abcdefgh", "wandb-0123", "KEY0==", "pw1234")
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("AZURE_CLIENT_SECRET", True),
+        ("HF_TOKEN", True),
+        ("WANDB_API_KEY", True),
+        ("AWS_SECRET_ACCESS_KEY", True),
+        ("DB_PASSWORD", True),
+        ("GITHUB_PAT", True),
+        ("STORAGE_CONNECTION_STRING", True),
+        ("AccountKey", True),
+        ("api-key", True),
+        ("TOKENIZERS_PARALLELISM", False),
+        ("MONKEY", False),
+        ("KEYS_DIR", False),
+        ("MASTER_PORT", False),
+        ("PYTHONHASHSEED", False),
+        ("NCCL_DEBUG", False),
+    ],
+)
+def test_a_variable_is_a_credential_by_its_name(name, secret):
+    from jupyter_distcomp.core.secrets import is_secret_name
+
+    assert is_secret_name(name) is secret
+
+
+def test_env_views_and_panel_mask_credentials_by_name_and_value(ip):
+    """`%distcomp env` (text and HTML) and the run-settings panel's widgets, whose state is
+    saved in the notebook, show none of the spec's credentials; other variables stay."""
+    from jupyter_distcomp.notebook.session import Session
+    from jupyter_distcomp.notebook.views.preview import preview_html
+    from jupyter_distcomp.notebook.widgets import RunSettingsPanel
+
+    assert ip.run_cell(f"%%distcomp envy\n{ENV_SPEC}").success
+    with capture_output() as captured:
+        assert ip.run_cell("%distcomp env envy").success
+    shown = captured.stdout + "".join(
+        o.data.get("text/html", "") + o.data.get("text/plain", "") for o in captured.outputs
+    ).replace("<wbr>", "")
+    assert "HF_TOKEN" in shown and "TOKENIZERS_PARALLELISM" in shown, shown
+    assert "AccountName=acct" in shown and "postgresql://admin:***@db/x" in shown, shown
+    assert not [s for s in ENV_SECRETS if s in shown], shown
+    component = load_component(ENV_SPEC)
+    panel = RunSettingsPanel("envy", component, Session())
+    try:
+        state = repr(panel.get_state()) + preview_html(component)
+        for child in panel.children:
+            state += repr(child.get_state())
+        assert not [s for s in ENV_SECRETS if s in state]
+    finally:
+        panel.close()
+
+
+def test_export_refuses_a_variable_named_as_a_credential(tmp_path):
+    from jupyter_distcomp.azureml.exporter import export
+
+    component = load_component(ENV_SPEC)
+    with pytest.raises(AzureMLError) as raised:
+        export(component, tmp_path / "job.yml")
+    assert "AZURE_CLIENT_SECRET is named as a credential" in str(raised.value)
+    assert "Fix:" in str(raised.value) and "s3cr3t" not in str(raised.value)
+    assert not (tmp_path / "job.yml").exists()
+
+
+def test_an_exported_file_is_its_owners_alone(tmp_path):
+    import os
+    import stat
+
+    from jupyter_distcomp.azureml.exporter import export
+
+    (tmp_path / "train.py").write_text("print('train')\n")
+    target = tmp_path / "job.yml"
+    target.write_text("old")
+    target.chmod(0o644)
+    component = load_component(SPEC.replace("python train.py", "python train.py"))
+    path = export(component, target, inputs={"data": str(tmp_path)})
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert yaml.safe_load(path.read_text())["type"] == "command"

@@ -296,7 +296,7 @@ def test_exit_code_and_abort_are_those_of_a_bare_mpiexec(small, mode, code):
 def test_each_rank_shows_the_bytes_it_wrote(small):
     """Blank lines, a carriage return inside a line, bytes that are no UTF-8 and a last
     line without newline reach the notebook as the bare run wrote them (the notebook shows
-    text: undecodable bytes as U+FFFD)."""
+    text: undecodable bytes as U+FFFD), each line and each redraw labelled."""
     root, component = small
     bare_run = _bare_small(root, "bytes")
     assert bare_run.returncode == 0
@@ -304,8 +304,13 @@ def test_each_rank_shows_the_bytes_it_wrote(small):
     assert ("stdout", "[rank 1] ") in shown  # a blank line is a line
 
     def of_rank_1(name: str) -> str:
+        # the label starts each line and each redraw after a carriage return (so a rank's
+        # text cannot draw over it): without the labels, the bytes are the bare run's
         mine = [text for stream, text in shown if stream == name and text.startswith("[rank 1]")]
-        return "\n".join(text.removeprefix("[rank 1]").removeprefix(" ") for text in mine)
+        return "\n".join(
+            text.replace("\r[rank 1] ", "\r").removeprefix("[rank 1]").removeprefix(" ")
+            for text in mine
+        )
 
     def as_text(raw: bytes) -> str:
         return raw.decode("utf-8", errors="replace")

@@ -505,6 +505,36 @@ def test_submit_sends_the_panel_layout_to_azure_ml(panel, standin, tmp_path):
 
 
 @pytest.mark.slow
+def test_submit_checks_the_layout_against_the_compute(panel, standin, tmp_path):
+    from jupyter_distcomp.azureml import preflight
+
+    from .azure_standin import FakeCredential
+
+    preflight._SIZES.clear()
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    session = azure_session(standin, credential=FakeCredential(standin.token))
+    p = panel(component("torch.distributed", base_dir=tmp_path), session=session)
+    p.layout_fields.process_count.value = 4
+    p.input_fields["data"].control.value = "azureml://datastores/blob/paths/mnist/"
+    p.compute.value = "gpu-small"
+    press(p, "submit")
+    assert p.worker.state == "error"
+    assert "process_count_per_node 4 > 1 GPU of Standard_NC6s_v3 on compute 'gpu-small'" in (
+        p.worker.text
+    )
+    assert "set process_count_per_node to 1" in p.worker.text
+    assert standin.job_puts() == []
+    # a CPU cluster takes the job, with the warning in the log and a word in the status line
+    p.compute.value = "cpu-cluster"
+    press(p, "submit")
+    assert p.worker.state == "ok", p.worker.text
+    assert "1 warning(s) in the log below" in p.worker.text
+    (logged,) = [o["text"] for o in p.worker.log.outputs if o.get("name") == "stderr"]
+    assert "Standard_DS3_v2 of compute 'cpu-cluster' has no GPUs" in logged
+    assert standin.job_puts()[0].body["properties"]["computeId"].endswith("/cpu-cluster")
+
+
+@pytest.mark.slow
 def test_submit_without_credentials_says_how_to_sign_in(panel, standin, tmp_path, monkeypatch):
     from .azure_standin import TOKEN
 

@@ -7,6 +7,7 @@ package.
 - :func:`to_azureml_job` / :func:`to_azureml_component`: build and validate (``convert``)
 - :func:`export`: the job or component as YAML for ``az ml job create -f`` (``exporter``)
 - :func:`make_ml_client`, :func:`submit`, :func:`wait_for_job`: talk to a workspace (``submission``)
+- before submitting, the layout against the compute: max nodes, GPUs per node (``preflight``)
 - :func:`find_credentials`: is anyone signed in? (offline check, for demos and CI)
 - the values of a job follow ``core/bindings.py``, as local runs do (``values``)
 """

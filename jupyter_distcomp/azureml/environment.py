@@ -41,6 +41,18 @@ def existing_path(component: Component, relpath: str, what: str) -> Path:
     return path
 
 
+def default_image_note(component: Component) -> str | None:
+    """What a job of ``component`` runs in when its spec names no environment, with the fix."""
+    if component.environment is not None:
+        return None
+    return (
+        f"'{component.name}' names no environment: the job runs in Azure ML's base image "
+        f"{DEFAULT_IMAGE}, with no package of yours installed. Fix: add an `environment:` "
+        "section to the spec, e.g. `environment: {name: AzureML-ACPT-pytorch-2.2-cuda12.1}` "
+        "(a curated one), or `environment: {image: IMAGE, conda_file: conda.yml}`."
+    )
+
+
 def build_environment(component: Component, override: Any = None):
     """The spec's environment as v2 sees it: ``azureml:NAME@latest`` or an Environment."""
     from azure.ai.ml.entities import BuildContext, Environment

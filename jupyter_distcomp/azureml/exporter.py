@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from ..core.bindings import bound, input_values, path_text
-from ..core.secrets import has_secret, mask_secrets
+from ..core.secrets import has_secret, is_secret_name, mask_secrets
 from ..errors import AzureMLError
 from .convert import quiet_sdk, to_azureml_component, to_azureml_job
 from .environment import inline_context_beside
@@ -79,6 +79,15 @@ def _refuse_credentials(
 ) -> None:
     """An AzureMLError naming the first value that holds a credential (a SAS signature, a
     password): an exported file gets shared and committed, so it never holds one."""
+    for name in component.environment_variables:
+        if is_secret_name(name):
+            raise AzureMLError(
+                f"environment variable {name} is named as a credential, and an exported file "
+                "would keep its value in clear for everyone who reads it; nothing was written. "
+                f"Fix: drop {name} from the spec's environment_variables and have the script "
+                "read it from an Azure Key Vault (the workspace's; azure-keyvault-secrets) or "
+                "from a workspace connection; `%distcomp submit` can still send it as it is."
+            )
     values = {f"environment variable {n}": v for n, v in component.environment_variables.items()}
     if with_values:
         values.update({f"input '{n}'": v for n, v in bound(component, inputs, "input").items()})
@@ -149,5 +158,9 @@ def export(
     if not component_form:
         _restore_booleans(data, input_values(component, inputs))
     text = yaml.safe_dump(_relativize(data, target.parent), sort_keys=False, allow_unicode=True)
-    target.write_text(text, encoding="utf-8")
+    # the file is its owner's alone (0600), as a job file may name private storage
+    descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(descriptor, 0o600)  # a file that was there keeps its mode through O_CREAT
+    with open(descriptor, "w", encoding="utf-8") as handle:
+        handle.write(text)
     return target

@@ -11,11 +11,13 @@ client secrets are scrubbed from every message.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import AzureMLError
+from ..errors import AzureMLError, AzureMLWarning
+from .checks import outside_package
 from .convert import to_azureml_job
 from .failures import explain, scrub
 
@@ -125,12 +127,17 @@ def submit(
     on_status: Callable[[str, str], None] | None = None,
     poll_interval: float = 10.0,
     timeout: float | None = None,
+    preflight: bool = True,
+    on_warning: Callable[[str], None] | None = None,
     **job_kwargs: Any,
 ):
     """Build the job from the component's run settings and submit it; returns the created Job.
 
     ``job_kwargs`` are those of :func:`to_azureml_job` (inputs, outputs, compute, ...). With
-    ``wait``, follows the job until it ends (see :func:`wait_for_job`) and returns the final job.
+    ``preflight``, the layout is first checked against the compute (see
+    :mod:`~jupyter_distcomp.azureml.preflight`): a layout it cannot run is refused, its
+    warnings go to ``on_warning`` (default: an AzureMLWarning). With ``wait``, follows the job
+    until it ends (see :func:`wait_for_job`) and returns the final job.
     """
     job = to_azureml_job(component, **job_kwargs)
     if not job.compute:
@@ -139,6 +146,19 @@ def submit(
             "(`--compute NAME`), set the component's run settings compute, or "
             "%config AzureML.compute = 'NAME'."
         )
+    if preflight:
+        from .preflight import check_compute
+
+        try:
+            notes = check_compute(component, job, ml_client)
+        except AzureMLError as refused:
+            refused.job = job
+            raise
+        for note in notes:
+            if on_warning is not None:
+                on_warning(note)
+            else:
+                warnings.warn(AzureMLWarning(note), stacklevel=outside_package())
     try:
         created = ml_client.jobs.create_or_update(job)
     except Exception as exc:

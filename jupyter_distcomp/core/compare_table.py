@@ -100,10 +100,14 @@ def table(
             diffs[rank] = _number_diff(summaries[rank]["value"], summaries[ref]["value"], rtol)
     if diff_kept is not None:
         diffs.update(diff_kept(keys, ref))
+    within = []
     for rank, result in diffs.items():
         if rtol is not None and _close(result):
             keys[rank] = keys[ref]
-    return CompareTable(name, expr, ranks, summaries, keys, ref, diffs, rtol)
+            within.append(rank)
+    compared = CompareTable(name, expr, ranks, summaries, keys, ref, diffs, rtol)
+    compared.within = sorted(within)
+    return compared
 
 
 class CompareTable:
@@ -127,6 +131,8 @@ class CompareTable:
             groups.setdefault(keys[rank], []).append(rank)
         self.groups = list(groups.values())
         self.differing = [g for g in self.groups if keys[g[0]] != keys[ref]]
+        #: ranks whose values differ from the reference's, within ``rtol``
+        self.within: list[int] = []
 
     def max_diff(self, group: list[int]) -> float | None:
         values = [_max(self.diffs.get(r, {})) for r in group]
@@ -181,8 +187,20 @@ class CompareTable:
             for at, extra in notes:
                 if at == index:
                     lines.extend(f"    {line}" for line in extra)
+        if self.within:
+            diff = self.max_diff(self.within)
+            by = f" by at most {diff:.3g}" if diff is not None else ""
+            lines.append(
+                f"{format_ranks(self.within)} differ{'s' if len(self.within) == 1 else ''} "
+                f"from rank {self.ref}{by}, within rtol "
+                f"{self.rtol:g}: counted with it, not equal."
+            )
         if not self.differing:
-            lines.append("All ranks agree.")
+            lines.append(
+                f"All ranks agree within rtol {self.rtol:g} (not all equal)."
+                if self.within
+                else "All ranks agree."
+            )
         return "\n".join(lines)
 
     def __repr__(self) -> str:

@@ -3,7 +3,9 @@ compact row per rank with only what varies. TF_CONFIG is split into its parts (t
 is shared, the task varies) instead of raw JSON.
 
 Used by ``%distcomp env`` (views.env.EnvTable) and the run-settings panel's preview, so both
-lay the same values out the same way. Pure: no IPython, no widgets.
+lay the same values out the same way, credentials masked (by the variable's name or the
+value's shape: ``core/secrets.py``), so no view or saved widget state holds one. Pure: no
+IPython, no widgets.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .layout import rank_table
+from .secrets import masked_variable
 
 FIXED = ("rank", "node", "local rank")
 
@@ -35,7 +38,8 @@ class RankView:
 
 def rank_view(launcher: str, envs: Sequence[Mapping[str, str]]) -> RankView:
     """The view of ``envs`` (one mapping per rank, in rank order)."""
-    table = [_readable(row) for row in rank_table(launcher, [dict(e) for e in envs])]
+    shown = [{k: masked_variable(k, v) for k, v in e.items()} for e in envs]
+    table = [_readable(row) for row in rank_table(launcher, shown)]
     names = list(dict.fromkeys(k for row in table for k in row if k not in FIXED))
     shared = {
         k: table[0][k] for k in names if len({row.get(k) for row in table}) == 1 and len(table)

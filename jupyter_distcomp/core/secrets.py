@@ -8,6 +8,11 @@ repeats it. Masked: the signature and token fields of a SAS or presigned URL (``
 keys (``AccountKey=``, ``SharedAccessKey=``, ``Password=``), ``client_secret`` /
 ``access_token`` / ``password`` fields, bearer tokens and JWTs. The rest of the text stays, so
 a message still says which storage account and container it is about.
+
+A variable is a credential by its name too (``AZURE_CLIENT_SECRET``, ``HF_TOKEN``,
+``WANDB_API_KEY``, ``DB_PASSWORD``, ``..._CONNECTION_STRING``): its whole value is masked,
+whatever it looks like. Names are read word by word, so ``TOKENIZERS_PARALLELISM`` is no
+credential.
 """
 
 from __future__ import annotations
@@ -54,6 +59,33 @@ _SECRETS = [
 ]
 
 
+#: a word of a variable's name (split at ``_``, ``-``, ``.`` and camelCase humps) that makes
+#: it a credential (PAT: a personal access token)
+_SECRET_WORDS = frozenset(
+    {"SECRET", "SECRETS", "TOKEN", "PASSWORD", "PASSWD", "PWD", "PASSPHRASE", "APIKEY", "PAT"}
+    | {"CREDENTIAL", "CREDENTIALS", "SAS", "CONNSTR", "CONNECTIONSTRING", "PRIVATE"}
+)
+
+
+def is_secret_name(name: str) -> bool:
+    """Does a variable's ``name`` say that its value is a credential? A word of it is one of
+    SECRET, TOKEN, PASSWORD, CREDENTIAL(S), SAS...; or its last word is KEY
+    (``WANDB_API_KEY``, ``AccountKey``); or it says CONNECTION_STRING."""
+    humps = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).upper()
+    words = [w for w in re.split(r"[_\-.]+", humps) if w]
+    return bool(words) and (
+        any(w in _SECRET_WORDS for w in words) or words[-1] == "KEY" or "CONNECTION_STRING" in humps
+    )
+
+
+def masked_variable(name: str, value: Any) -> Any:
+    """A variable's value as views show it: all of it masked when its name says it is a
+    credential, else its credentials masked (:func:`masked`)."""
+    if is_secret_name(name) and value not in (None, ""):
+        return MASK
+    return masked(value)
+
+
 def mask_secrets(text: str) -> str:
     """``text`` with every credential in it replaced by ``***``."""
     for pattern, replacement in _SECRETS:
@@ -76,4 +108,12 @@ def has_secret(text: Any) -> bool:
     return isinstance(text, str) and mask_secrets(text) != text
 
 
-__all__ = ["MASK", "has_secret", "mask_secrets", "masked", "masked_repr"]
+__all__ = [
+    "MASK",
+    "has_secret",
+    "is_secret_name",
+    "mask_secrets",
+    "masked",
+    "masked_repr",
+    "masked_variable",
+]

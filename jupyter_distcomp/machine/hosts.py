@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..core.layout import PORT_AT_START
+from ..core.layout import PORT_AT_START, env_places
 from ..errors import LayoutError
+from .gpus import node_environments
 from .network import LOOPBACK, listen_address, listener_ports, loopback_interface
 
 if TYPE_CHECKING:
@@ -58,17 +59,43 @@ class Placement:
         interface, and the ports free on this machine now (a start takes them once per
         world; with hosts they are a guess, as the first host's ports cannot be checked from
         here). ``chosen_at_start``: ``PORT_AT_START`` in their place, as the views show the
-        variables before a world holds its ports."""
-        placed = self.for_layout(component.runsettings.resource_layout.instance_count)
+        variables before a world holds its ports. Emulated nodes (no hosts) each get their share
+        of this machine's GPUs (``gpus.node_environments``)."""
+        nodes = component.runsettings.resource_layout.instance_count
+        placed = self.for_layout(nodes)
         addr = placed.master_addr(master_addr)
+        # emulated nodes: each on its own loopback address, node 0 at MASTER_ADDR
+        emulated = not placed.hosts and nodes > 1 and addr in ("", LOOPBACK)
+        node_hosts = list(placed.hosts) or (
+            [node_address(n) for n in range(nodes)] if emulated else []
+        )
+        addr = node_hosts[0] if emulated else addr
         ports = (
             PORT_AT_START
             if chosen_at_start
             else listener_ports(LOOPBACK if placed.hosts else addr, component.ports_needed)
         )
-        return component.rank_environments(
-            addr, ports, node_hosts=placed.hosts or None, socket_ifname=loopback_interface()
+        envs = component.rank_environments(
+            addr, ports, node_hosts=node_hosts or None, socket_ifname=loopback_interface()
         )
+        if placed.hosts:  # real hosts: each has its own GPUs
+            return envs
+        if emulated and component.launcher_type == "mpi":  # NCCL on loopback, as one node
+            envs = [{**env, "NCCL_SOCKET_IFNAME": loopback_interface()} for env in envs]
+        shares = node_environments(nodes)  # each emulated node its share of the GPUs
+        return [
+            {**env, **shares[node]} for env, (node, _) in zip(envs, env_places(envs), strict=True)
+        ]
+
+
+def node_address(node: int) -> str:
+    """The loopback address of emulated node ``node`` of a multi-node layout: 127.0.0.2 for
+    node 0, 127.0.0.3 for node 1, ... (Linux routes all of 127.0.0.0/8 to loopback); a
+    one-node layout stays on 127.0.0.1. Not 127.0.0.1 for node 0, so that ``localhost`` (node
+    1 itself, on Azure ML) and node 0's address differ."""
+    if not 0 <= node < 250:
+        raise LayoutError(f"{node + 1} emulated nodes: at most 250. Fix: fewer nodes.")
+    return f"127.0.0.{node + 2}"
 
 
 def read_hostfile(path: str | os.PathLike[str]) -> list[str]:

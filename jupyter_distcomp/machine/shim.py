@@ -7,7 +7,9 @@ built with the C compiler on first use) that binds them to the listen address in
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -29,6 +31,32 @@ def listen_environment(address: str = LOOPBACK) -> dict[str, str]:
     return {
         "LD_PRELOAD": f"{shim} {preload}".strip(),
         "DISTCOMP_LISTEN_ADDR": address,
+    }
+
+
+def rendezvous_ports(env: dict[str, str]) -> list[str]:
+    """The ports a rank's layout listens on: MASTER_PORT, AZ_BATCH_MASTER_NODE's, TF_CONFIG's."""
+    ports = [env.get("MASTER_PORT", "")]
+    ports.append(env.get("AZ_BATCH_MASTER_NODE", "").rpartition(":")[2])
+    with contextlib.suppress(ValueError, AttributeError, TypeError):
+        cluster = json.loads(env.get("TF_CONFIG") or "{}").get("cluster", {})
+        ports += [str(a).rpartition(":")[2] for tasks in cluster.values() for a in tasks]
+    return list(dict.fromkeys(p for p in ports if p.isdigit()))
+
+
+def node_environment(env: dict[str, str]) -> dict[str, str]:
+    """Variables that make the shim keep a rank of an emulated node on its node's loopback
+    address (see listen_shim.c): empty unless the layout's nodes are on loopback addresses
+    of this machine (``hosts.node_address``)."""
+    nodes = env.get("AZ_BATCH_HOST_LIST", "").split(",")
+    if len(nodes) < 2 or not all(n.startswith("127.") and n != LOOPBACK for n in nodes):
+        return {}
+    node = int(env.get("AZUREML_CR_NODE_RANK", "0"))
+    return {
+        "DISTCOMP_NODE": str(node),
+        "DISTCOMP_NODE_ADDR": nodes[node],
+        "DISTCOMP_NODE_PORTS": ",".join(rendezvous_ports(env)),
+        "DISTCOMP_MASTER_ADDR": nodes[0],
     }
 
 

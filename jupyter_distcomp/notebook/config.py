@@ -12,7 +12,7 @@ import warnings
 from typing import Any
 
 from traitlets import Any as AnyTrait
-from traitlets import Bool, Dict, Float, Int, List, Unicode, observe
+from traitlets import Bool, Dict, Enum, Float, Int, List, Unicode, Union, observe
 from traitlets.config import Config, Configurable
 
 
@@ -73,7 +73,8 @@ class DistComp(_Settings):
         allow_none=True,
         config=True,
         help="Seconds every busy rank of a cell without --timeout may sit in collectives without "
-        "progress before one line says so, with what blocks them (None: never). Nothing is "
+        "progress before one line says so, with what blocks them (None: never); also how long "
+        "before a rank of node 1 that looked for node 0 at localhost is named. Nothing is "
         "stopped.",
     )
     default_instance_count = Int(1, config=True, help="Nodes for a newly defined component.")
@@ -81,9 +82,22 @@ class DistComp(_Settings):
         1, config=True, help="Processes per node for a newly defined component."
     )
     master_addr = Unicode("127.0.0.1", config=True, help="MASTER_ADDR given to local ranks.")
+    node_local_files = Bool(
+        False,
+        config=True,
+        help="`%%distcomp run` ranks on several emulated nodes: False runs every rank in the "
+        "notebook's folder; True gives each node its own copy of that folder and its own "
+        "TMPDIR, as Azure ML's nodes and `%distcomp command` have. Takes effect at the next "
+        "start of the ranks.",
+    )
     show_widget = Bool(True, config=True, help="Show the run-settings panel below definitions.")
-    prestart = Bool(
-        True, config=True, help="Start ranks in the background as soon as a component is defined."
+    prestart = Union(
+        [Enum(("auto", "always", "never")), Bool()],
+        default_value="auto",
+        config=True,
+        help="When a definition starts its ranks in the background, ahead of its first "
+        '`%%distcomp run`: "auto" when the component ran cells before in this kernel, '
+        '"always" (or True) at every definition, "never" (or False).',
     )
     cluster_profile = Unicode(
         None,
@@ -133,6 +147,11 @@ class AzureML(_Settings):
         config=True, help="Extra MLClient keyword arguments (retry_total, transport, ...)."
     )
     poll_interval = Float(10.0, config=True, help="Seconds between status checks of --wait.")
+    preflight = Bool(
+        True,
+        config=True,
+        help="Check the layout against the compute (max nodes, GPUs per node) before submit.",
+    )
 
 
 __all__ = ["AzureML", "DistComp"]

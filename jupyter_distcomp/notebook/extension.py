@@ -7,6 +7,7 @@ from __future__ import annotations
 import atexit
 from typing import TYPE_CHECKING, Any
 
+from . import completion
 from .magics import DistCompMagics
 from .session import Session
 
@@ -43,6 +44,7 @@ def load(ipython: InteractiveShell) -> None:
         formatters = ipython.display_formatter.formatters
         formatters["text/html"].for_type_by_name(*COMPONENT, _html)
         formatters["text/plain"].for_type_by_name(*COMPONENT, _text)
+    completion.install(ipython)  # Tab in a `%%distcomp NAME` cell: the spec's keys
     atexit.register(session.shutdown)
     session.open_channel()  # the JupyterLab ranks panel's channel (a no-op outside a kernel)
 
@@ -52,6 +54,7 @@ def unload(ipython: InteractiveShell) -> None:
     if magics is None:
         return
     session = magics.session
+    completion.uninstall(ipython)
     atexit.unregister(session.shutdown)
     session.close()
     configurables: list[Any] = ipython.configurables

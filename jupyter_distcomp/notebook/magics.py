@@ -12,11 +12,14 @@ Forms::
     %distcomp env NAME [--instance-count N] [--process-count-per-node P]   (flags: a preview)
     %distcomp layout NAME [--instance-count N] [--process-count-per-node P]
     %distcomp command NAME [--input k=v ...] [--output k=path ...] [--timeout S] [--background]
-    %distcomp status [NAME] | stop [NAME] | restart NAME [--hosts H] [--replay] | interrupt NAME
+    %distcomp status [NAME] | stop [NAME] | interrupt NAME
+    %distcomp restart NAME [--hosts H] [--replay [--yes] [--dry-run] [--skip 2] [--only 1-3]]
+    %distcomp replay NAME [--clear]
     %distcomp list
     %distcomp connect NAME [--profile P] [--profile-dir D] [--cluster-id C] [--local]
     %distcomp export NAME PATH [--component] [--input k=v ...]
-    %distcomp submit NAME --compute TARGET [--wait] [--interactive jupyterlab,vscode,ssh] [...]
+    %distcomp submit NAME --compute TARGET [--wait] [--interactive jupyterlab,vscode,ssh]
+        [--no-preflight] [...]
     %distcomp widget NAME
 
 The work is done by the shell's :class:`~.session.Session`; this module parses the arguments
@@ -46,8 +49,16 @@ if TYPE_CHECKING:
     from .session import Session
 
 
+class _Help(Exception):
+    """``--help`` was asked for: the help text, printed as the cell's output."""
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse that raises a UsageError (shown without a traceback) instead of exiting."""
+    """argparse that raises a UsageError (shown without a traceback) instead of exiting,
+    and hands ``--help`` back as text to print."""
+
+    def print_help(self, file: Any = None) -> NoReturn:
+        raise _Help(self.format_help())
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message}\n{self.format_usage().strip()}")
@@ -70,7 +81,11 @@ def key_values(pairs: list[str] | None, flag: str) -> dict[str, str]:
 
 
 def _build_parser() -> _Parser:
-    parser = _Parser(prog="%distcomp", add_help=False)
+    parser = _Parser(
+        prog="%distcomp",
+        description="%%distcomp NAME defines a component from the YAML spec below it; the "
+        "subcommands work with it. `%distcomp SUBCOMMAND --help` tells more.",
+    )
     sub = parser.add_subparsers(dest="subcommand", parser_class=_Parser)
 
     run = sub.add_parser("run", help="run the cell on every rank (or --ranks) of NAME")
@@ -148,8 +163,17 @@ def _build_parser() -> _Parser:
     restart.add_argument(
         "--replay",
         action="store_true",
-        help="re-run, in order, the run cells that succeeded since the last start",
+        help="list the run cells that succeeded, ask, then re-run them in order",
     )
+    restart.add_argument("--yes", action="store_true", help="replay without asking")
+    restart.add_argument(
+        "--dry-run", action="store_true", dest="dry_run", help="list what --replay runs; no restart"
+    )
+    restart.add_argument("--skip", default=None, metavar="2,4-5", help="cells left out of --replay")
+    restart.add_argument("--only", default=None, metavar="1-3", help="the cells --replay runs")
+    replay = sub.add_parser("replay", help="list the cells `restart NAME --replay` runs")
+    replay.add_argument("name")
+    replay.add_argument("--clear", action="store_true", help="empty the log of NAME")
     interrupt = sub.add_parser("interrupt", help="send SIGINT to the busy ranks of NAME")
     interrupt.add_argument("name")
     connect = sub.add_parser("connect", help="run NAME on your own ipyparallel cluster")
@@ -188,6 +212,13 @@ def _build_parser() -> _Parser:
         help="add Azure ML's interactive services to every node (default: all three)",
     )
     submit.add_argument("--ssh-key", default=None, dest="ssh_key", metavar="PUBLIC_KEY_FILE")
+    submit.add_argument(
+        "--no-preflight",
+        action="store_false",
+        dest="preflight",
+        default=None,
+        help="skip checking the layout against the compute (max nodes, GPUs per node)",
+    )
 
     widget = sub.add_parser("widget", help="show the run-settings panel of NAME")
     widget.add_argument("name")
@@ -276,6 +307,8 @@ class DistCompMagics(Magics):
                     f"Subcommands are: {', '.join(SUBCOMMANDS)}."
                 )
             self._handle_define(words[0], cell)
+        except _Help as shown:
+            print(shown.args[0].rstrip())
         except (DistcompError, UsageError) as exc:
             _mask_message(exc)
             raise  # shown by their _render_traceback_: the message, no frame of ours
@@ -317,8 +350,7 @@ class DistCompMagics(Magics):
             # a terminal has the summary above; nbconvert gets the panel's text fallback
             if session.local.show_widget:
                 display(session.panel(name))
-            if session.local.prestart:
-                # in a notebook the first `%%distcomp run` then rarely waits for ranks
+            if session.prestart_likely(name):  # the next `%%distcomp run` then rarely waits
                 session.prestart(name)
 
     def _handle_env(self, args: argparse.Namespace, cell: str | None) -> None:
@@ -437,14 +469,39 @@ class DistCompMagics(Magics):
 
     def _handle_stop(self, args: argparse.Namespace, cell: str | None) -> None:
         stopped = self.session.stop(args.name)
-        print(f"Stopped the ranks of {', '.join(stopped)}." if stopped else "No ranks running.")
+        if stopped:
+            print(f"Stopped {'; '.join(stopped)}.")
+        else:
+            print(f"Nothing of {args.name} was running." if args.name else "No ranks running.")
 
     def _handle_restart(self, args: argparse.Namespace, cell: str | None) -> None:
-        if args.replay:  # says the restart, then each cell as it replays
-            self.session.restart(args.name, hosts=args.hosts, replay=_announce)
+        if not args.replay and (args.yes or args.dry_run or args.skip or args.only):
+            raise UsageError(
+                "--yes, --dry-run, --skip and --only go with --replay. "
+                f"Fix: `%distcomp restart {args.name} --replay --dry-run`"
+            )
+        if args.replay:  # the list, the question, then each cell as it replays
+            plan = self.session.replay_plan(args.name, args.skip, args.only)
+            print(plan.text(), flush=True)
+            if args.dry_run:
+                print("Dry run: nothing was restarted or run.")
+                return
+            if plan.runs and not args.yes and not _confirm(args.name, len(plan.runs)):
+                print(f"Not replayed: the ranks of {args.name} were left as they are.")
+                return
+            self.session.restart(args.name, hosts=args.hosts, replay=_announce, plan=plan)
             return
+        cleared = len(self.session.replay_cells(args.name))  # fresh ranks, a fresh log
         world = self.session.restart(args.name, hosts=args.hosts)
-        print(f"Restarted {args.name}: {world.describe_layout()}.")
+        note = f" The replay log ({cleared} cell(s)) starts anew." if cleared else ""
+        print(f"Restarted {args.name}: {world.describe_layout()}.{note}")
+
+    def _handle_replay(self, args: argparse.Namespace, cell: str | None) -> None:
+        if args.clear:
+            count = self.session.clear_replay(args.name)
+            print(f"Cleared the replay log of {args.name} ({count} cell(s)).")
+            return
+        print(self.session.replay_plan(args.name).text())
 
     def _handle_interrupt(self, args: argparse.Namespace, cell: str | None) -> None:
         print(self.session.interrupt_report(args.name))
@@ -471,8 +528,13 @@ class DistCompMagics(Magics):
             outputs=key_values(args.outputs, "--output"),
             compute=args.compute,
         )
+        from ..azureml.environment import default_image_note
+
         kind = "component" if args.component else "job"
         print(f"Wrote the Azure ML {kind} of '{args.name}' to {path}")
+        note = default_image_note(self.session.component(args.name))
+        if note:
+            print(note)
         print(f"Create it with: az ml {kind} create -f {path}")
 
     def _handle_submit(self, args: argparse.Namespace, cell: str | None) -> None:
@@ -497,9 +559,15 @@ class DistCompMagics(Magics):
             ),
             interactive=interactive,
             ssh_key=args.ssh_key,
+            preflight=args.preflight,
         )
         job = submission.job
         display(JobSummary(job, spec_name=args.name))
+        from ..azureml.environment import default_image_note
+
+        note = default_image_note(self.session.component(args.name))
+        if note:
+            print(note)
         if not args.wait:
             return
 
@@ -517,6 +585,20 @@ class DistCompMagics(Magics):
 
 def _announce(text: str) -> None:
     print(text, flush=True)
+
+
+def _confirm(name: str, count: int) -> bool:
+    """Ask in the notebook (stdin) before a replay; a frontend without stdin is refused."""
+    from ..local.debug.serve import read_line
+
+    answer = read_line(f"Restart {name} and run these {count} cell(s) again? [y/N] ")
+    if answer is None:
+        raise UsageError(
+            f"`restart {name} --replay` asks before it runs cells again, and this frontend "
+            f"does not answer input() (stdin). Fix: `%distcomp restart {name} --replay --yes` "
+            "after checking the list above."
+        )
+    return answer.strip().lower() in ("y", "yes")
 
 
 def _say_background(cell: Any) -> None:

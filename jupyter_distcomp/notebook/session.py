@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ..local.inspect.where import WhereReport
     from ..local.ranks.backend import RankBackend
     from ..local.ranks.connection import Connection
+    from ..local.ranks.replay import Plan, Replayed
     from ..local.ranks.world import World
     from ..machine.hosts import Placement
     from .comm import RanksChannel
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
 #: seconds `where`, `interrupt` and `collectives` wait for a background `%distcomp command`
 #: to set up its processes (it renders its command and opens its ports first)
 COMMAND_SETUP = 10.0
+#: seconds `%distcomp stop` waits for a background command's processes to end
+COMMAND_STOP = 15.0
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,8 @@ class Session:
         self.components: dict[str, Component] = {}
         self._backend: RankBackend | None = None
         self._channel: RanksChannel | None = None
+        #: the components that ran `%%distcomp run` cells in this kernel
+        self._ran: set[str] = set()
 
     # -- settings -----------------------------------------------------------------------
     @property
@@ -173,7 +178,7 @@ class Session:
         settings and any running ranks stay as they are."""
         from dataclasses import replace
 
-        from .views.env import EnvTable
+        from .views.env import EnvTable, files_text
 
         component = self.component(name)
         flags = {
@@ -188,9 +193,13 @@ class Session:
             preview = replace(component, runsettings=settings)
             placement = self._placement_of(component)
             envs = placement.rank_environments(preview, self.master_addr, chosen_at_start=True)
-            return EnvTable(preview, envs, preview_of=name)
+            nodes = settings.resource_layout.instance_count
+            files = files_text(nodes, self.local.node_local_files, placement.local)
+            return EnvTable(preview, envs, preview_of=name, files=files)
         envs, held = self.rank_values(name, component)
-        return EnvTable(component, envs, held=held, pending=self.pending(name))
+        nodes = component.runsettings.resource_layout.instance_count
+        files = files_text(nodes, self.local.node_local_files, self._placement_of(component).local)
+        return EnvTable(component, envs, held=held, pending=self.pending(name), files=files)
 
     def pending(self, name: str) -> str | None:
         """What the next run of ``name`` changes, while its running ranks no longer match its
@@ -202,6 +211,7 @@ class Session:
         if backend is None:
             return None
         backend.master_addr = self.master_addr
+        backend.node_local_files = self.local.node_local_files
         return backend.pending(name, component)
 
     def rank_values(
@@ -243,11 +253,20 @@ class Session:
             kernel = self.in_kernel
             self._backend.progress = lambda name, total: StartProgress(name, total, kernel)
         self._backend.master_addr = self.master_addr
+        self._backend.node_local_files = self.local.node_local_files
         self._backend.placement = self.placement
         self._backend.default_connection = Connection(
             profile=self.local.cluster_profile or None, cluster_id=self.local.cluster_id or None
         )
         return self._backend
+
+    def prestart_likely(self, name: str) -> bool:
+        """Whether the definition of ``name`` starts its ranks ahead (``DistComp.prestart``):
+        "auto" only where a run cell is likely, as ``name`` ran cells before in this kernel."""
+        mode = self.local.prestart
+        if mode in (True, "always"):
+            return True
+        return mode == "auto" and name in self._ran
 
     def prestart(self, name: str) -> None:
         self.backend.prestart(name, self.component(name))
@@ -271,6 +290,7 @@ class Session:
         running :class:`~jupyter_distcomp.local.ranks.background.BackgroundCell` at once.
         ``debug_ranks``: the ranks whose ``breakpoint()`` stops (default: all)."""
         component = self.component(name)
+        self._ran.add(name)
         return self.backend.run_cell(
             name,
             component,
@@ -420,16 +440,72 @@ class Session:
         return {n: text for n, text in found.items() if text}
 
     def stop(self, name: str | None = None) -> list[str]:
+        """Stop everything of ``name`` (of every component when None): its background
+        `%distcomp command` run (SIGINT, SIGKILL after the grace) and its ranks, with their
+        background cell. What was stopped, one phrase each ("the ranks of NAME", ...)."""
+        from ..local.command.active import running_commands
+
         if name is not None:
             self.component(name)
-        return self.backend.stop(name)
+        backend = self._backend
+        keys = {key for key, _ in running_commands(name)}
+        if backend is not None:
+            keys.update(
+                key
+                for key, cells in backend.background.items()
+                if name in (None, key) and any(c.running and c.kind == "command" for c in cells)
+            )
+        said: list[str] = []
+        for key in sorted(keys):
+            command = self._running_command(key)
+            job = backend.background.running(key) if backend is not None else None
+            job = job if job is not None and job.kind == "command" else None
+            if command is None:
+                continue
+            if job is not None:
+                job.cancelled = True
+            command.interrupt()
+            if job is not None:
+                job.join(COMMAND_STOP)
+            said.append(
+                f"the {'background ' if job else ''}`%distcomp command` of {key} "
+                f"({command.world_size} rank process(es))"
+            )
+        if backend is None:
+            return said
+        for key, cells in backend.background.items():
+            for cell in cells:
+                if cell.running and cell.kind == "cell" and name in (None, key):
+                    cell.cancelled = True
+        stopped = backend.stop(name)
+        if stopped:
+            said.insert(0, f"the ranks of {', '.join(stopped)}")
+        return said
+
+    def replay_plan(self, name: str, skip: str | None = None, only: str | None = None) -> Plan:
+        """The cells `restart NAME --replay` would run now, and on which ranks."""
+        return self.backend.replay_plan(name, self.component(name), skip, only)
+
+    def replay_cells(self, name: str) -> list[Replayed]:
+        """The cells in the replay log of ``name``, oldest first."""
+        self.component(name)
+        return self.backend.replays.cells(name)
+
+    def clear_replay(self, name: str) -> int:
+        """Empty the replay log of ``name``; how many cells it held."""
+        self.component(name)
+        return self.backend.replays.clear(name)
 
     def restart(
-        self, name: str, hosts: str | None = None, replay: Callable[[str], None] | None = None
+        self,
+        name: str,
+        hosts: str | None = None,
+        replay: Callable[[str], None] | None = None,
+        plan: Plan | None = None,
     ) -> World:
         """Restart the ranks of ``name``; ``hosts`` (names, or a hostfile) places its nodes
-        on those hosts from now on ("local": back to this machine). ``replay(text)``: run
-        again the cells that succeeded since the last start, naming each with it."""
+        on those hosts from now on ("local": back to this machine). ``replay(text)``: then
+        run the cells of ``plan`` (default: every logged cell), naming each with it."""
         component = self.component(name)
         if hosts is not None:
             from ..machine.hosts import Placement, check_hosts, read_hostfile
@@ -442,7 +518,8 @@ class Session:
                 chosen = check_hosts(hosts, "--hosts")
             self.backend.place(name, Placement(tuple(chosen), self.local.ssh_command or "ssh"))
         if replay is not None:
-            return self.backend.replay(name, component, replay)
+            cells = plan or self.backend.replay_plan(name, component)
+            return self.backend.replay(name, component, cells, replay)
         return self.backend.restart(name, component)
 
     def _running_command(self, name: str) -> ActiveRun | None:
@@ -472,7 +549,7 @@ class Session:
     def interrupt_report(self, name: str) -> str:
         """SIGINT to the busy ranks of ``name``; which stopped, which could not, what to do."""
         from ..core.ranges import format_ranks
-        from ..local.ranks.ledgers import stuck_fix
+        from ..local.ranks.ledgers import stuck_fix, verdict_lines
 
         self.component(name)
         if self._running_command(name) is not None:
@@ -488,7 +565,8 @@ class Session:
         if not still:
             return text + "; every rank is ready for the next cell."
         world = self.backend.running_world(name)
-        return f"{text}.\n{stuck_fix(world, still)}"
+        waits = "".join(f"\n{line}" for line in verdict_lines(world, still))
+        return f"{text}.{waits}\n{stuck_fix(world, still)}"
 
     def collectives(self, name: str, last: int = 10) -> WhereReport:
         """The recent collectives of ``name``'s ranks (or of its `%distcomp command` run)."""
@@ -578,9 +656,13 @@ class Session:
         workspace: Workspace | None = None,
         interactive: tuple[str, ...] = (),
         ssh_key: str | None = None,
+        preflight: bool | None = None,
+        on_warning: Callable[[str], None] | None = None,
     ) -> Submission:
         """Submit the component as an Azure ML job; ``interactive`` adds Azure ML's
-        interactive services (jupyterlab, vscode, ssh with ``ssh_key``) on every node."""
+        interactive services (jupyterlab, vscode, ssh with ``ssh_key``) on every node.
+        ``preflight`` (default ``%config AzureML.preflight``) checks the layout against the
+        compute first; its warnings go to ``on_warning`` (default: an AzureMLWarning)."""
         from ..azureml import submit
 
         extra: dict[str, Any] = {}
@@ -596,6 +678,8 @@ class Session:
             outputs=outputs,
             compute=self.resolve_compute(component, compute),
             experiment_name=experiment_name or self.azureml.experiment_name,
+            preflight=self.azureml.preflight if preflight is None else preflight,
+            on_warning=on_warning,
             **extra,
         )
         return Submission(job, ml_client)

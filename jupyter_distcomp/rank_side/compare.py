@@ -50,20 +50,83 @@ def _error_text(exc: BaseException) -> str:
         return type(exc).__name__
 
 
+def _is_tensor(v: Any) -> bool:
+    return type(v).__module__.split(".")[0] == "torch" and hasattr(v, "detach")
+
+
 def _as_numpy(v: Any) -> Any:
     """``v`` as a contiguous numpy array without a copy where it can (a CPU tensor, an
-    ndarray); None when it is neither."""
-    module = type(v).__module__.split(".")[0]
-    if module == "torch" and hasattr(v, "detach"):
+    ndarray); None when it is neither. A CUDA tensor is copied to the host: only
+    :func:`diff_value` and :func:`_frames` do that, a chunk at a time (:func:`_chunks`)."""
+    if _is_tensor(v):
         t = v.detach().cpu().contiguous()
         if str(t.dtype) == "torch.bfloat16":
             t = t.float()
         return t.numpy()
+    module = type(v).__module__.split(".")[0]
     if module == "numpy" and hasattr(v, "shape") and hasattr(v, "tobytes"):
         import numpy
 
         return numpy.ascontiguousarray(v)
     return None
+
+
+def _tensor_summary(v: Any) -> dict:
+    """A torch tensor's summary computed where the tensor is (a CUDA tensor's on its GPU,
+    with no copy to the host): shape, dtype, a checksum of its bytes (:func:`_checksum`),
+    NaN and Inf counts of a floating-point one."""
+    import torch
+
+    t = v.detach()
+    summary: dict[str, Any] = {
+        "kind": "array",
+        "type": "torch",
+        "shape": tuple(t.shape),
+        "dtype": str(t.dtype).replace("torch.", ""),
+        "digest": _checksum(t),
+    }
+    if t.is_floating_point() or t.is_complex():
+        counts = torch.stack([torch.isnan(t).sum(), torch.isinf(t).sum()]).tolist()
+        summary["nan"], summary["inf"] = int(counts[0]), int(counts[1])
+    return summary
+
+
+def _checksum(t: Any) -> str:
+    """A digest of a tensor's bytes, computed by torch where the tensor is: two sums of its
+    32-bit words (or bytes) weighted by position, in int64 arithmetic (wrapping, so the same
+    on every device and in any order of summation), over CHUNK words at a time; equal
+    tensors (bit for bit, same dtype and shape) give equal digests on a CPU and a GPU."""
+    import hashlib
+
+    import torch
+
+    flat = t.reshape(-1)
+    if not flat.is_contiguous():
+        flat = flat.contiguous()  # on its device
+    words = flat.view(torch.uint8) if flat.numel() else flat.new_zeros(0, dtype=torch.uint8)
+    if words.numel() % 4 == 0:
+        words = words.view(torch.int32)
+    first = torch.zeros((), dtype=torch.int64, device=flat.device)
+    second = torch.zeros((), dtype=torch.int64, device=flat.device)
+    for start in range(0, words.numel(), CHUNK):
+        w = words[start : start + CHUNK].to(torch.int64)
+        at = torch.arange(start, start + w.numel(), dtype=torch.int64, device=flat.device)
+        first += (w * (at * 2 + 1) * 0x9E3779B1).sum()
+        second += ((w + at * 0x85EBCA6B) * (w ^ 0x27D4EB2F) + at).sum()
+    sums = torch.stack([first, second]).tolist()
+    key = f"{t.dtype}:{tuple(t.shape)}:{words.dtype}:{sums[0]}:{sums[1]}"
+    return hashlib.sha1(key.encode()).hexdigest()
+
+
+def _chunks(v: Any, start: int, stop: int) -> Any:
+    """Elements ``start:stop`` of the flattened ``v`` as a numpy array (a tensor's copied
+    to the host a chunk at a time)."""
+    if _is_tensor(v):
+        t = v.detach().reshape(-1)[start:stop].cpu()
+        if str(t.dtype) == "torch.bfloat16":
+            t = t.float()
+        return t.numpy()
+    return v.reshape(-1)[start:stop]
 
 
 def _digest(array: Any) -> str:
@@ -134,9 +197,13 @@ def _summary(value: Any) -> tuple[dict, Any]:
                 "text": repr(v[:60]),
                 "digest": hashlib.sha1(data).hexdigest(),
             }, v
+        if _is_tensor(v):
+            if v.dim() == 0 and not v.dtype.is_complex:
+                return number(v.item()), v  # a loss
+            return _tensor_summary(v), v
         array = _as_numpy(v)
         if array is not None and array.ndim == 0 and array.dtype.kind in "biufc":
-            return number(array.item()), v  # a loss, a numpy scalar
+            return number(array.item()), v  # a numpy scalar
         if array is not None:
             summary: dict[str, Any] = {
                 "kind": "array",
@@ -193,12 +260,36 @@ def _close(server: Any) -> None:
     server.close()
 
 
+class _TensorBody:
+    """A tensor's bytes, sent a chunk at a time (a CUDA tensor's copied to the host one
+    chunk at a time, never whole)."""
+
+    def __init__(self, t: Any) -> None:
+        import torch
+
+        self.t = t.detach().reshape(-1)
+        if self.t.dtype == torch.bfloat16:  # numpy has no bfloat16: sent as float32
+            self.dtype = "<f4"
+            self.nbytes = self.t.numel() * 4
+        else:
+            self.dtype = torch.empty(0, dtype=self.t.dtype).numpy().dtype.str
+            self.nbytes = self.t.numel() * self.t.element_size()
+
+    def __iter__(self) -> Any:
+        for start in range(0, self.t.numel(), CHUNK):
+            yield memoryview(_chunks(self.t, start, start + CHUNK).reshape(-1).view("u1"))
+
+
 def _frames(value: Any) -> Any:
-    """The kept value as (header, body) frames: an array's body is its own memory, anything
-    else pickled; a mapping one frame per entry."""
+    """The kept value as (header, body) frames: an array's body is its own memory (a
+    tensor's, its bytes a chunk at a time), anything else pickled; a mapping one frame per
+    entry."""
     import pickle
 
     def frame(key: Any, v: Any) -> tuple[dict, Any]:
+        if _is_tensor(v):
+            body = _TensorBody(v)
+            return {"key": key, "dtype": body.dtype, "shape": tuple(v.shape)}, body
         array = _as_numpy(v)
         if array is not None and not array.dtype.hasobject:
             flat = array.reshape(-1).view("u1")
@@ -226,9 +317,7 @@ def serve_value(
     try:
         frames, is_mapping = _frames(_KEPT.get(slot))
         heads = [
-            pickle.dumps(
-                {**head, "size": len(body) if not isinstance(body, memoryview) else body.nbytes}
-            )
+            pickle.dumps({**head, "size": body.nbytes if hasattr(body, "nbytes") else len(body)})
             for head, body in frames
         ]
     except Exception as exc:  # the user's value: an entry that cannot be pickled
@@ -299,6 +388,10 @@ def serve_value(
 def _send(conn: Any, data: Any, framed: bool = True) -> None:
     """Send ``data`` (with its length first when ``framed``) in steps, each of which may
     take at most the socket's time-out: a reader that stops reading is dropped."""
+    if isinstance(data, _TensorBody):
+        for chunk in data:
+            _send(conn, chunk, framed=False)
+        return
     view = memoryview(data).cast("B")
     if framed:
         conn.sendall(len(view).to_bytes(8, "big"))
@@ -360,6 +453,8 @@ def diff_value(
     A mapping gives one result per key; keys only one side has are listed. ``close`` is
     True when every element is within ``rtol`` of the reference (numpy's ``allclose``).
     """
+    import math
+
     value = _KEPT.pop(slot, None)
     if source is None:
         return {}
@@ -369,24 +464,26 @@ def diff_value(
         return {"maxdiff": None, "close": False, "why": f"cannot fetch the reference: {exc}"}
 
     def flat(v: Any) -> Any:
+        """A tensor as is (read a chunk at a time by :func:`_chunks`), else an array."""
         import numpy
 
+        if _is_tensor(v):
+            return v
         array = _as_numpy(v)
-        return (array if array is not None else numpy.asarray(v)).reshape(-1)
+        return array if array is not None else numpy.asarray(v)
 
     def one(v: Any, ref: Any) -> dict:
         import numpy
 
         try:
             a, b = flat(v), flat(ref)
-            shape_a = getattr(_as_numpy(v), "shape", numpy.shape(v))
-            shape_b = getattr(_as_numpy(ref), "shape", numpy.shape(ref))
-            if tuple(shape_a) != tuple(shape_b):
+            shape_a, shape_b = tuple(a.shape), tuple(b.shape)
+            if shape_a != shape_b:
                 return {"maxdiff": None, "close": False, "why": f"shape {shape_a} != {shape_b}"}
             diff, close = 0.0, True
-            for start in range(0, a.size, CHUNK):  # bounded temporaries, whatever the size
-                x = numpy.asarray(a[start : start + CHUNK], dtype=float)
-                y = numpy.asarray(b[start : start + CHUNK], dtype=float)
+            for start in range(0, math.prod(shape_a), CHUNK):  # bounded temporaries
+                x = numpy.asarray(_chunks(a, start, start + CHUNK), dtype=float)
+                y = numpy.asarray(_chunks(b, start, start + CHUNK), dtype=float)
                 diff = max(diff, float(numpy.max(numpy.abs(x - y))), key=_nan_first)
                 close = close and bool(
                     numpy.allclose(x, y, rtol=rtol or 0.0, atol=0.0, equal_nan=True)

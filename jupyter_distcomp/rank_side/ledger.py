@@ -17,7 +17,9 @@ from __future__ import annotations
 import mmap
 import os
 import re
+import stat
 import struct
+import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -47,6 +49,44 @@ CELL_FILE = re.compile(r"(/tmp/ipykernel_\d+/\d+\.py|<ipython-input-[^>]+>)")
 COLLECTIVE, P2P = "c", "p"
 
 
+#: collectives whose data may differ between the ranks of one call, by MPI's and torch's
+#: own rules: mpi4py's object collectives (any picklable object, ``None`` off the root),
+#: per-rank counts (the ``v``/``w`` forms), root-only send buffers (``Scatter``), and
+#: torch's object collectives and uneven all-to-alls
+_OWN_DATA_MPI = [
+    "bcast",
+    "gather",
+    "scatter",
+    "allgather",
+    "alltoall",
+    "reduce",
+    "allreduce",
+    "scan",
+    "exscan",
+    "Gatherv",
+    "Scatterv",
+    "Allgatherv",
+    "Alltoallv",
+    "Alltoallw",
+    "Reduce_scatter",
+    "Scatter",
+    "Neighbor_allgatherv",
+    "Neighbor_alltoallv",
+    "Neighbor_alltoallw",
+]
+RANK_OWN_DATA = frozenset(
+    _OWN_DATA_MPI
+    + ["I" + name.lower() for name in _OWN_DATA_MPI if name[0].isupper()]
+    + [
+        "all_gather_object",
+        "gather_object",
+        "scatter_object_list",
+        "all_to_all",
+        "all_to_all_single",
+    ]
+)
+
+
 @dataclass
 class Entry:
     """One call on one rank."""
@@ -66,6 +106,11 @@ class Entry:
     #: a non-blocking call (``Iallreduce``, ``isend``, ``async_op=True``): it runs until its
     #: request or work completes, while the rank goes on
     posted: bool = False
+    #: the GPU's own state of an NCCL call, from torch's Flight Recorder: "scheduled" (not
+    #: launched on the GPU yet), "started" (its kernel runs), "completed"; "" elsewhere
+    gpu: str = ""
+    #: a reduction of DDP's gradient buckets (in ``backward``)
+    bucket: bool = False
 
     @property
     def members(self) -> tuple[int, ...]:
@@ -89,13 +134,19 @@ class Entry:
 
     @property
     def signature(self) -> tuple[str, str, str, str]:
-        """What must agree across the group's ranks for the call to be the same call."""
+        """What must agree across the group's ranks for the call to be the same call: the
+        operation, reduce op and root always; the data only where MPI and torch require
+        equal data on every rank (see :data:`RANK_OWN_DATA`)."""
+        if self.op in RANK_OWN_DATA:
+            return (self.op, "", self.reduce, self.root)
         return (self.op, self.data, self.reduce, self.root)
 
     def site(self) -> str:
         """``cell line 5``, or ``train.py:12 in step``."""
         if CELL_FILE.search(self.file):
             return f"cell line {self.line}"
+        if not self.file:  # a call of torch's record without its stack
+            return "a call site torch's record does not give"
         return f"{os.path.basename(self.file)}:{self.line} in {self.function}"
 
 
@@ -104,14 +155,34 @@ _SEQ = struct.Struct("<q")
 _FINISHED = struct.Struct("<d")
 
 
+class LedgerDamaged(ValueError):
+    """A ledger file that is not one: not a regular file, shorter than its header says, or
+    not in the ledger's format."""
+
+
+#: a ledger's path is opened as it is (no link followed), and a FIFO or device there opens
+#: without blocking, so that it is refused rather than waited on
+_OPEN_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _regular(fd: int, path: str) -> os.stat_result:
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise LedgerDamaged(f"{path} is not a regular file")
+    return info
+
+
 class Ring:
-    """This process's ledger file, written one slot per call."""
+    """This process's ledger file, written one slot per call. Its blocks are allocated when
+    it is made (a full disk says so then, rather than killing the rank at a later call)."""
 
     def __init__(self, path: str, capacity: int = CAPACITY) -> None:
         size = _HEADER.size + SLOT_SIZE * capacity
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | _OPEN_FLAGS, 0o600)
         try:
-            os.ftruncate(fd, size)
+            _regular(fd, path)
+            os.ftruncate(fd, 0)
+            os.posix_fallocate(fd, 0, size)
             self.map = mmap.mmap(fd, size)
         finally:
             os.close(fd)
@@ -124,8 +195,9 @@ class Ring:
         """Record a call that starts now; its slot's offset, for :meth:`end`.
 
         ``call``: ``(kind, group, op, data, reduce, root, posted)`` (posted: ``"nb"`` for a
-        non-blocking call, else ``""``); ``code``: the calling frame's
-        code object (anything with ``co_filename`` and ``co_name``), ``line`` its line.
+        non-blocking call, ``"ddp"`` for a DDP gradient bucket's, else ``""``); ``code``: the
+        calling frame's code object (anything with ``co_filename`` and ``co_name``),
+        ``line`` its line.
         """
         key = (call, code, line)
         known = self._texts.get(key)
@@ -159,15 +231,26 @@ class Ring:
 
 def read_ring(path: str, last: int | None = None) -> list[Entry]:
     """The calls in a ledger file, oldest first (only the ``last`` ones, when given: only
-    their slots are read); [] when there is none (yet)."""
+    their slots are read); [] when there is none (yet). LedgerDamaged for a file that is
+    no ledger (never a block on a FIFO, never a read past its end)."""
     try:
-        with open(path, "rb") as handle:
-            header = handle.read(_HEADER.size)
-            if len(header) < _HEADER.size:
-                return []
-            magic, slot_size, capacity, written = _HEADER.unpack(header)
-            if magic != MAGIC or slot_size != SLOT_SIZE:
-                return []
+        fd = os.open(path, os.O_RDONLY | _OPEN_FLAGS)
+    except OSError:
+        return []
+    with open(fd, "rb") as handle:
+        length = _regular(fd, path).st_size
+        header = handle.read(_HEADER.size)
+        if length == 0 or header == bytes(_HEADER.size):
+            return []  # made, not written yet
+        if len(header) < _HEADER.size:
+            raise LedgerDamaged(f"{path} is truncated ({length:,} bytes)")
+        magic, slot_size, capacity, written = _HEADER.unpack(header)
+        if magic != MAGIC or slot_size != SLOT_SIZE:
+            raise LedgerDamaged(f"{path} is not a collectives ledger")
+        expected = _HEADER.size + slot_size * capacity
+        if length < expected:
+            raise LedgerDamaged(f"{path} is truncated ({length:,} of {expected:,} bytes)")
+        try:
             first = max(0, written - capacity, 0 if last is None else written - last)
             body = handle.read() if last is None else b""
             entries = []
@@ -185,31 +268,59 @@ def read_ring(path: str, last: int | None = None) -> list[Entry]:
                 if entry is not None:
                     entries.append(entry)
             return entries
-    except OSError:
-        return []
+        except OSError:
+            return []
 
 
-def flight_recorder_entries(raw: bytes) -> list[Entry]:
-    """torch's NCCL Flight Recorder dump (pickled, as ``_dump_nccl_trace`` gives it) as
-    ledger entries: one per collective, its group named ``nccl group NAME``, finished once
-    the GPU completed it."""
-    import pickle
+#: the ledger's label of a torch process group: its name and ranks
+_GROUP_LABEL = re.compile(r"group (\S+) \(ranks ([\d, ]+)\)$")
+#: the dtype names of torch's C++ record -> torch's Python names, as the ledger writes them
+_TORCH_DTYPES = {
+    "Float": "float32",
+    "Double": "float64",
+    "Half": "float16",
+    "BFloat16": "bfloat16",
+    "Long": "int64",
+    "Int": "int32",
+    "Short": "int16",
+    "Char": "int8",
+    "Byte": "uint8",
+    "Bool": "bool",
+}
 
-    dump = pickle.loads(raw)
+
+def torch_record_entries(raw: bytes, members: dict[str, str] | None = None) -> list[Entry]:
+    """torch's own record of each NCCL collective (its Flight Recorder, as the rank's
+    ledger_torch dumps it beside the ledger: JSON, ``{"entries": [...], "pg_config": {...}}``)
+    as ledger entries: its group named ``nccl group NAME (ranks ...)``, finished once the GPU
+    completed it, with the GPU-side state in ``gpu``. Entries of other backends (gloo's, on
+    torch >= 2.13) are duplicates of the ledger's own rows and are left out here.
+    ``members``: process group name -> its ranks' text (``0, 2``), from the ledger's own rows,
+    for a group whose ranks torch's record does not give."""
+    import json
+
+    dump = json.loads(raw)
+    configs = dump.get("pg_config") or {}
     entries = []
     for item in dump.get("entries", []):
-        if item.get("is_p2p"):
+        profile = str(item.get("profiling_name", ""))
+        if item.get("is_p2p") or not profile.startswith("nccl:"):
             continue
         data = " ".join(
-            f"[{', '.join(map(str, size))}] {dtype}"
+            f"[{', '.join(map(str, size))}] {_TORCH_DTYPES.get(dtype, str(dtype).lower())}"
             for size, dtype in zip(
                 item.get("input_sizes") or [], item.get("input_dtypes") or [], strict=False
             )
         )
-        started = item.get("time_discovered_started_ns") or item.get("time_created_ns") or 0
-        completed = item.get("state") == "completed"
-        finished = (item.get("time_discovered_completed_ns") or started) if completed else 0
-        group = item.get("process_group") or ("", "")
+        created = item.get("time_created_ns") or 0
+        state = str(item.get("state") or "")
+        finished = (
+            (item.get("time_discovered_completed_ns") or created) if state == "completed" else 0
+        )
+        name = str((item.get("process_group") or ("",))[0])
+        ranks = str((configs.get(name) or {}).get("ranks") or "").strip("[]")
+        ranks = ranks or (members or {}).get(name, "")
+        label = f"nccl group {name}" + (f" (ranks {ranks})" if ranks else "")
         frames = [
             f for f in item.get("frames") or [] if "/torch/" not in str(f.get("filename", ""))
         ]
@@ -217,33 +328,55 @@ def flight_recorder_entries(raw: bytes) -> list[Entry]:
         entries.append(
             Entry(
                 int(item.get("collective_seq_id", 0)),
-                started / 1e9,
+                created / 1e9,
                 finished / 1e9,
                 COLLECTIVE,
-                f"nccl group {group[0]}",
-                str(item.get("profiling_name", "")).replace("nccl:", ""),
+                label,
+                profile.replace("nccl:", ""),
                 data,
                 "",
                 "",
                 str(top.get("filename", "")),
                 int(top.get("line", 0) or 0),
                 str(top.get("name", "")),
+                gpu=state,
             )
         )
     return entries
 
 
+_SAID: set[str] = set()
+
+
 def read_ledger(path: str, last: int | None = None) -> list[Entry]:
-    """A rank's ledger file (its ``last`` calls, when given), with its NCCL Flight Recorder
-    dump (``PATH.nccl``) if any."""
-    entries = read_ring(path, last)
+    """A rank's ledger file (its ``last`` calls, when given), with torch's record of its
+    NCCL calls (``PATH.torch``, see :func:`torch_record_entries`) if any. A damaged ledger is said once, on the kernel's stderr (the
+    cell that reads it), and counts as empty."""
     try:
-        with open(path + ".nccl", "rb") as handle:
+        entries = read_ring(path, last)
+    except LedgerDamaged as exc:
+        if str(exc) not in _SAID:
+            _SAID.add(str(exc))
+            print(
+                f"distcomp: a collectives ledger is damaged: {exc}; its calls are not shown "
+                "(its rank runs on).",
+                file=sys.stderr,
+            )
+        return []
+    try:
+        fd = os.open(path + ".torch", os.O_RDONLY | _OPEN_FLAGS)
+        with open(fd, "rb") as handle:
+            _regular(fd, path + ".torch")
             raw = handle.read()
-    except OSError:
+    except (OSError, LedgerDamaged):
         return entries
+    members = {}  # "group 1 (ranks 0, 2)" -> {"1": "0, 2"}
+    for entry in entries:
+        found = _GROUP_LABEL.match(entry.group)
+        if found:
+            members[found.group(1)] = found.group(2)
     try:
-        return entries + flight_recorder_entries(raw)
+        return entries + torch_record_entries(raw, members)
     except Exception:  # a dump torch changed the shape of: the ledger alone
         return entries
 
@@ -267,6 +400,7 @@ def _entry(seq: int, started: float, finished: float, text: str) -> Entry | None
         int(line) if line.isdigit() else 0,
         function,
         posted == "nb",
+        bucket=posted == "ddp",
     )
 
 
@@ -340,25 +474,62 @@ def _says(ranks: list[int], verb: str) -> str:
     return f"{ranks_text(ranks)} " + {"have": "has"}.get(verb, verb + "s")
 
 
-def _wait_words(ranks: list[int], entries: dict[int, Entry], now: float | None) -> str:
+#: an NCCL call's GPU-side state (Entry.gpu) in words
+_GPU_WORDS = {
+    "scheduled": "not started on the GPU",
+    "started": "running on the GPU",
+    "completed": "completed on the GPU",
+}
+
+
+def gpu_text(entries: dict[int, Entry]) -> str:
+    """``ranks 0-1 completed on the GPU, rank 2 not started on the GPU``: the GPU-side
+    state of NCCL calls (torch's record); "" when no entry has one."""
+    by_state: dict[str, list[int]] = {}
+    for rank, entry in sorted(entries.items()):
+        if entry.gpu:
+            by_state.setdefault(entry.gpu, []).append(rank)
+    return ", ".join(
+        f"{ranks_text(ranks)} {_GPU_WORDS.get(state, state + ' on the GPU')}"
+        for state, ranks in by_state.items()
+    )
+
+
+def _went_words(ranks: list[int], besides: dict[int, str]) -> list[str]:
+    """What ranks out of a call did: ``besides``' words (``raised an error``), else they
+    went on past it."""
+    said: dict[str, list[int]] = {}
+    for rank in ranks:
+        said.setdefault(besides.get(rank, "went on (their result may be wrong)"), []).append(rank)
+    return [f"{ranks_text(group)} {words}" for words, group in said.items()]
+
+
+def _wait_words(
+    ranks: list[int], entries: dict[int, Entry], now: float | None, besides: dict[int, str]
+) -> str:
     running = [r for r in ranks if entries[r].running]
     if now is None:
         return f"{_says(ranks, 'call')} it"
     if not running:
-        return f"{ranks_text(ranks)} went on (their result may be wrong)"
+        return "; ".join(_went_words(ranks, besides))
     since = now - min(entries[r].started for r in running)
     done = [r for r in ranks if r not in running]
     words = f"{_says(running, 'wait')} since {since:.0f} s"
-    if done:
-        words += f", {ranks_text(done)} went on (their result may be wrong)"
-    return words
+    gpu = gpu_text({r: entries[r] for r in ranks})
+    if gpu:
+        words += f" ({gpu})"
+    return ", ".join([words, *_went_words(done, besides)])
 
 
-def verdict_text(verdict: Verdict, entries: dict[int, Entry] | None = None) -> str:
+def verdict_text(
+    verdict: Verdict, entries: dict[int, Entry] | None = None, besides: dict[int, str] | None = None
+) -> str:
     """The one wording of a verdict, e.g. ``all_reduce #37 ([4] float32, sum, default
     group): ranks 0-1, 3 wait since 12 s; rank 2 has not called it: it is in barrier #37 at
     cell line 5``, or for a mismatch of data ``all_reduce #12: ranks 0-1 [4] float32, ranks
-    2-3 [5] float32``."""
+    2-3 [5] float32``. ``besides``: what ranks out of the call did, as the caller knows it
+    (``{2: "raised an error"}``)."""
+    besides = besides or {}
     call = verdict.call
     same_op = [(ranks, e) for ranks, e in verdict.others if e.op == call.op]
     other_op = [(ranks, e) for ranks, e in verdict.others if e.op != call.op]
@@ -378,14 +549,14 @@ def verdict_text(verdict: Verdict, entries: dict[int, Entry] | None = None) -> s
             waiting = [r for ranks, _ in sides for r in ranks if r in state and state[r].running]
             went = [r for ranks, _ in sides for r in ranks if r in state and not state[r].running]
             if went:
-                text += f"; {ranks_text(went)} went on (their result may be wrong)"
+                text += "; " + "; ".join(_went_words(went, besides))
             if waiting:
                 since = verdict.now - min(state[r].started for r in waiting)
                 text += f"; {_says(waiting, 'wait')} since {since:.0f} s"
         return text
     text = f"{call_text(call)}: "
     if state and all(r in state for r in verdict.callers):
-        text += _wait_words(verdict.callers, state, verdict.now)
+        text += _wait_words(verdict.callers, state, verdict.now, besides)
     else:
         text += _says(verdict.callers, "call") + " it" if verdict.now is None else ""
         text += _says(verdict.callers, "wait") if verdict.now is not None else ""
@@ -419,13 +590,27 @@ def by_group(ledgers: dict[int, list[Entry]]) -> dict[str, dict[int, dict[int, E
     """``{group: {seq: {rank: entry}}}`` of the collective calls."""
     groups: dict[str, dict[int, dict[int, Entry]]] = {}
     for rank, entries in ledgers.items():
+        group, table = None, {}
         for entry in entries:
-            if entry.kind == COLLECTIVE:
-                groups.setdefault(entry.group, {}).setdefault(entry.seq, {})[rank] = entry
+            if entry.kind != COLLECTIVE:
+                continue
+            if entry.group != group:
+                group = entry.group
+                table = groups.setdefault(group, {})
+            calls = table.get(entry.seq)
+            if calls is None:
+                calls = table[entry.seq] = {}
+            calls[rank] = entry
     return groups
 
 
-def _doing(rank: int, ledgers: dict[int, list[Entry]], group: str, busy: set[int] | None) -> str:
+def _doing(
+    rank: int,
+    ledgers: dict[int, list[Entry]],
+    group: str,
+    busy: set[int] | None,
+    besides: dict[int, str],
+) -> str:
     """What a rank that did not reach a call does instead."""
     entries = ledgers.get(rank, [])
     running = [e for e in entries if e.blocked]
@@ -433,6 +618,8 @@ def _doing(rank: int, ledgers: dict[int, list[Entry]], group: str, busy: set[int
         e = running[-1]
         where = call_text(e, group=e.group != group)
         return f"it is in {where} at {e.site()}"
+    if rank in besides:
+        return f"it {besides[rank]}"
     if busy is not None and rank not in busy:
         return "its cell has ended"
     last = [e for e in entries if e.group == group and e.kind == COLLECTIVE]
@@ -446,25 +633,33 @@ def verdicts(
     world_size: int,
     busy: set[int] | None = None,
     now: float | None = None,
+    groups: dict[str, dict[int, dict[int, Entry]]] | None = None,
+    besides: dict[int, str] | None = None,
 ) -> list[Verdict]:
     """What blocks or diverges, per group: the first sequence number where the ranks'
     calls differ, else the call some ranks wait in that others have not reached.
 
-    ``busy``: the ranks still running their cell (None: unknown). Only sequence numbers
-    that every member still holds in its ring are compared.
+    ``busy``: the ranks still running their cell (None: unknown); ``groups``: the ledgers'
+    ``by_group``, when known; ``besides``: what ranks do that their ledger does not say
+    (``{1: "stopped at a breakpoint prompt"}``). Only sequence numbers that every member
+    still holds in its ring are compared.
     """
+    besides = besides or {}
     now = time.time() if now is None else now
     found: list[Verdict] = []
-    for group, table in by_group(ledgers).items():
+    for group, table in (by_group(ledgers) if groups is None else groups).items():
         any_entry = next(iter(next(iter(table.values())).values()))
         members = list(any_entry.members) or list(range(world_size))
         members = [r for r in members if r in ledgers]
         if not members:
             continue
-        firsts = [
-            min((e.seq for e in ledgers[r] if e.group == group), default=None) for r in members
-        ]
-        low = max((f for f in firsts if f is not None), default=0)
+        firsts: dict[int, int] = {}  # each rank's oldest call of the group in its ring
+        for seq in sorted(table):
+            for rank in table[seq]:
+                firsts.setdefault(rank, seq)
+            if len(firsts) == len(members):
+                break
+        low = max((firsts[r] for r in members if r in firsts), default=0)
         verdict = None
         for seq in sorted(s for s in table if s >= low):
             calls = table[seq]
@@ -473,7 +668,7 @@ def verdicts(
                 (callers, call), *others = split
                 verdict = Verdict(group, seq, call, callers, others, now=now)
                 verdict.missing = {
-                    r: _doing(r, ledgers, group, busy) for r in members if r not in calls
+                    r: _doing(r, ledgers, group, busy, besides) for r in members if r not in calls
                 }
                 break
             pending = [r for r, e in calls.items() if e.running]
@@ -481,20 +676,8 @@ def verdicts(
             if pending and absent:
                 (callers, call), *_ = split
                 verdict = Verdict(group, seq, call, callers, now=now)
-                verdict.missing = {r: _doing(r, ledgers, group, busy) for r in absent}
+                verdict.missing = {r: _doing(r, ledgers, group, busy, besides) for r in absent}
                 break
         if verdict is not None:
             found.append(verdict)
     return found
-
-
-def report_lines(
-    ledgers: dict[int, list[Entry]], world_size: int, busy: set[int] | None = None
-) -> list[str]:
-    """The verdicts' texts, one line each, each with the calls' own states."""
-    now = time.time()
-    lines = []
-    for verdict in verdicts(ledgers, world_size, busy, now):
-        table = by_group(ledgers)[verdict.group].get(verdict.seq, {})
-        lines.append(verdict_text(verdict, table))
-    return lines

@@ -136,7 +136,7 @@ def mismatch(group: str, seq: int, sigs: dict[int, tuple], me: int) -> None:
 
 # -- installing ----------------------------------------------------------------------------
 def _sibling(name: str):
-    """ledger_torch.py, ledger_mpi.py, after_import.py: from the package, or by path on a
+    """ledger_torch.py, ledger_mpi.py, torch_record.py, after_import.py: from the package, or by path on a
     rank."""
     if __package__:
         return importlib.import_module(f"{__package__}.{name}")
@@ -147,6 +147,15 @@ def _wrap_torch(dist) -> None:
     sibling = _sibling("ledger_torch")
     sibling.core = sys.modules[__name__]
     sibling.wrap(dist)
+
+
+def start_torch_record(dist) -> None:
+    """torch's own record of the calls and the rank's GPU facts, beside the ledger
+    (torch_record.py); what stops it is said, and the ledger goes on without it."""
+    try:
+        _sibling("torch_record").start(dist, sys.modules[__name__])
+    except Exception as exc:
+        print(f"distcomp: torch's record of the collectives is not read: {exc!r}", file=sys.stderr)
 
 
 def _wrap_mpi(MPI) -> None:
@@ -182,8 +191,15 @@ def _after_import(name: str, wrap):
 def install(path: str, rank: int = 0, check: bool = False) -> None:
     """Record this process's calls in the ledger file ``path`` (idempotent)."""
     if STATE.ring is None:
-        STATE.ring = ledger.Ring(path)
+        try:
+            STATE.ring = ledger.Ring(path)
+        except (OSError, ValueError) as exc:  # the rank runs on, without a ledger
+            print(f"distcomp: no collectives ledger ({exc})", file=sys.stderr)
+            return
         STATE.path = path
+        # torch's own record of each NCCL call (torch_record.py), before torch is imported:
+        # a torch may read it when its library loads
+        os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
     STATE.rank = rank
     STATE.check = check
     for name, wrap in _TARGETS.items():

@@ -33,6 +33,7 @@ from typing import Any
 core: Any = None  # ledger_hooks (loaded by path on a rank, so not imported here)
 
 
+_FAR = 1 << 30  # the index of a parameter a method does not have
 #: method -> (data parameter index, op index, root index, root default); non-blocking
 #: forms (``I...``) take the same parameters
 _MPI_COLLECTIVES = {
@@ -72,7 +73,8 @@ _MPI_COLLECTIVES = {
 _MPI_COLLECTIVES.update(
     {"I" + name.lower(): spec for name, spec in _MPI_COLLECTIVES.items() if name[0].isupper()}
 )
-#: method -> (data parameter index, peer parameter index, direction, peer keyword)
+#: method -> (data parameter index, peer parameter index, direction, peer keyword); the tag
+#: follows the peer (``tag`` or ``sendtag``), ``_EXCHANGES`` name where an exchange's source is
 _MPI_P2P = {
     name: (0, 1, "to", "dest")
     for name in (
@@ -97,9 +99,18 @@ _MPI_P2P = {
         "Isendrecv_replace",
     )
 }
+_MPI_P2P.update({name: (0, 1, "from", "source") for name in ("Recv", "recv", "Irecv", "irecv")})
 _MPI_P2P.update(
-    {name: (0, 1, "from", "source") for name in ("Recv", "recv", "Irecv", "irecv", "Mprobe")}
+    {name: (_FAR, 0, "from", "source") for name in ("Probe", "probe", "Mprobe", "mprobe")}
 )
+#: exchange -> the index of its source parameter
+_EXCHANGES = {
+    "Sendrecv": 4,
+    "sendrecv": 4,
+    "Isendrecv": 4,
+    "Sendrecv_replace": 3,
+    "Isendrecv_replace": 3,
+}
 #: communicator constructors: collective over the communicator they are called on
 #: (recorded as its calls), but Create_group (only the group's ranks call it) and
 #: Create_intercomm (two groups) are not recorded
@@ -132,7 +143,6 @@ _FREES = ("Free", "free", "Disconnect")
 _REQUEST_CLASS_METHODS = tuple(
     f"{verb}{what}" for verb in ("Wait", "Test", "wait", "test") for what in ("all", "any", "some")
 )
-_FAR = 1 << 30  # the index of a parameter a method does not have
 
 
 class _Mpi:
@@ -281,7 +291,7 @@ class _Mpi:
             if root_text is None:
                 root_text = roots[root] = f"root {root}"
             where = core.site()
-            if state.check:
+            if state.check and not nonblocking:  # an exchange would block an I... call
                 mpi.check(comm, label, (name, data_text, reduce, root_text), where)
             call = (COLLECTIVE, label, name, data_text, reduce, root_text, posted)
             slot = core.record(label, call, where)
@@ -311,6 +321,23 @@ class _Mpi:
         peers: dict = {}
         P2P = core.ledger.P2P
         labels = self.labels
+        tag_at = peer_at + 1
+        source_at = _EXCHANGES.get(name, _FAR)
+
+        def peer_words(word: str, peer, tag) -> str:
+            """``to rank 1``, ``from any rank``, ``from rank 0, tag 5`` (a tag given
+            explicitly, ANY_TAG and 0 left out)."""
+            key = (word, peer, tag)
+            text = peers.get(key)
+            if text is None:
+                if isinstance(peer, int) and peer >= 0:
+                    text = f"{word} rank {peer}"
+                else:
+                    text = "from any rank" if word == "from" else ""
+                if isinstance(tag, int) and tag > 0:
+                    text += f", tag {tag}"
+                peers[key] = text
+            return text
 
         @functools.wraps(fn)
         def call(comm, *args, **kwargs):
@@ -322,21 +349,24 @@ class _Mpi:
             known = labels.get(_handle(comm))
             label = known[0] if known is not None else mpi.label(comm)[0]
             n = len(args)
-            data = args[data_at] if data_at < n else None
-            if buffers:
+            data = args[data_at] if data_at < n else kwargs.get("buf")
+            if data_at == _FAR:
+                data_text = ""
+            elif buffers:
                 data_text = mpi.buffer_text(data)
-            else:
-                data_text = type(data).__name__ if data is not None else ""
+            else:  # an object's receive (buf None) gets one, of a type it does not know yet
+                data_text = type(data).__name__ if data is not None else "object"
             peer = (
                 kwargs[peer_key] if peer_key in kwargs else (args[peer_at] if peer_at < n else None)
             )
-            peer_text = peers.get(peer)
-            if peer_text is None:
-                if isinstance(peer, int) and peer >= 0:
-                    peer_text = f"{direction} rank {peer}"
-                else:
-                    peer_text = "from any rank" if direction == "from" else ""
-                peers[peer] = peer_text
+            if kwargs:
+                tag = kwargs.get("tag", kwargs.get("sendtag", args[tag_at] if tag_at < n else 0))
+            else:
+                tag = args[tag_at] if tag_at < n else 0
+            peer_text = peer_words(direction, peer, tag)
+            if source_at != _FAR:
+                source = kwargs.get("source", args[source_at] if source_at < n else None)
+                peer_text += ", " + peer_words("from", source, None)
             where = core.site()
             slot = core.record(
                 label + "\x00p2p", (P2P, label, name, data_text, "", peer_text, posted), where

@@ -1,7 +1,7 @@
 """The ledger's wrappers of ``torch.distributed`` (see ledger_hooks.py): each collective and
 point-to-point function records its call, and in check mode posts its signature in the
-process group's store (gloo and NCCL alike) and compares before the call runs. With CUDA,
-torch's NCCL Flight Recorder is dumped beside the ledger.
+process group's store (gloo and NCCL alike) and compares before the call runs. torch's own
+record of each call (its Flight Recorder) is read beside the ledger by torch_record.py.
 
 Standard library only at import; ``core`` is ledger_hooks, set before :func:`wrap`.
 """
@@ -12,6 +12,7 @@ import functools
 import os
 import sys
 import threading
+import weakref
 from typing import Any
 
 core: Any = None  # ledger_hooks (loaded by path on a rank, so not imported here)
@@ -41,26 +42,68 @@ _TORCH_P2P = {"send": "tensor", "recv": "tensor", "isend": "tensor", "irecv": "t
 
 
 _SHAPES: dict[tuple, str] = {}
+
+
+class _Inside(threading.local):
+    """This thread's recorded calls in progress: the calls they make are not recorded."""
+
+    calls = 0
+
+
+_INSIDE = _Inside()
 _FAR = 1 << 30  # the index of a parameter a function does not have
 _DEFAULT = ("default group", ())
 
 
+#: id(work) -> (work, ring, slot, seq) of a pending async call: a ``Work.wait`` marks its
+#: call waited for, and ends it when it returns
+_MARKS: dict[int, tuple] = {}
+
+
 def _end_when_done(work, ring, slot: int, seq: int) -> None:
-    """An ``async_op`` call (or isend/irecv) ends in the ledger when its work completes;
-    when the backend gives the work no future, when it returns."""
+    """An ``async_op`` call (or isend/irecv) ends in the ledger when its work completes:
+    when its future does, or (gloo's point-to-point works have none) when a ``wait()``
+    on it returns; while a ``wait()`` waits for it, the rank waits in it."""
+    if len(_MARKS) > 4096:  # works nobody waits for: their calls stay unfinished
+        _MARKS.clear()
+    _MARKS[id(work)] = (work, ring, slot, seq)
     try:
         future = work.get_future()
     except Exception:
-        ring.end(slot)
         return
 
     def done(_future) -> None:
+        _MARKS.pop(id(work), None)
         ring.end(slot, seq)
 
     try:
         future.add_done_callback(done)
     except Exception:
-        ring.end(slot)
+        return
+
+
+def _wrap_work_wait(dist) -> None:
+    """``Work.wait`` (torch's one class of async works) marks the ledger's call."""
+    work_class = dist.distributed_c10d.Work
+    plain = work_class.wait
+    if getattr(plain, "__distcomp_ledger__", None) is not None:
+        return
+
+    @functools.wraps(plain)
+    def wait(work, *args, **kwargs):
+        __tracebackhide__ = True
+        mark = _MARKS.get(id(work)) if _MARKS else None
+        if mark is None or mark[0] is not work:
+            return plain(work, *args, **kwargs)
+        mark[1].wait(mark[2], mark[3])
+        try:
+            return plain(work, *args, **kwargs)
+        finally:
+            _MARKS.pop(id(work), None)
+            mark[1].end(mark[2], mark[3])
+
+    wait.__distcomp_ledger__ = plain  # type: ignore[attr-defined]
+    work_class.wait = wait
 
 
 def _tensor_text(value) -> str:
@@ -84,7 +127,11 @@ def _tensor_text(value) -> str:
 class _Torch:
     def __init__(self, dist) -> None:
         self.dist = dist
-        self.groups: dict[int, tuple[str, tuple[int, ...]]] = {}
+        #: id(group) -> (a weak reference to it, its label, its ranks): a label stays with
+        #: its group, never with a later one that got the same id
+        self.groups: dict[int, tuple[Any, str, tuple[int, ...]]] = {}
+        self.made = 0
+        self.posted: dict[str, list[int]] = {}  # check mode's rounds whose keys are kept
         self.ops: dict = {}
 
     def group(self, group) -> tuple[str, tuple[int, ...]]:
@@ -92,15 +139,19 @@ class _Torch:
         if group is None or group is dist.GroupMember.WORLD:
             return "default group", ()
         known = self.groups.get(id(group))
-        if known is None:
-            members = tuple(dist.get_process_group_ranks(group))
-            try:
-                name = dist.distributed_c10d._get_process_group_name(group)
-            except Exception:
-                name = str(len(self.groups) + 1)
-            label = f"group {name} (ranks {', '.join(map(str, members))})"
-            known = self.groups[id(group)] = (label, members)
-        return known
+        if known is not None and known[0]() is group:
+            return known[1], known[2]
+        members = tuple(dist.get_process_group_ranks(group))
+        self.made += 1
+        try:
+            name = dist.distributed_c10d._get_process_group_name(group)
+        except Exception:
+            name = str(self.made)
+        label = f"group {name} (ranks {', '.join(map(str, members))})"
+        if len(self.groups) > 4096:
+            self.groups = {k: v for k, v in self.groups.items() if v[0]() is not None}
+        self.groups[id(group)] = (weakref.ref(group), label, members)
+        return label, members
 
     def reduce_name(self, op) -> str:
         name = self.ops.get(op)
@@ -126,11 +177,13 @@ class _Torch:
         op_key, op_at = position("op")
         root_key, root_at = position("src", "dst")
         async_key, async_at = position("async_op")
+        tag_key, tag_at = position("tag")
         torch = self
         collective = kind == core.ledger.COLLECTIVE
         default_reduce = "sum" if name in ("all_reduce", "reduce") else ""
         word = "root" if collective else ("to" if name in ("send", "isend") else "from") + " rank"
         always_async = name in ("isend", "irecv")
+        group_peer = "group_dst" if name in ("send", "isend") else "group_src"
         roots: dict = {None: ""}
 
         @functools.wraps(fn)
@@ -138,7 +191,7 @@ class _Torch:
             __tracebackhide__ = True
             state = core.STATE
             ring = state.ring
-            if ring is None:
+            if ring is None or _INSIDE.calls:  # torch's recv calls its irecv: one call
                 return fn(*args, **kwargs)
             n = len(args)
             if kwargs:
@@ -172,28 +225,45 @@ class _Torch:
                 peer = args[root_at] if root_at < n else None
                 data = args[data_at] if data_at < n else None
                 waits = not (always_async or (n > async_at and args[async_at]))
+            if type(group) is int:  # GroupMember.NON_GROUP_MEMBER: torch skips the call
+                return fn(*args, **kwargs)
             label, members = _DEFAULT if group is None else torch.group(group)
             reduce_text = torch.reduce_name(op) if op is not None else default_reduce
+            if not collective:
+                if peer is None and kwargs:  # a peer given by its rank in the group
+                    local = kwargs.get(group_peer)
+                    if isinstance(local, int):
+                        peer = members[local] if 0 <= local < len(members) else local
+                tag = kwargs[tag_key] if tag_key in kwargs else (args[tag_at] if tag_at < n else 0)
+                peer = (peer, tag) if isinstance(tag, int) and tag > 0 else peer
             root_text = roots.get(peer)
             if root_text is None:
-                root_text = roots[peer] = f"{word} {peer}"
+                words = (
+                    f"{word} {peer[0]}, tag {peer[1]}" if type(peer) is tuple else f"{word} {peer}"
+                )
+                root_text = roots[peer] = words
             data_text = _tensor_text(data) if data is not None else ""
             where = core.site()
             if collective:
-                if state.check:
-                    torch.check(label, members, (name, data_text, reduce_text, root_text), where)
+                if state.check:  # an async_op call posts its signature but never waits
+                    sig = (name, data_text, reduce_text, root_text)
+                    torch.check(label, members, sig, where, waits or state.in_buckets)
                 seq_key = label
             else:
                 seq_key = label + "\x00p2p"
-            posted = "" if waits or state.in_buckets else "nb"
+            # DDP's gradient buckets: waited for by backward, marked for the hang patterns
+            posted = "ddp" if state.in_buckets else ("" if waits else "nb")
             slot = core.record(
                 seq_key, (kind, label, name, data_text, reduce_text, root_text, posted), where
             )
+            _INSIDE.calls += 1
             try:
                 result = fn(*args, **kwargs)
             except BaseException:
                 ring.end(slot)
                 raise
+            finally:
+                _INSIDE.calls -= 1
             if waits or result is None:
                 ring.end(slot)
             else:
@@ -203,8 +273,12 @@ class _Torch:
         call.__distcomp_ledger__ = fn  # type: ignore[attr-defined]
         return call
 
-    def check(self, label: str, members: tuple[int, ...], sig: tuple, where) -> None:
-        """Post this call's signature in the store; compare with the group's."""
+    def check(
+        self, label: str, members: tuple[int, ...], sig: tuple, where, wait: bool = True
+    ) -> None:
+        """Post this call's signature in the store; compare with the group's (``wait``
+        False: post only, as an ``async_op`` call must not wait for the group, which may
+        first need what this rank does next; the ranks that wait compare)."""
         __tracebackhide__ = True
         import datetime
 
@@ -220,6 +294,10 @@ class _Torch:
         prefix = f"distcomp-check/{label}/"
         store.set(f"{prefix}{round_}/{me}", core.ledger.SEP.join(map(str, sig)))
         keys = [f"{prefix}{round_}/{r}" for r in ranks]
+        posted = self.posted.setdefault(prefix, [])
+        posted.append(round_)
+        if not wait:
+            return
         while True:  # in steps, so that an interrupt (SIGINT) gets through
             try:
                 store.wait(keys, datetime.timedelta(seconds=1))
@@ -227,11 +305,14 @@ class _Torch:
             except RuntimeError as exc:
                 if "timeout" not in str(exc).lower() and "timed out" not in str(exc).lower():
                     raise
-        if round_ > 2:  # every rank has read round - 2: it posted round - 1 after reading
+        # every member posted this round, so those that compared the earlier rounds have
+        # read them: this rank's keys of those rounds go (the store keeps this round's)
+        for earlier in posted[:-1]:
             try:
-                store.delete_key(f"{prefix}{round_ - 2}/{me}")
+                store.delete_key(f"{prefix}{earlier}/{me}")
             except Exception:
                 pass
+        del posted[:-1]
         sigs = {}
         for rank, key in zip(ranks, keys, strict=True):
             op, data, reduce, root, file, line, function = (
@@ -255,47 +336,17 @@ def wrap(dist) -> None:
         for name, data in table.items():
             if hasattr(dist, name):
                 setattr(dist, name, torch.wrap(name, data, kind))
+    c10d = dist.distributed_c10d
+    for name in _TORCH_P2P:  # P2POp accepts only c10d's own isend and irecv
+        wrapped = getattr(dist, name, None)
+        plain = getattr(wrapped, "__distcomp_ledger__", None)
+        if plain is not None and getattr(c10d, name, None) is plain:
+            setattr(c10d, name, wrapped)
     try:
-        _flight_recorder(dist)
-    except Exception:
+        _wrap_work_wait(dist)
+    except Exception:  # a torch whose Work is not patchable: waits go unmarked
         pass
-
-
-def _flight_recorder(dist) -> None:
-    """With CUDA: turn on torch's NCCL Flight Recorder, and keep its dump beside the ledger
-    (``<ledger>.nccl``, rewritten every FLIGHT_EVERY seconds by a daemon thread) where the
-    kernel merges it (``core.ledger.flight_recorder_entries``): the GPU's own view of each NCCL
-    collective (scheduled, started, completed), which the Python call's return does not
-    give."""
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_available() or core.STATE.ring is None:
-        return
-    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
-    path = core.STATE.path + ".nccl"
-
-    def dump_now() -> None:
-        c10d = torch._C._distributed_c10d
-        if not (dist.is_initialized() and hasattr(c10d, "_dump_nccl_trace")):
-            return
-        raw = c10d._dump_nccl_trace(True, True, False)
-        with open(path + ".tmp", "wb") as handle:
-            handle.write(raw)
-        os.replace(path + ".tmp", path)
-
-    def loop() -> None:
-        import time
-
-        while True:
-            time.sleep(FLIGHT_EVERY)
-            try:
-                dump_now()
-            except Exception:
-                pass
-
-    threading.Thread(target=loop, name="distcomp-flight-recorder", daemon=True).start()
-
-
-FLIGHT_EVERY = 2.0
+    core.start_torch_record(dist)
 
 
 # -- DDP's gradient buckets ----------------------------------------------------------------

@@ -173,6 +173,8 @@ def main(args: list[str]) -> int:
     env = {**os.environ, **plan.get("base", {}), **plan["ranks"][rank]}
     if plan.get("drop_mpi"):  # a launcher without MPI: Azure ML gives its ranks no MPI variables
         env = {k: v for k, v in env.items() if not k.startswith(_MPI_PREFIXES)}
+    if plan.get("cwds"):  # each emulated node in its own copy of the code folder
+        os.chdir(plan["cwds"][rank])
     out = _connect(plan["socket"], f"{rank} out")
     err = _connect(plan["socket"], f"{rank} err")
     ctl = _connect(plan["socket"], f"{rank} ctl {os.getpid()}")

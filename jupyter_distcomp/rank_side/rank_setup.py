@@ -45,6 +45,7 @@ def setup_rank(
     ledger: tuple[str, str] | None = None,
     flow: tuple[str, str] | None = None,
     lean: str = "",
+    cwd: str = "",
 ) -> dict:
     """Apply this rank's variables, arm the stack dump and the collectives ledger, keep cells
     that follow a failed one (and give them a working stdout and stderr), and say who we are.
@@ -58,6 +59,9 @@ def setup_rank(
 
     ``lean`` is :data:`LEAN_REQUEST`: requests whose metadata has it publish no busy status
     and no echo of their code, and keep no copy of their printed text.
+
+    ``cwd``: the rank's working directory from now on (its node's copy of the notebook's
+    folder); empty: where the rank started.
 
     ``drop`` lists variables to remove unless ``env`` sets them. SIGUSR1 makes faulthandler
     write every thread's Python stack to ``stack_path`` even while the main thread is stuck
@@ -75,6 +79,12 @@ def setup_rank(
         if key not in env:
             os.environ.pop(key, None)
     os.environ.update(env)
+    if cwd:
+        os.chdir(cwd)
+    if "TMPDIR" in env:  # tempfile reads it once: read it again
+        import tempfile
+
+        tempfile.tempdir = None
     if stack_path:
         # on another host the folder is new: it is the kernel's, named the same there; one
         # that is a link or another user's is not written into

@@ -118,6 +118,15 @@ def wait_for(child: int) -> int:
             return os.waitstatus_to_exitcode(status)
 
 
+#: how long a tree has, after SIGTERM, to end by itself before SIGKILL: Python's exit code
+#: runs (atexit, multiprocessing's finalizers), and its resource tracker, once the processes
+#: that used it are gone, unlinks the shared memory they left
+TERM_GRACE = 1.0
+SHARED_MEMORY = "/dev/shm"
+#: shared-memory segments of Python's multiprocessing.shared_memory (``psm_<hex>``)
+PYTHON_SEGMENT = "psm_"
+
+
 def kill_tree(
     roots: Iterable[int] | None = None,
     *,
@@ -125,18 +134,33 @@ def kill_tree(
     include_roots: bool = False,
     timeout: float = 5.0,
     collect: bool = False,
+    grace: float = TERM_GRACE,
 ) -> list[int]:
-    """SIGKILL every process below ``roots`` (default: this process), those roots too with
-    ``include_roots``, and every process in ``sessions``, until none is left; leaves first,
-    so nothing is orphaned on the way.
+    """End every process below ``roots`` (default: this process), those roots too with
+    ``include_roots``, and every process in ``sessions``: SIGTERM first, then, after
+    ``grace`` seconds (0: at once), SIGKILL until none is left, leaves first, so nothing is
+    orphaned on the way. Then Python shared-memory segments that only these processes had
+    mapped, and that nothing unlinked, are unlinked (a SIGKILLed tree leaves them).
 
     Repeats, because a process may start another while a pass runs; a killed process that is
-    a zombie no longer counts. Returns the pids that were killed. ``collect``: reap this
+    a zombie no longer counts. Returns the pids that got SIGKILL. ``collect``: reap this
     process's ended children as well (a supervisor's own; the kernel's children belong to
     whoever started them).
     """
     roots = [os.getpid()] if roots is None else list(roots)
     sessions = list(sessions)
+    left = members(roots, sessions, include_roots)
+    segments = mapped_segments(left)
+    if left and grace > 0:
+        for pid in reversed(left):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+        ends = time.monotonic() + grace
+        while left and time.monotonic() < ends:
+            time.sleep(0.02)
+            if collect:
+                reap()
+            left = members(roots, sessions, include_roots)
     killed: list[int] = []
     deadline = time.monotonic() + timeout
     while True:
@@ -144,9 +168,71 @@ def kill_tree(
             reap()
         left = members(roots, sessions, include_roots)
         if not left or time.monotonic() > deadline:
+            unlink_unused(segments)
             return killed
         for pid in reversed(left):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
         time.sleep(0.01)
+
+
+def end_gently(pids: Iterable[int], grace: float = TERM_GRACE) -> list[int]:
+    """SIGTERM ``pids``, as a terminal's ``kill`` does, and wait up to ``grace`` seconds for
+    them and every process below them to end (a Python process ends its pool's workers, and
+    its resource tracker follows); the pids of those still there."""
+    pids = list(pids)
+    table = processes()
+    watched = [pid for pid in pids if pid in table] + descendants(pids, table)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+    ends = time.monotonic() + grace
+    while True:
+        table = processes()
+        left = [pid for pid in watched if pid in table]
+        if not left or time.monotonic() >= ends:
+            return left
+        time.sleep(0.02)
+
+
+def _mapped(pid: int) -> set[str]:
+    """The Python shared-memory segments ``pid`` has mapped."""
+    prefix = os.path.join(SHARED_MEMORY, PYTHON_SEGMENT)
+    try:
+        with open(f"{_PROC}/{pid}/maps", encoding="utf-8", errors="replace") as handle:
+            return {
+                line.split(None, 5)[5].strip()
+                for line in handle
+                if prefix in line and line.count(" ") >= 5
+            }
+    except (OSError, IndexError):
+        return set()
+
+
+def mapped_segments(pids: Iterable[int]) -> set[str]:
+    """The Python shared-memory segments (not unlinked yet) that ``pids`` have mapped."""
+    found: set[str] = set()
+    for pid in pids:
+        found |= _mapped(pid)
+    return {path for path in found if not path.endswith(" (deleted)")}
+
+
+def unlink_unused(segments: set[str]) -> None:
+    """Unlink those of ``segments`` that still exist, are this user's, and that no live
+    process maps any more."""
+    uid = os.getuid()
+    left = set()
+    for path in segments:
+        with contextlib.suppress(OSError):
+            if os.stat(path, follow_symlinks=False).st_uid == uid:
+                left.add(path)
+    if not left:
+        return
+    for pid in processes():
+        left -= _mapped(pid)
+        if not left:
+            return
+    for path in left:
+        with contextlib.suppress(OSError):
+            os.unlink(path)

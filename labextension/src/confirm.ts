@@ -33,7 +33,7 @@ export function confirmation(
     return {
       title: `Restart the ranks of ${world.name}?`,
       body:
-        `The ${ranks} stop and a fresh world starts with the same layout: ` +
+        `The ${ranks} stop and a fresh world starts ${restartsAs(world)}: ` +
         `the variables the ranks hold are lost.${running}`,
       label: 'Restart'
     };
@@ -46,4 +46,18 @@ export function confirmation(
     };
   }
   return null;
+}
+
+/**
+ * How a restart starts the world again: with the settings the next run would use, which
+ * `pending` names while they differ from the running ranks' (core/summary.py pending_text).
+ */
+function restartsAs(world: IWorld): string {
+  if (!world.pending) {
+    return 'with the same layout';
+  }
+  const upcoming = /restarts as (.+)$/.exec(world.pending);
+  return upcoming
+    ? `with the new settings, as ${upcoming[1]}`
+    : 'with the new settings (other hosts or connection)';
 }

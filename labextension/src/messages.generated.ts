@@ -47,6 +47,10 @@ export interface IWorld {
    * a `%%distcomp run NAME --background` cell runs on them
    */
   background: boolean;
+  /**
+   * while a cell's ranks hang (the hang notice was given): what they wait for, deadlocks and collective verdicts with their fix (core/hangs.py); null otherwise
+   */
+  hang: string | null;
   ranks: IRank[];
 }
 /**
@@ -58,6 +62,10 @@ export interface IRank {
   local_rank: number;
   state: RankState;
   pid: number | null;
+  /**
+   * the CUDA devices the rank holds memory on, with the memory in use and its peak (local/ranks/gpu.py short_text); absent where none
+   */
+  gpu?: string;
 }
 /**
  * Kernel -> panel: a world changed (its `stopped` says when its ranks are gone).

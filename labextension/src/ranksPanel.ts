@@ -32,7 +32,7 @@ const ACTIONS: [RankAction, string, string][] = [
   [
     RANK_ACTION.restart,
     'Restart',
-    'Stop the ranks and start a fresh world with the same layout'
+    'Stop the ranks and start a fresh world with the current settings'
   ],
   [RANK_ACTION.stop, 'Stop', 'Stop every rank of this component']
 ];
@@ -110,6 +110,10 @@ export class RanksPanel extends Widget {
         element('div', 'distcomp-world-pending', world.pending)
       );
     }
+    if (world.hang) {
+      // the hang notice's words: what the ranks wait for, and the fix
+      section.appendChild(element('div', 'distcomp-world-hang', world.hang));
+    }
     const buttons = element('div', 'distcomp-world-actions');
     for (const [action, label, caption] of ACTIONS) {
       const button = element(
@@ -143,12 +147,15 @@ export class RanksPanel extends Widget {
     const table = element('table', 'distcomp-rank-table');
     const head = element('tr');
     const debugging = world.ranks.some(r => r.state === RANK_STATE.debugging);
+    // a GPU column where a rank holds GPU memory: its devices, memory in use and peak
+    const gpu = world.ranks.some(r => r.gpu);
     [
       'rank',
       'node',
       'local',
       'state',
       'pid',
+      ...(gpu ? ['gpu'] : []),
       ...(debugging ? ['step'] : [])
     ].forEach(h => head.appendChild(element('th', '', h)));
     table.appendChild(head);
@@ -173,6 +180,9 @@ export class RanksPanel extends Widget {
           rank.pid === null ? '' : String(rank.pid)
         )
       );
+      if (gpu) {
+        row.appendChild(element('td', 'distcomp-rank-gpu', rank.gpu ?? ''));
+      }
       if (debugging) {
         row.appendChild(this.stepOnlyCell(ranks, rank.rank, rank.state));
       }

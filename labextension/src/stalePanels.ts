@@ -1,7 +1,8 @@
 /**
  * Run-settings panels (the ipywidgets of `%%distcomp NAME`) whose kernel restarted: they
  * still show the old ranks and their buttons reach no kernel. Each is greyed out, its
- * controls disabled, under a note that says why and what to do.
+ * controls disabled, under a note that says why and what to do; the status line of its
+ * last action ("submit failed: ...") is cleared, as it tells of a kernel that is gone.
  */
 
 export const STALE_NOTE =
@@ -18,6 +19,9 @@ export function markStalePanels(root: HTMLElement): number {
       panel
         .querySelectorAll<HTMLButtonElement | HTMLInputElement>('button, input')
         .forEach(control => (control.disabled = true));
+      panel
+        .querySelectorAll<HTMLElement>('.distcomp-status')
+        .forEach(status => status.replaceChildren());
       const note = document.createElement('div');
       note.className = 'distcomp-stale-note';
       note.textContent = STALE_NOTE;

@@ -31,6 +31,7 @@ const world: IWorld = {
   stopped: false,
   pending: null,
   background: false,
+  hang: null,
   ranks: [
     rank,
     { ...rank, rank: 1, local_rank: 1, state: 'starting', pid: null }

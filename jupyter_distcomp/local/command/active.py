@@ -85,3 +85,8 @@ def registered(name: str, run: ActiveRun) -> Iterator[ActiveRun]:
 def running_command(name: str) -> ActiveRun | None:
     """The run of component ``name``'s command in progress, if any."""
     return _ACTIVE.get(name)
+
+
+def running_commands(name: str | None = None) -> list[tuple[str, ActiveRun]]:
+    """``(component name, run)`` of the commands in progress (of ``name`` only, if given)."""
+    return [(key, run) for key, run in list(_ACTIVE.items()) if name in (None, key)]

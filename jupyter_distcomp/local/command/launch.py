@@ -137,16 +137,18 @@ def _thread(target, *args) -> threading.Thread:
 
 class DirectLaunch:
     """One process per rank (torch.distributed, tensorflow), each under a rank_exec
-    supervisor so that it dies with the kernel; its exit status is the rank's own."""
+    supervisor so that it dies with the kernel; its exit status is the rank's own.
+    ``cwds``: each rank's working directory (default: ``cwd`` for all)."""
 
-    def __init__(self, argv, envs, cwd, events):
+    def __init__(self, argv, envs, cwd, events, cwds=None):
         self.events = events
         self.procs: list[subprocess.Popen] = []
         self.threads: list[threading.Thread] = []
         self.reported: set[int] = set()
         try:
             for rank, env in enumerate(envs):
-                proc = _start([*SUPERVISOR, "--direct", "--", *argv], cwd, env)
+                here = cwds[rank] if cwds else cwd
+                proc = _start([*SUPERVISOR, "--direct", "--", *argv], here, env)
                 self.procs.append(proc)
                 for name, pipe in _pipes(proc):
                     self.threads.append(_thread(pump, pipe.fileno(), rank, name, events))
@@ -184,7 +186,8 @@ class DirectLaunch:
 
 
 class MpiLaunch:
-    """All ranks under one mpiexec; see rank_exec for how each rank reports back."""
+    """All ranks under one mpiexec; see rank_exec for how each rank reports back.
+    ``cwds``: each rank's working directory (default: ``cwd``, mpiexec's)."""
 
     def __init__(
         self,
@@ -196,6 +199,7 @@ class MpiLaunch:
         placement: Placement | None = None,
         process_count_per_node: int = 1,
         drop_mpi: bool = False,
+        cwds: list[str] | None = None,
     ):
         self.events = events
         self.threads: list[threading.Thread] = []
@@ -209,6 +213,8 @@ class MpiLaunch:
         env = {**mpi.mpiexec_environment(base_env), **shim.listen_environment(listen)}
         env.update(mpi.run_files_environment(self.tmp, self.segments, base_env))
         plan: dict = {"ranks": envs, "drop_mpi": drop_mpi}
+        if cwds:
+            plan["cwds"] = cwds
         if placement.local:
             plan["socket"] = os.path.join(self.tmp, "s")
             self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

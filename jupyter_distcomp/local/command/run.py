@@ -24,10 +24,13 @@ from ...contracts import RankState
 from ...core.bindings import local_inputs, local_outputs
 from ...core.layout import MPI_LAUNCHERS, env_places
 from ...core.ranges import format_ranks, rank_label
+from ...core.rank_text import labelled_lines
 from ...core.tf_config import empty_ps_hint
 from ...errors import RankError, SpecError
+from ...machine.gpus import shortage_notice
 from ...machine.hosts import Placement
-from ...machine.shim import listen_environment
+from ...machine.node_disks import NodeDisks, make_node_disks
+from ...machine.shim import listen_environment, node_environment
 from ..debug.channel import DebugChannel
 from ..debug.held import HeldStops
 from ..debug.serve import serve
@@ -121,6 +124,11 @@ def run_command(
         envs = placement.rank_environments(component, master_addr)
     base_env = launch_mod.base_environment(component.environment_variables)
     _check_program(argv, base_env, code_dir)
+    short = placement.local and shortage_notice(
+        launcher, nodes, layout.process_count_per_node if launcher else 1
+    )
+    if short and stream is not None:
+        stream(short, file=sys.stderr, flush=True)
     # breakpoint() in a rank prompts here, through a channel on the ranks' address
     debugger = DebugChannel(placement.listen())
     envs = [{**env, **debugger.rank_environment(r, base_env)} for r, env in enumerate(envs)]
@@ -156,8 +164,17 @@ def run_command(
     active.supervisors = lambda: run.launch.pids() if run.launch is not None else {}
     active.interrupt = run.interrupt_from_elsewhere
     base_env = active.environment(base_env)
+    disks: NodeDisks | None = None
     with registered(name or component.name, active):
         try:
+            envs = [{**env, **node_environment(env)} for env in envs]  # own loopback address
+            cwds = None
+            if launcher is not None and nodes > 1 and placement.local:  # a disk per node
+                outputs_inside = [Path(p) for p in bound_outputs.values()]
+                disks = make_node_disks(code_dir, nodes, skip=outputs_inside)
+                nodes_of = [node for node, _ in env_places(envs)]
+                cwds = [disks.code[node] for node in nodes_of]
+                envs = [{**e, **disks.environment(n)} for e, n in zip(envs, nodes_of, strict=True)]
             if launcher in MPI_LAUNCHERS or placement.hosts:  # mpiexec reaches the hosts
                 run.launch = launch_mod.MpiLaunch(
                     argv,
@@ -168,15 +185,18 @@ def run_command(
                     placement,
                     layout.process_count_per_node if launcher else 1,
                     drop_mpi=launcher not in MPI_LAUNCHERS,
+                    cwds=cwds,
                 )
             else:
                 listen = listen_environment()  # their servers (a rendezvous) on loopback only
                 rank_envs = [{**base_env, **listen, **env} for env in envs]
-                run.launch = launch_mod.DirectLaunch(argv, rank_envs, code_dir, run.events)
+                run.launch = launch_mod.DirectLaunch(argv, rank_envs, code_dir, run.events, cwds)
             run.wait()
         finally:
             run.finish()
             result.seconds = time.monotonic() - started
+            if disks is not None:
+                disks.remove()
     if result.interrupted:
         raise KeyboardInterrupt
     if check and not result.ok:
@@ -240,7 +260,7 @@ class _Run:
                     if batch:
                         self._emit(batch, batch_stream)
                         batch = []
-                    self._emit([f"{self.labels[rank]} {text}" for text in released], "stderr")
+                    self._emit([self._labelled(rank, text) for text in released], "stderr")
                 if not held:
                     if batch and stream_name != batch_stream:
                         self._emit(batch, batch_stream)
@@ -258,7 +278,10 @@ class _Run:
     def _record(self, rank: int, stream_name: str, text: str) -> str:
         outcome = self.result.ranks[rank]
         (outcome.stderr_tail if stream_name == "stderr" else outcome.stdout_tail).append(text)
-        return f"{self.labels[rank]} {text}"
+        return self._labelled(rank, text)
+
+    def _labelled(self, rank: int, text: str) -> str:
+        return "\n".join(labelled_lines(self.labels[rank], text))
 
     def _emit(self, lines: list[str], stream_name: str) -> None:
         if self.stream is not None:
@@ -377,7 +400,7 @@ class _Run:
         labelled with all the ranks that printed it."""
         for ranks, lines in self.tracebacks.groups():
             label = self.labels[ranks[0]] if len(ranks) == 1 else f"[{format_ranks(ranks)}]"
-            self._emit([f"{label} {line}" for line in lines], "stderr")
+            self._emit(["\n".join(labelled_lines(label, line)) for line in lines], "stderr")
 
     def _label(self, rank: int) -> str:
         return self.labels[rank]

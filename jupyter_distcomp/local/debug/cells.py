@@ -238,10 +238,13 @@ class CellDebug:
         if channel is None:
             return
         if channel.skipped:
+            why = (
+                f"--debug-ranks stops only {format_ranks(self.debug_ranks)}"
+                if self.debug_ranks
+                else "a replay does not stop at breakpoints"
+            )
             print(
-                f"breakpoint() skipped on {format_ranks(channel.skipped)}: --debug-ranks "
-                f"stops only {format_ranks(self.debug_ranks or [])}.",
-                file=sys.stderr,
+                f"breakpoint() skipped on {format_ranks(channel.skipped)}: {why}.", file=sys.stderr
             )
         channel.serving = False  # a stop from now on is answered "interrupted"
         channel.allowed = None

@@ -112,9 +112,9 @@ class Group:
     def run(self) -> None:
         try:
             self._run()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # at the prompt, or while a command typed there runs
             self.interrupted.update(
-                {r: m.where for r, m in self.members.items() if m.state == "prompt"}
+                {r: m.where for r, m in self.members.items() if m.state in ("prompt", "busy")}
             )
             raise
 

@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ...contracts import RankState
+from ...core.hangs import hang_lines
 from ...core.ranges import format_ranks
 from ...rank_side import ledger
 from ..ranks import ledgers as world_ledgers
@@ -30,7 +31,9 @@ def collectives(world: World, last: int = 10) -> WhereReport:
     busy = {r for r, state in states.items() if state in (RankState.BUSY, RankState.DEBUGGING)}
     ledgers = world_ledgers.read(world)
     title = f"{world.name}: the last {last} collective(s) of each group, by sequence number"
-    shown = report(title, ledgers, world.world_size, busy, last)
+    failed = [r for r in world.failed_ranks if r not in busy]
+    said = world_ledgers.besides(world, failed)
+    shown = report(title, ledgers, world.world_size, busy, last, dict(states), said)
     away = [r for r in range(world.world_size) if r not in ledgers]
     if away:  # a ledger is a file on its rank's host
         shown.sections.append(
@@ -50,7 +53,13 @@ def collectives_processes(title: str, run: ActiveRun, last: int = 10) -> WhereRe
     return report(title, ledgers, run.world_size, None, last)
 
 
-def _state(entries: list[ledger.Entry], now: float) -> str:
+def _state(calls: dict[int, ledger.Entry], now: float) -> str:
+    gpu = ledger.gpu_text(calls)
+    state = _ledger_state(list(calls.values()), now)
+    return f"{state} ({gpu})" if gpu else state
+
+
+def _ledger_state(entries: list[ledger.Entry], now: float) -> str:
     running = [e for e in entries if e.running]
     if not running:
         return "done"
@@ -70,18 +79,16 @@ def group_lines(
         absent = [r for r in members if r not in calls]
         if len(split) == 1 and not absent:
             ranks, call = split[0]
-            entries = list(calls.values())
             lines.append(
                 f"#{seq:<5} {ledger.call_text(call, group=False, seq=False)} at {call.site()}: "
-                f"{ledger.ranks_text(ranks)} {_state(entries, now)}"
+                f"{ledger.ranks_text(ranks)} {_state(calls, now)}"
             )
             continue
         lines.append(f"#{seq:<5} {DIVERGES}")
         for ranks, call in split:
-            entries = [calls[r] for r in ranks]
             lines.append(
                 f"    {ledger.ranks_text(ranks)}: {ledger.call_text(call, group=False, seq=False)} at "
-                f"{call.site()}, {_state(entries, now)}"
+                f"{call.site()}, {_state({r: calls[r] for r in ranks}, now)}"
             )
         if absent:
             lines.append(f"    {ledger.ranks_text(absent)}: no call")
@@ -94,14 +101,19 @@ def report(
     world_size: int,
     busy: set[int] | None,
     last: int,
+    states: dict[int, str] | None = None,
+    besides: dict[int, str] | None = None,
 ) -> WhereReport:
+    """``states``: each rank's state (idle, busy, dead...); ``besides``: what ranks do that
+    their ledgers do not say (see ledger.verdicts)."""
     now = time.time()
     sections: list[tuple[str, list[str]]] = []
-    verdict = ledger.report_lines(ledgers, world_size, busy)
+    verdict = hang_lines(ledgers, world_size, busy, states, besides)
     if not any(ledgers.values()):
         sections.append(("no collective recorded yet", []))
         return WhereReport(title, sections)
-    sections.append(("verdict", verdict or ["every group's ranks agree on their calls"]))
+    agree = "every group's ranks agree on their calls, and no rank waits for one that cannot come"
+    sections.append(("verdict", verdict or [agree]))
     for group, table in ledger.by_group(ledgers).items():
         first = next(iter(next(iter(table.values())).values()))
         members = [r for r in (first.members or range(world_size)) if r in ledgers]
@@ -110,8 +122,8 @@ def report(
     for rank, entries in sorted(ledgers.items()):
         for e in [e for e in entries if e.kind == ledger.P2P][-last:]:
             p2p.append(
-                f"{ledger.ranks_text([rank])}: {e.op} #{e.seq} ({e.data}, {e.root}, {e.group}) "
-                f"at {e.site()}, {_state([e], now)}"
+                f"{ledger.ranks_text([rank])}: {ledger.call_text(e)} at {e.site()}, "
+                f"{_state({rank: e}, now)}"
             )
     if p2p:
         sections.append(("point-to-point", p2p))

@@ -28,6 +28,7 @@ from ...core.compare_table import CompareTable, check_expression, table
 from ...core.ranges import format_ranks
 from ...errors import RankError, RankInterrupt
 from ...rank_side.compare import SLOT, diff_value, forget, serve_value, summarize
+from ..ranks.ledgers import verdict_lines
 
 __all__ = ["CompareTable", "compare"]
 
@@ -57,7 +58,7 @@ def compare(
         raise RankError(
             f"{format_ranks(busy)} of {world.name!r} are not idle "
             f"({', '.join(sorted({world.ranks[r].state for r in busy}))}); compare runs on idle "
-            f"ranks. Fix: `%distcomp wait {world.name}` or `%distcomp where {world.name}`."
+            f"ranks. {_busy_fix(world)}"
         )
     calls = _Calls(world, expr)
     try:
@@ -106,6 +107,22 @@ def _diff_kept(
     return unserved or {
         r: res for r, res in zip(kept, results, strict=True) if r in differing and res
     }
+
+
+def _busy_fix(world: World) -> str:
+    """The way to idle ranks that works: waiting, unless they hang (then waiting never
+    ends: the hang is named and a restart is the way out)."""
+    name = world.name
+    working = [r for r, state in world.states().items() if state != RankState.IDLE]
+    hang = verdict_lines(world, working)
+    if not hang:
+        return f"Fix: `%distcomp wait {name}` or `%distcomp where {name}`."
+    return (
+        f"They wait for each other: {'; '.join(hang)}. `%distcomp wait {name}` ends only if "
+        f"that changes, a deadlock never. Fix: `%distcomp restart {name} --replay` starts "
+        "fresh ranks and re-runs the cells that succeeded since the last start "
+        f"(`%distcomp where {name}` shows whether they still move)."
+    )
 
 
 class _Calls:

@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING
 from ...contracts import RankState
 from ...core.ranges import format_ranks
 from ...errors import strip_ansi
+from ..ranks import gpu
 from ..ranks.ledgers import verdict_sections
 from ..stacks import Frame, collect_stacks, stack_frames, stack_sections
+from .progress import progress_sections
 from .tree import stack_tree
 
 if TYPE_CHECKING:
@@ -78,6 +80,12 @@ def where(world: World, ranks: list[int] | None = None) -> WhereReport:
             rest.setdefault(states[rank], []).append(rank)
     for state_name, group in rest.items():
         sections.append((f"{format_ranks(group)}: {state_name}", []))
+    facts = gpu.read(world, ranks)
+    if facts:  # the ranks' devices and memory, as of their last facts (every 2 s)
+        lines = [f"{format_ranks([r])}: {gpu.fact_text(f)}" for r, f in sorted(facts.items())]
+        sections.append(("GPU memory", lines))
+    moving = {r: stacks[r] for r in busy}
+    sections += progress_sections(world, moving)
     if len(ranks) == world.world_size:  # what the collectives say, first (whole world only)
         sections = verdict_sections(world, working) + sections
     title = f"{world.name}: where {format_ranks(ranks)} are"

@@ -20,7 +20,9 @@ from ...core.layout import layout_text, start_environment
 from ...core.ranges import format_ranks, parse_ranks
 from ...core.summary import pending_text
 from ...errors import RankError
+from ...machine.gpus import kernel_gpus, rank_device, shortage_notice
 from ...machine.hosts import Placement
+from . import gpu
 from .background import BackgroundCell, BackgroundJobs
 from .connection import Connection
 from .ledgers import busy_message
@@ -30,6 +32,7 @@ from .world import World
 if TYPE_CHECKING:
     from ...core.model import Component
     from ...core.run_settings import ResourceLayout
+    from .replay import Plan
     from .run import CellRun
 
 Listener = Callable[[dict], None]
@@ -56,6 +59,8 @@ class RankBackend:
     def __init__(self) -> None:
         self.worlds: dict[str, World] = {}
         self.master_addr = "127.0.0.1"
+        #: DistComp.node_local_files: each emulated node's ranks in a copy of the folder
+        self.node_local_files = False
         self.default_connection = Connection()
         self.connections: dict[str, Connection] = {}
         self.placement = Placement()  # DistComp.hosts: where the nodes of every layout run
@@ -87,6 +92,7 @@ class RankBackend:
         """The world as the ranks panel sees it: contracts.json's ``World``."""
         component = self._components.get(world.name)
         pending = None if stopped or component is None else self.pending(world.name, component)
+        facts = {} if stopped else gpu.read(world)
         return {
             "name": world.name,
             "instance_count": world.instance_count,
@@ -94,6 +100,9 @@ class RankBackend:
             "stopped": stopped,
             "pending": pending,
             "background": world.background,
+            "hang": world.hang
+            if any(info.state == RankState.BUSY for info in world.ranks)
+            else None,
             "ranks": [
                 {
                     "rank": info.rank,
@@ -101,6 +110,7 @@ class RankBackend:
                     "local_rank": info.local_rank,
                     "state": info.state,
                     "pid": info.pid,
+                    **({"gpu": gpu.short_text(facts[info.rank])} if info.rank in facts else {}),
                 }
                 for info in world.ranks
             ],
@@ -129,6 +139,7 @@ class RankBackend:
         return (
             *component.layout_args,
             self.master_addr,
+            self.node_local_files,
             self.placement_of(name),
             tuple(sorted(component.environment_variables.items())),
             self.connections.get(name, self.default_connection),
@@ -252,6 +263,11 @@ class RankBackend:
         placement = self.placement_of(name).for_layout(layout.instance_count)
         if placement.local and signature[-1].embedded:
             _warn_if_oversubscribed(layout.world_size)
+            short = shortage_notice(
+                component.launcher_type, layout.instance_count, layout.process_count_per_node
+            )
+            if short:
+                print(short, file=sys.stderr)
         # the ports are chosen here, once per world; every view shows these values
         envs = placement.rank_environments(component, self.master_addr)
         world = World(
@@ -265,6 +281,7 @@ class RankBackend:
             placement=placement,
             on_change=self._notify,
             on_ready=(attach,),
+            node_disks=self.node_local_files,
         )
         self.worlds[name] = world
         self._signatures[name] = signature
@@ -320,6 +337,7 @@ class RankBackend:
         shell: Any = None,
         check_collectives: bool = False,
         hang_notice: float | None = None,
+        record: bool = True,
     ) -> Any:
         """Run ``code`` on the ranks of ``name`` (all, or ``ranks`` such as ``"0,2-3"``);
         ``first_line`` is the line of the cell where ``code`` starts (tracebacks count so);
@@ -328,7 +346,7 @@ class RankBackend:
         IPython shell whose cell this is (its rich output and cell numbers);
         ``check_collectives``: the ranks compare each collective before it runs;
         ``hang_notice``: seconds in collectives without progress before a foreground cell
-        without a time-out says so."""
+        without a time-out says so; ``record``: a success joins the replay log."""
         from .run import CellRun, cell_name
 
         # a bad rank list, or a second background job, is refused before any rank starts
@@ -348,7 +366,13 @@ class RankBackend:
             background_cell = earlier is not None and earlier.kind == "cell"
             raise RankError(busy_message(world, busy, background_cell))
         try:
-            stopping = None if debug_ranks is None else parse_ranks(debug_ranks, world.world_size)
+            stopping = (
+                None
+                if debug_ranks is None
+                else []
+                if debug_ranks == ""  # a replay: no rank stops
+                else parse_ranks(debug_ranks, world.world_size)
+            )
         except RankError as exc:
             raise RankError(str(exc).replace("--ranks", "--debug-ranks", 1)) from None
         cell = CellRun(
@@ -372,37 +396,54 @@ class RankBackend:
             "fail_fast": fail_fast,
             "check_collectives": check_collectives,
         }
-        replayed = Replayed(cell_name(shell, code), code, options)
+        replayed = Replayed(cell_name(shell, code), code, options, world.world_size)
         if not background:
             cell.run()
-            self.replays.record(world, replayed)  # it succeeded: `restart --replay` runs it
+            if record:  # it succeeded: `restart --replay` runs it
+                self.replays.record(name, replayed)
             return None
-        return self._in_background(world, targets, cell, replayed)
+        return self._in_background(world, targets, cell, replayed if record else None)
+
+    def replay_plan(
+        self, name: str, component: Component, skip: str | None = None, only: str | None = None
+    ) -> Plan:
+        """What `restart NAME --replay` runs on the layout ``component`` has now."""
+        from .replay import plan
+
+        size = component.runsettings.resource_layout.world_size
+        return plan(name, self.replays.cells(name), size, skip, only)
 
     def replay(
-        self, name: str, component: Component | None, announce: Callable[[str], None]
+        self,
+        name: str,
+        component: Component | None,
+        chosen: Plan,
+        announce: Callable[[str], None],
     ) -> World:
-        """Restart ``name`` and run again, in order, the cells that succeeded on its world
-        since it started; ``announce(text)`` names each before it runs. The first that fails
-        raises its error (the rest do not run)."""
-        cells = self.replays.cells(self.worlds.get(name))
-        world = self.restart(name, component)
+        """Restart ``name`` and run the cells of ``chosen`` in order, each on its ranks, with
+        no stop at breakpoints; ``announce(text)`` names each before it runs. The log then
+        holds the cells chosen; the first that fails raises its error (the rest do not
+        run)."""
+        world = self.restart(name, component, keep_log=True)
         component = self._components[name]
         announce(f"Restarted {name}: {world.describe_layout()}.")
-        if not cells:
-            announce(f"{name}: no `%%distcomp run` cell succeeded since the last start.")
-        for number, cell in enumerate(cells, 1):
-            announce(f"replaying {number} of {len(cells)}: {cell.headline()}")
-            self.run_cell(name, component, cell.code, **cell.options)
+        if not chosen.all_cells:
+            announce(f"{name}: no `%%distcomp run` cell succeeded, so none was replayed.")
+        self.replays.replace(name, [cell for _, cell, _ in chosen.runs])
+        for count, (number, cell, ranks) in enumerate(chosen.runs, 1):
+            announce(f"replaying {count} of {len(chosen.runs)} (cell {number}): {cell.headline()}")
+            options = {**cell.options, "ranks": ranks}
+            self.run_cell(name, component, cell.code, **options, debug_ranks="", record=False)
         return world
 
     def _in_background(
-        self, world: World, targets: list[int], run: CellRun, replayed: Replayed
+        self, world: World, targets: list[int], run: CellRun, replayed: Replayed | None
     ) -> Any:
         def ended() -> None:
             try:
                 run.run()
-                self.replays.record(world, replayed)  # replayed in the foreground
+                if replayed is not None:  # replayed in the foreground
+                    self.replays.record(world.name, replayed)
             finally:
                 world.background = False
                 self._notify(world)
@@ -447,14 +488,17 @@ class RankBackend:
 
     # -- lifecycle ----------------------------------------------------------------------
     def status(self, name: str | None = None) -> list[dict]:
-        """One record per rank: name, rank, node, local_rank, state, pid."""
+        """One record per rank: name, rank, node, local_rank, state, pid, host, death, gpu
+        (its devices and memory, "" for none: gpu.py)."""
         names = [name] if name is not None else list(self.worlds)
         records = []
+        gpus = kernel_gpus()
         for world_name in names:
             world = self.worlds.get(world_name)
             if world is None:
                 continue
             world.check_alive()
+            facts = gpu.read(world)
             for info in world.ranks:
                 records.append(
                     {
@@ -466,6 +510,8 @@ class RankBackend:
                         "pid": info.pid,
                         "host": info.host,
                         "death": info.death,
+                        "gpu": gpu.short_text(facts[info.rank]) if info.rank in facts else "",
+                        "device": rank_device(world.envs[info.rank], gpus),
                     }
                 )
         return records
@@ -502,11 +548,16 @@ class RankBackend:
             except Exception:
                 pass
 
-    def restart(self, name: str, component: Component | None = None) -> World:
+    def restart(
+        self, name: str, component: Component | None = None, keep_log: bool = False
+    ) -> World:
+        """Fresh ranks for ``name``; its replay log starts anew unless ``keep_log``."""
         component = component or self._components.get(name)
         if component is None:
             raise RankError(f"No ranks to restart for {name!r}: run a `%%distcomp run` cell first.")
         self.stop(name)
+        if not keep_log:
+            self.replays.clear(name)
         return self.start(name, component, wait=True)
 
     def interrupt_and_wait(self, name: str, grace: float = 2.0) -> tuple[list[int], list[int]]:

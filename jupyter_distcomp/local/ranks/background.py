@@ -41,6 +41,8 @@ class BackgroundCell:
         self.started = time.monotonic()
         self.ended: float | None = None
         self.error: BaseException | None = None
+        #: ended by `%distcomp stop`: its end is no failure for `%distcomp wait`
+        self.cancelled = False
         self._run = run
         #: serves the stopped ranks' prompts (the seconds spent), and names them
         self.serve: Callable[[], float] = lambda: 0.0
@@ -61,11 +63,18 @@ class BackgroundCell:
         try:
             self._run()
         except BaseException as exc:  # kept for `%distcomp wait`
-            self.error = exc
+            self.error = None if self.cancelled else exc
         finally:
             self.ended = time.monotonic()
             self._done.set()
-        if self.error is None:
+        if self.cancelled:
+            print(
+                f"{self.name}: the {self.what} was stopped by `%distcomp stop` after "
+                f"{self.seconds:.1f} s.",
+                file=sys.stderr,
+                flush=True,
+            )
+        elif self.error is None:
             print(f"{self.name}: the {self.what} finished ({self.seconds:.1f} s).", flush=True)
         else:
             summary = getattr(self.error, "summary", None) or str(self.error).split("\n")[0]
@@ -75,6 +84,10 @@ class BackgroundCell:
                 file=sys.stderr,
                 flush=True,
             )
+
+    def join(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for the job to end; whether it ended."""
+        return self._done.wait(timeout)
 
     @property
     def what(self) -> str:
@@ -90,7 +103,11 @@ class BackgroundCell:
         return (self.ended or time.monotonic()) - self.started
 
     def describe(self) -> str:
-        state = "running" if self.running else ("failed" if self.error else "finished")
+        state = (
+            "running"
+            if self.running
+            else ("stopped" if self.cancelled else "failed" if self.error else "finished")
+        )
         stopped = self.stopped() if self.running else []
         asking = self.asking() if self.running else []
         held = (

@@ -20,7 +20,7 @@ from ...contracts import RankState
 from ...core.ranges import format_ranks
 from ...errors import RankError
 from ..stacks import stack_sections
-from . import ledgers
+from . import gpu, ledgers
 from .failures import error_sections
 
 if TYPE_CHECKING:
@@ -55,6 +55,9 @@ class FailFast:
         self.quits = quits  # ranks that quit in the debugger: their peers wait for them too
         self._since: float | None = None
 
+    def _gpu(self, rank: int) -> list[str]:
+        return gpu.out_of_memory_lines(self.world, rank)
+
     def check(self, running: set[int]) -> None:
         """Raise RankError when a rank failed and others stayed busy past the grace."""
         if self.grace is None or not running:
@@ -82,8 +85,9 @@ class FailFast:
         world.signal(busy, signal.SIGINT)
         self.settle(self.interrupt_grace, lambda: not (running & set(busy)))
         still = sorted(running & set(busy))
-        sections = error_sections(errors, self.cell)
-        sections += ledgers.verdict_sections(world, busy)
+        sections = error_sections(errors, self.cell, self._gpu)
+        sections += world.node_notices([*errors, *busy])
+        sections += ledgers.verdict_sections(world, busy, sorted(errors))
         sections += stack_sections(stacks, self.code, "still busy, waiting here", self.cell)
         failed = format_ranks(sorted(set(errors) | quits))
         sections = [(format_ranks([r]), [f"rank {r}: quit in the debugger"]) for r in quits] + (

@@ -8,19 +8,22 @@ rank is stuck comes from ``local/stacks.py``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from ...core.ranges import format_ranks
 from ...errors import strip_ansi
 from ...rank_side.ledger import in_hooks
 from ..stacks import CELL_FILE
+from .gpu import is_out_of_memory
 
 _ENGINE_LOG = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[.,]\d+ \[(IPEngine|KernelNanny)")
 _MPI_INIT_ECHO = re.compile(r"^(from mpi4py import MPI|mpi_rank = |mpi_size = )")
 _C_FRAME = re.compile(r"^\[[^\]]+:\d+\] \[\s*\d+\] ")
 
 _CELL_COUNT = re.compile(r"(Cell |Input )?In ?\[\d*\]")
+#: a context line of the comment lines that stand for the cell's magic line (CellRun's pad)
+_PAD_LINE = re.compile(r"^\s+\d+ #$")
 
 
 class RemoteErrorLike(Protocol):
@@ -58,10 +61,13 @@ def group_errors(
 
 
 def error_sections(
-    errors: Mapping[int, RemoteErrorLike], cell: str | None = None
+    errors: Mapping[int, RemoteErrorLike],
+    cell: str | None = None,
+    gpu: Callable[[int], list[str]] | None = None,
 ) -> list[tuple[str, list[str]]]:
     """One section per distinct traceback; ``cell`` (``"Cell In[12]"``) renames the engine's
-    ``Cell In[2]`` after the notebook's cell."""
+    ``Cell In[2]`` after the notebook's cell; ``gpu(rank)``: the lines that say what a rank
+    that ran out of GPU memory held (local/ranks/gpu.py), under its error."""
     sections = []
     for ranks, err in group_errors(errors):
         if _ename(err) == ABORTED:
@@ -72,10 +78,13 @@ def error_sections(
             sections.append((format_ranks(ranks), body))
             continue
         body = _without_hook_frames((err.traceback or f"{err.ename}: {err.evalue}").splitlines())
+        body = _without_padding(body)
         if cell:
             body = [_rename_cell(line, cell) for line in body]
         if not any(err.ename and err.ename in strip_ansi(line) for line in body):
             body.append(f"{err.ename}: {err.evalue}")
+        if gpu is not None and is_out_of_memory(err.ename, err.evalue):
+            body += [line for rank in ranks for line in gpu(rank)]
         sections.append((format_ranks(ranks), body))
     return sections
 
@@ -90,6 +99,20 @@ def _without_hook_frames(lines: list[str]) -> list[str]:
         if plain.startswith(("File ", "Cell In[")) or not plain.strip():
             skipping = in_hooks(plain)
         if not skipping:
+            kept.append(line)
+    return kept
+
+
+def _without_padding(lines: list[str]) -> list[str]:
+    """The cell's frames without the ``#`` lines that keep its line numbers (they stand for
+    the ``%%distcomp run`` line, which the ranks never see)."""
+    kept: list[str] = []
+    in_cell = False
+    for line in lines:
+        plain = strip_ansi(line)
+        if plain.startswith(("File ", "Cell In[")):
+            in_cell = plain.startswith("Cell In[")
+        if not (in_cell and _PAD_LINE.match(plain)):
             kept.append(line)
     return kept
 

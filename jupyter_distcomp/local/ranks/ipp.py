@@ -26,6 +26,7 @@ from ...rank_side import reaper
 from ...rank_side.guard import GRACE
 from ...rank_side.rank_setup import LEAN_REQUEST
 from ..debug import dap
+from . import rank_widgets
 
 if TYPE_CHECKING:
     import logging
@@ -450,6 +451,10 @@ OUTPUT_MESSAGES = frozenset(
 )
 
 
+#: iopub messages of a rank's widgets (ipyparallel relays them to the notebook)
+COMM_MESSAGES = frozenset({"comm_open", "comm_msg", "comm_close"})
+
+
 class Execution:
     """``code`` sent to the engines ``ids``: each engine's reply, and its output given to
     ``on_message(index, msg_type, content)`` (``index`` into ``ids``) in ipyparallel's thread,
@@ -533,6 +538,9 @@ def _listen(index: int, on_message: Callable[[int, str, dict], None], future: An
 
     def forward(msg: dict) -> None:
         kind = msg["header"]["msg_type"]
+        if kind in COMM_MESSAGES:  # a rank's widget: its state is kept for a page reload
+            rank_widgets.seen(kind, msg)
+            return
         if kind not in OUTPUT_MESSAGES:
             return
         content = msg["content"]

@@ -12,7 +12,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ...core.hangs import gone_ranks, hang_lines
 from ...core.ranges import format_ranks
+from ...core.waitfor import deadlock_lines
 from ...machine.network import is_local_host
 from ...rank_side import ledger
 from ...rank_side.rank_setup import check_collectives
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
 
 HOOKS_FILE = str(Path(ledger.__file__).with_name("ledger_hooks.py"))
 HANG_CHECK = 1.0  # seconds between reads of the ledgers while a cell may hang
+RECENT = 64  # the newest calls of each rank that show a point-to-point deadlock
 
 
 def read(
@@ -37,18 +40,39 @@ def read(
     }
 
 
-def verdict_lines(world: World, busy: list[int] | None = None) -> list[str]:
-    """What blocks or diverges in the world's collectives, one line per group."""
+#: what a verdict says of a rank whose cell raised, and of one at a breakpoint prompt
+RAISED = "raised an error"
+AT_PROMPT = "is stopped at a breakpoint prompt"
+
+
+def besides(world: World, failed: list[int] | None = None) -> dict[int, str]:
+    """What ranks do that their ledgers do not say: stopped at a prompt, or (``failed``) raised."""
+    from ...contracts import RankState
+
+    said = {r: AT_PROMPT for r, state in world.states().items() if state == RankState.DEBUGGING}
+    said.update({r: RAISED for r in failed or ()})
+    return said
+
+
+def verdict_lines(
+    world: World, busy: list[int] | None = None, failed: list[int] | None = None
+) -> list[str]:
+    """The deadlocks, and what blocks or diverges in the world's collectives, one line per
+    group (core/hangs.py); ``failed``: the ranks whose cell raised."""
     try:
         ledgers = read(world)
-        return ledger.report_lines(ledgers, world.world_size, None if busy is None else set(busy))
+        chosen = None if busy is None else set(busy)
+        states: dict[int, str] = dict(world.states())
+        return hang_lines(ledgers, world.world_size, chosen, states, besides(world, failed))
     except Exception as exc:  # a report must not fail for want of a ledger
         return [f"(the collectives ledger could not be read: {exc!r})"]
 
 
-def verdict_sections(world: World, busy: list[int] | None = None) -> list[tuple[str, list[str]]]:
+def verdict_sections(
+    world: World, busy: list[int] | None = None, failed: list[int] | None = None
+) -> list[tuple[str, list[str]]]:
     """The verdicts as a report section, or none."""
-    lines = verdict_lines(world, busy)
+    lines = verdict_lines(world, busy, failed)
     return [("collectives", lines)] if lines else []
 
 
@@ -70,32 +94,78 @@ def set_check(world: World, on: bool) -> None:
 
 class HangWatch:
     """Says once, for a cell without a time-out, that every busy rank has sat in collectives
-    without progress for ``seconds``; kills nothing."""
+    or point-to-point calls without progress for ``seconds``, in the cell's output and in
+    the ranks panel (``world.hang``); kills nothing."""
 
     def __init__(self, world: World, seconds: float | None) -> None:
         self.world = world
         self.seconds = seconds
         self.said = False
         self._next = time.monotonic() + (seconds or 0)
+        world.hang = None  # a new cell: the last one's hang is over
 
     def check(self, running: set[int]) -> None:
         if self.said or not self.seconds or not running or time.monotonic() < self._next:
             return
         self._next = time.monotonic() + HANG_CHECK
         busy = sorted(running)
+        notices = self.world.node_notices(busy, consume=False)
+        if notices:  # a rank of node 1 looked for node 0 at localhost: why nothing moves
+            self.said = True
+            said = "\n".join(f"[{where}] {line}" for where, lines in notices for line in lines)
+            print(
+                f"{said}\nThe cell keeps waiting. To get out: interrupt the kernel, then fix "
+                "the address the program connects to.",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
         ledgers = read(self.world, busy, last=1)
         now = time.time()
         last = [ledgers[r][-1] if ledgers.get(r) else None for r in busy]
         if any(e is None or not e.blocked or now - e.started < self.seconds for e in last):
+            self._deadlock(busy, last, now)
             return
         self.said = True
         name = self.world.name
-        verdict = "; ".join(verdict_lines(self.world, busy)) or "every busy rank waits there"
+        calls = (
+            "collectives"
+            if all(e and e.kind == ledger.COLLECTIVE for e in last)
+            else ("collectives and point-to-point calls")
+        )
+        lines = verdict_lines(self.world, busy)
+        verdict = "; ".join(lines) or "every busy rank waits there"
+        self.world.hang = "\n".join(lines) or f"{format_ranks(busy)} wait in {calls}"
+        self.world.notices.changed()  # the ranks panel shows it
         print(
-            f"distcomp: {format_ranks(busy)} of {name!r} have waited in collectives for "
+            f"distcomp: {format_ranks(busy)} of {name!r} have waited in {calls} for "
             f"{self.seconds:g} s: {verdict}. The cell keeps waiting. To get out: interrupt the "
-            f"kernel (ranks blocked in a collective do not stop on it), then `%distcomp restart "
-            f"{name} --replay`; `%config DistComp.hang_notice` sets this wait.",
+            f"kernel (ranks blocked in a collective do not stop on it), then "
+            f"{replay_advice(name)}; `%config DistComp.hang_notice` sets this wait.",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def _deadlock(self, busy: list[int], last: list, now: float) -> None:
+        """Said also while other ranks still run: ranks in a point-to-point deadlock."""
+        waited = [
+            e for e in last if e is not None and e.blocked and now - e.started >= self.seconds
+        ]
+        if len(waited) < 2:
+            return
+        world = self.world
+        recent = read(world, None, last=RECENT)
+        gone = gone_ranks(world.world_size, set(busy), dict(world.states()))
+        ranks, lines = deadlock_lines(recent, world.world_size, gone, now)
+        if not lines:
+            return
+        self.said = True
+        world.hang = "\n".join(lines)
+        world.notices.changed()
+        print(
+            f"distcomp: {format_ranks(ranks)} of {world.name!r} hang while other ranks run: "
+            f"{'; '.join(lines)}. The cell keeps waiting. To get out: interrupt the kernel, "
+            f"then `%distcomp restart {world.name} --replay`.",
             file=sys.stderr,
             flush=True,
         )
@@ -110,9 +180,18 @@ def stuck_fix(world: World, still: list[int]) -> str:
         else "blocked in C code, e.g. a collective another rank never entered"
     )
     return (
-        f"{format_ranks(still)} did not stop on SIGINT ({where}). Fix: `%distcomp restart "
-        f"{world.name} --replay` starts fresh ranks and re-runs the cells that succeeded since "
-        f"the last start (`%distcomp restart {world.name}` alone loses the ranks' variables)."
+        f"{format_ranks(still)} did not stop on SIGINT ({where}). Fix: "
+        f"{replay_advice(world.name)} (`%distcomp restart {world.name}` alone loses the "
+        "ranks' variables)."
+    )
+
+
+def replay_advice(name: str) -> str:
+    """The way out through a replay, with what a replay cannot undo."""
+    return (
+        f"`%distcomp restart {name} --replay` starts fresh ranks and runs again the cells "
+        "that succeeded, after listing them and asking (files they wrote are written again; "
+        "randomness, time and debugger edits are not restored)"
     )
 
 
@@ -128,11 +207,10 @@ def busy_message(world: World, busy: list[int], background: bool = False) -> str
             f"{format_ranks(busy)} of {name!r} are still busy with an earlier cell (it timed "
             "out or was interrupted)."
         )
-        way = f"`%distcomp interrupt {name}` (SIGINT), or `%distcomp restart {name} --replay`."
+        way = f"`%distcomp interrupt {name}` (SIGINT), or {replay_advice(name)}."
     if blocked:
         return text + (
-            f" {format_ranks(blocked)} are blocked inside a collective, which SIGINT "
-            f"cannot end. Fix: `%distcomp restart {name} --replay` (fresh ranks, the cells "
-            "that succeeded since the last start run again)."
+            f" {format_ranks(blocked)} are blocked inside a collective or point-to-point "
+            f"call, which SIGINT cannot end. Fix: {replay_advice(name)}."
         )
     return f"{text} Fix: {way}"

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ...core.rank_text import label_safe
 from ...rank_side.flow import RICH_KINDS, tally
 from .flow import MESSAGE_CHARS, pace_iopub
 
@@ -114,6 +115,7 @@ class RankOutput:
         # clear_output: a rank does not clear the other ranks' output; it is not passed on
 
     def stream(self, rank: int, name: str, text: str) -> None:
+        text = label_safe(text)  # no line of it can pass for another rank's
         key = (rank, name)
         line = self._lines.pop(key, None)
         pieces = text.split("\n")

@@ -23,7 +23,7 @@ from ...core.tf_config import empty_ps_hint
 from ...errors import RankError, RankInterrupt
 from ..debug.cells import CellDebug
 from ..stacks import stack_sections
-from . import ipp, ledgers
+from . import gpu, ipp, ledgers
 from .failfast import FailFast
 from .failures import death_reason, error_sections
 from .feed import OutputFeed
@@ -323,6 +323,10 @@ class CellRun:
     def _errors_not_interrupts(self) -> dict[int, Any]:
         return self._errors(skip_interrupts=True)
 
+    def _gpu(self, rank: int) -> list[str]:
+        """What a rank that ran out of GPU memory held (see gpu.py)."""
+        return gpu.out_of_memory_lines(self.world, rank)
+
     def _raise_errors(self) -> None:
         errors = self._errors()
         if errors:
@@ -333,7 +337,8 @@ class CellRun:
                     if len(errors) < len(self.ranks)
                     else ""
                 ),
-                sections=error_sections(errors, self.cell),
+                sections=error_sections(errors, self.cell, self._gpu)
+                + self.world.node_notices(list(errors)),
                 fix="Output printed before the error is kept above. The ranks keep their state "
                 "and are ready for the next cell.",
             )
@@ -364,6 +369,11 @@ class CellRun:
         grace = INTERRUPT_GRACE + (PROMPT_GRACE if prompt else 0.0)
         try:
             self._settle(grace, lambda: not self.running)
+            if prompt and self.running and self.debug.channel is not None:
+                # SIGINT ended a command typed at the prompt (pdb catches it), so those
+                # ranks are back at their prompt: closing their sessions makes them quit
+                self.debug.channel.end_sessions()
+                self._settle(PROMPT_GRACE, lambda: not self.running)
         except KeyboardInterrupt:
             pass  # a second Ctrl-C: stop waiting
         self.out.finish()
@@ -373,7 +383,7 @@ class CellRun:
             message = f"Interrupted at {prompt}; sent SIGINT to {format_ranks(busy)}"
         stopped = [r for r in busy if r not in still]
         message += f"; {format_ranks(stopped)} stopped." if stopped else "."
-        sections = ledgers.verdict_sections(world, busy)
+        sections = ledgers.verdict_sections(world, busy, sorted(self._errors(skip_interrupts=True)))
         if still:
             fix = ledgers.stuck_fix(world, still)
         else:
@@ -404,7 +414,7 @@ class CellRun:
             sections.append(
                 (format_ranks(others), ["stopped by mpiexec because another rank died"])
             )
-        sections += error_sections(self._errors(), self.cell)
+        sections += error_sections(self._errors(), self.cell, self._gpu)
         if said:
             sections.append(("what mpiexec printed", said.splitlines()))
         why = "; ".join(f"{format_ranks([r])} {reasons[r] or 'died'}" for r in culprits)
@@ -454,9 +464,11 @@ class CellRun:
         world.signal(busy, signal.SIGINT)
         self._settle(INTERRUPT_GRACE, lambda: not self.running)
         still = sorted(self.running)
-        sections = ledgers.verdict_sections(world, busy)
+        errors = self._errors(skip_interrupts=True)
+        sections = ledgers.verdict_sections(world, busy, sorted(errors))
         sections += stack_sections(stacks, self.code, "busy, current stack", self.cell)
-        sections += error_sections(self._errors(skip_interrupts=True), self.cell)
+        sections += error_sections(errors, self.cell, self._gpu)
+        sections += world.node_notices(busy)
         if still:
             fix = ledgers.stuck_fix(world, still)
         else:

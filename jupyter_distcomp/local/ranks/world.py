@@ -8,19 +8,23 @@ ranks, and stops everything it started.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...contracts import RankState
 from ...core.layout import env_places, layout_text
 from ...core.ranges import format_ranks
 from ...errors import RankError
-from ...machine import mpi, remote, scratch
+from ...machine import mpi, remote, scratch, shim
 from ...machine.hosts import Placement
-from ...rank_side import flow
+from ...machine.network import is_local_host
+from ...machine.node_disks import make_node_disks
+from ...rank_side import flow, reaper
 from ...rank_side.rank_setup import LEAN_REQUEST, OPEN_MPI_WORLD_KEYS, setup_rank
 from . import ipp, ledgers
 from .connection import Connection, connect_client
@@ -61,11 +65,15 @@ class World(WorldHealth):
         on_change: Callable[[World], None] | None = None,
         on_ready: Sequence[StartHook] = (),
         start_env: Mapping[str, str] | None = None,
+        node_disks: bool = False,
     ):
         self.name = name
         self.envs = [dict(env) for env in envs]
         #: variables in mpiexec's environment: every rank has them from its start
         self.start_env = dict(start_env or {})
+        #: on several emulated nodes, each node's ranks in their own copy of the kernel's
+        #: folder with their own TMPDIR (``DistComp.node_local_files``)
+        self.node_disks = node_disks and instance_count > 1
         self.launcher = launcher
         self.instance_count = instance_count
         self.process_count_per_node = process_count_per_node
@@ -100,6 +108,7 @@ class World(WorldHealth):
         self.used = False  # a cell ran here: its state is the user's, keep it
         self.cell_code = ""  # the last cell sent to the ranks: source lines of their stacks
         self.background = False  # a `--background` cell runs on the ranks
+        self.hang: str | None = None  # the hang notice's words while the cell's ranks hang
         #: where breakpoint() on a rank connects (set by the debugger's start-up hook)
         self.debugger: DebugChannel | None = None
         self.failed_ranks: list[int] = []  # ranks whose last cell failed (post-mortem)
@@ -231,16 +240,29 @@ class World(WorldHealth):
         if self.flows is None:
             self.flows = Flows(self._segments or self._tmp, self.world_size)
         flows = self.flows
+        cwds = [""] * self.world_size
+        private: dict[str, str] = {}
+        if self.node_disks and self.connection.embedded and self.placement.local:
+            disks = make_node_disks(Path.cwd(), self.instance_count, root=self._tmp)
+            for info in self.ranks:
+                self.envs[info.rank].update(disks.environment(info.node))
+                cwds[info.rank] = disks.code[info.node]
+        elif self.connection.embedded and self.placement.local:
+            # the ranks' temp files (multiprocessing's pymp- folders among them) in the
+            # world's scratch folder: they go with the ranks, also after a kill -9
+            private["TMPDIR"] = os.path.join(self._tmp, "tmp")
+            os.makedirs(private["TMPDIR"], exist_ok=True)
         pending = self.send_each(
             list(range(self.world_size)),
             setup_rank,
             lambda info: (
-                self.envs[info.rank],
+                {**private, **self.envs[info.rank], **self._node_environment(info.rank)},
                 list(OPEN_MPI_WORLD_KEYS),
                 os.path.join(self._tmp, f"rank-{info.rank}.stack"),
                 (ledgers.HOOKS_FILE, self.ledger_path(info.rank)),
                 (flow.__file__, flows.paths[info.rank]),
                 LEAN_REQUEST,
+                cwds[info.rank],
             ),
         )
         # on this machine the hooks need nothing the setup answers: their calls follow it
@@ -268,6 +290,30 @@ class World(WorldHealth):
             target=self._watch, name=f"distcomp-watch-{self.name}", daemon=True
         )
         self._monitor.start()
+
+    def _node_environment(self, rank: int) -> dict[str, str]:
+        """The listen shim's variables of ``rank``'s emulated node, if it has its own address;
+        what the shim says there (node 1 looked for node 0 at localhost) goes to a file."""
+        env = shim.node_environment(self.envs[rank])
+        if env:
+            env["DISTCOMP_NOTICE_FILE"] = os.path.join(self._tmp, f"rank-{rank}.notice")
+        return env
+
+    def node_notices(
+        self, ranks: Sequence[int], consume: bool = True
+    ) -> list[tuple[str, list[str]]]:
+        """What the listen shim said on ``ranks``, one report section per rank that said it;
+        ``consume``: said once (a report), else again in the next report (a notice)."""
+        sections = []
+        for rank in ranks:
+            with contextlib.suppress(OSError):
+                path = os.path.join(self._tmp, f"rank-{rank}.notice")
+                with open(path, encoding="utf-8", errors="replace") as handle:
+                    lines = handle.read().splitlines()
+                if consume:
+                    os.remove(path)
+                sections.append((format_ranks([rank]), list(dict.fromkeys(lines))))
+        return sections
 
     def ledger_path(self, rank: int) -> str:
         """The file where ``rank`` records its collectives (on the rank's host): in shared
@@ -338,7 +384,15 @@ class World(WorldHealth):
         if client is not None:
             ipp.close(client)
         if self.cluster is not None:
+            # each local rank's tree first, with SIGTERM: the rank's Python exits as it does
+            # on SIGTERM anywhere (its resource tracker unlinks its shared memory, its
+            # multiprocessing temp folder goes), where mpiexec's stop would SIGKILL them all
+            pids = [i.pid for i in self.ranks if i.pid and is_local_host(i.host)]
+            segments = reaper.mapped_segments([*pids, *reaper.descendants(pids)])
+            reaper.end_gently(pids, RANK_EXIT_GRACE)
             self.cluster.stop()  # keeps what mpiexec printed, for the reports
+            # what a rank killed before its resource tracker could act left behind
+            reaper.unlink_unused(segments)
             if not self.placement.local:  # the ranks' stack files on their hosts
                 remote.remove(self.placement.ssh_command, self.placement.hosts, self._tmp)
         if self.flows is not None:
@@ -361,6 +415,10 @@ class World(WorldHealth):
             ", ..." if self.world_size > 8 else ""
         )
         return f"<World {self.name!r} {self.describe_layout()}; {states}>"
+
+
+#: how long the ranks have to exit on SIGTERM when they stop (an idle rank: about 1 s)
+RANK_EXIT_GRACE = 3.0
 
 
 class _Stopped(Exception):

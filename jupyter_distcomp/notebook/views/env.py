@@ -7,12 +7,41 @@ from __future__ import annotations
 from html import escape
 from typing import TYPE_CHECKING
 
-from ...core.rank_view import rank_view, text_lines
+from ...core.rank_view import RankView, rank_view, text_lines
 from ...core.summary import layout_caption
+from ...machine.gpus import kernel_gpus, rank_device
 from .component import STYLE
 
 if TYPE_CHECKING:
     from ...core.model import Component
+
+
+def files_text(instance_count: int, node_local_files: bool, local: bool = True) -> str | None:
+    """Where the ranks of several emulated nodes read and write files; None for one node
+    and for real hosts (each has its own disk)."""
+    if instance_count < 2 or not local:
+        return None
+    run = (
+        "each node in its own copy of the notebook's folder with its own TMPDIR "
+        "(DistComp.node_local_files = False: all in the notebook's folder)"
+        if node_local_files
+        else "all ranks in the notebook's folder (DistComp.node_local_files = True: a copy "
+        "per node, as on Azure ML)"
+    )
+    return (
+        f"files: `%%distcomp run`: {run}; `%distcomp command`: each node in its own copy "
+        "of the code folder with its own TMPDIR, outputs shared"
+    )
+
+
+def _with_devices(view: RankView, envs: list[dict[str, str]]) -> RankView:
+    """``view`` with each rank's ``cuda:LOCAL_RANK`` device, where the ranks have GPUs."""
+    gpus = kernel_gpus()
+    devices = [rank_device(env, gpus) for env in envs]
+    if all(device == "cpu" for device in devices) or len(devices) != len(view.rows):
+        return view
+    rows = [[*row, device] for row, device in zip(view.rows, devices, strict=True)]
+    return RankView(view.shared, [*view.header, "device"], rows)
 
 
 def _breakable(name: str) -> str:
@@ -27,7 +56,8 @@ class EnvTable:
     ``envs`` come from ``Session.rank_values``; ``held`` says they are the running ranks' own
     (else the ports read ``PORT_AT_START``). ``pending``: what the next run changes (the
     settings no longer match the running ranks). ``preview_of``: the name of the component
-    whose settings ``component`` previews another layout of, unchanged.
+    whose settings ``component`` previews another layout of, unchanged. ``files``: where
+    the ranks of several emulated nodes read and write files (:func:`files_text`).
     """
 
     def __init__(
@@ -37,13 +67,15 @@ class EnvTable:
         held: bool = False,
         pending: str | None = None,
         preview_of: str | None = None,
+        files: str | None = None,
     ):
         self.component = component
         self.envs = envs
         self.held = held
         self.pending = pending
         self.preview_of = preview_of
-        self.view = rank_view(component.launcher_type or "mpi", envs)
+        self.files = files
+        self.view = _with_devices(rank_view(component.launcher_type or "mpi", envs), envs)
 
     @property
     def caption(self) -> str:
@@ -61,7 +93,9 @@ class EnvTable:
         return "; ".join(parts)
 
     def __repr__(self) -> str:
-        return "\n".join([self.caption, *text_lines(self.view)])
+        return "\n".join(
+            [self.caption, *([self.files] if self.files else []), *text_lines(self.view)]
+        )
 
     def _repr_html_(self) -> str:
         view = self.view
@@ -75,6 +109,8 @@ class EnvTable:
             for row in view.rows
         )
         parts = [f"<div>{escape(self.caption)}</div>"]
+        if self.files:
+            parts.append(f"<div>{escape(self.files)}</div>")
         if shared:
             parts.append(
                 f"<div>on every rank:</div><table class='distcomp-env-shared'>{shared}</table>"

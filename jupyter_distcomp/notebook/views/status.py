@@ -19,11 +19,17 @@ class StatusTable:
     """``records`` from ``Session.status``; ``pending``: component -> what its next run changes
     (``Session.pending_changes``), said under the table."""
 
-    header = ("component", "rank", "node", "local rank", "state", "pid")
-
     def __init__(self, records: list[dict], pending: dict[str, str] | None = None):
         self.records = records
         self.pending = dict(pending or {})
+        # each rank's cuda:LOCAL_RANK, where the ranks have GPUs
+        devices = any(r.get("device", "cpu") != "cpu" for r in records)
+        self.header: tuple[str, ...] = ("component", "rank", "node", "local rank", "state", "pid")
+        self.header += ("device",) if devices else ()
+        #: a GPU column where a rank holds GPU memory (its devices, memory in use and peak)
+        self.gpu = any(r.get("gpu") for r in records)
+        if self.gpu:
+            self.header = (*self.header, "gpu")
         self.rows = [
             (
                 r["name"],
@@ -32,7 +38,9 @@ class StatusTable:
                 str(r["local_rank"]),
                 r["state"] + (f" ({r['death']})" if r.get("death") else ""),
                 "" if r["pid"] is None else str(r["pid"]),
+                *([r.get("device", "cpu")] if devices else []),
             )
+            + ((r.get("gpu") or "",) if self.gpu else ())
             for r in records
         ]
 

@@ -68,6 +68,7 @@ class PanelSession(Protocol):
         *,
         compute: str | None = None,
         interactive: tuple[str, ...] = (),
+        on_warning: Callable[[str], None] | None = None,
     ) -> Submission: ...
 
 
@@ -225,7 +226,15 @@ class PanelActions:
             )
         interactive = parse_services(self.interactive.value)
         self.worker.say(f"submitting {self.name} to {compute}...", "busy")
-        job = self.session.submit(self.component, compute=compute, interactive=interactive).job
+        notes: list[str] = []
+
+        def note(text: str) -> None:
+            notes.append(text)
+            self.worker.write(f"warning: {text}", stderr=True)
+
+        job = self.session.submit(
+            self.component, compute=compute, interactive=interactive, on_warning=note
+        ).job
         self.last_job = job
         summary = JobSummary(job, spec_name=self.name)
         text = f"submitted job {summary.name} ({summary.status}) to {compute}"
@@ -235,7 +244,8 @@ class PanelActions:
             link_html = f": <a href='{href}' target='_blank' rel='noopener'>Azure ML studio</a>"
             text += f": {summary.studio_url}"
         html = f"submitted job <b>{escape(summary.name)}</b> ({escape(summary.status)}) to "
-        self.worker.say_html(f"{html}{escape(compute)}{link_html}", text, "ok")
+        warned = f"; {len(notes)} warning(s) in the log below" if notes else ""
+        self.worker.say_html(f"{html}{escape(compute)}{link_html}{warned}", text + warned, "ok")
 
     def stop(self) -> threading.Thread:
         """Stop a running command and the ranks; in a thread, as stopping takes seconds."""

@@ -1,0 +1,183 @@
+"""Each emulated node's own disk: a copy of the code folder and a temporary folder.
+
+Azure ML snapshots a job's ``code`` folder and copies it to every node; a node's working
+directory and ``/tmp`` are its own, and only the job's inputs and outputs are shared. Here the
+nodes of a layout share one machine, so each gets ``node-N/code`` (a copy of the code folder)
+and ``node-N/tmp`` (its ``TMPDIR``) in a scratch folder of the run, removed with the run. A
+file one node writes in its working directory is then invisible to the others, and nothing a
+node writes lands in the user's code folder.
+
+Files are copied copy-on-write where the file system can (a reflink: ``FICLONE`` on btrfs, XFS,
+bcachefs; ``copy_file_range``, which some file systems serve without copying), else byte by
+byte. Never hard links: a write through one would change the user's file. The snapshot follows
+Azure ML's rules: ``.amlignore`` (else ``.gitignore``) in the code folder leaves files out, and
+a snapshot over Azure ML's limit is refused here as it would be there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import SpecError
+from . import scratch
+
+#: Azure ML's limit on a code snapshot: "a total limit of 300 MB and/or 2000 files"
+#: (learn.microsoft.com/azure/machine-learning/how-to-save-write-experiment-files,
+#: "Storage limits of experiment snapshots")
+SNAPSHOT_MAX_BYTES = 300 * 1024 * 1024
+SNAPSHOT_MAX_FILES = 2000
+SNAPSHOT_LIMIT_SOURCE = (
+    "https://learn.microsoft.com/azure/machine-learning/how-to-save-write-experiment-files"
+    "#storage-limits-of-experiment-snapshots"
+)
+IGNORE_FILES = (".amlignore", ".gitignore")
+_FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int)
+
+
+@dataclass(frozen=True)
+class NodeDisks:
+    """The scratch folder of one run and, per node, its code copy and its temp folder."""
+
+    root: str
+    code: tuple[str, ...]
+    tmp: tuple[str, ...]
+
+    def environment(self, node: int) -> dict[str, str]:
+        """The variables that put a node's processes on its own disk."""
+        return {"TMPDIR": self.tmp[node], "PWD": self.code[node]}
+
+    def remove(self) -> None:
+        scratch.remove(self.root)
+
+
+def _ignore_patterns(code_dir: Path) -> list[str]:
+    """The patterns of the code folder's ``.amlignore``, else of its ``.gitignore``."""
+    for name in IGNORE_FILES:
+        with contextlib.suppress(OSError):
+            lines = (code_dir / name).read_text(encoding="utf-8").splitlines()
+            return [ln.strip() for ln in lines if ln.strip() and not ln.startswith(("#", "!"))]
+    return []
+
+
+def _ignored(relative: str, is_dir: bool, patterns: list[str]) -> bool:
+    """Whether a path matches one of the ignore patterns (gitignore's common forms: a name or
+    glob anywhere, ``a/b`` anchored at the code folder, ``name/`` for folders only)."""
+    for pattern in patterns:
+        if pattern.endswith("/"):
+            if not is_dir:
+                continue
+            pattern = pattern.rstrip("/")
+        if "/" in pattern:
+            if fnmatch.fnmatchcase(relative, pattern.lstrip("/")):
+                return True
+        elif fnmatch.fnmatchcase(relative.rsplit("/", 1)[-1], pattern):
+            return True
+    return False
+
+
+def snapshot(code_dir: Path, skip: Iterable[Path] = ()) -> tuple[list[Path], list[Path], int]:
+    """The folders and files (relative) Azure ML would snapshot, and their total size;
+    ``skip``: folders left out (outputs inside the code folder, which stay shared)."""
+    patterns = _ignore_patterns(code_dir)
+    skipped = {Path(s).resolve() for s in skip}
+    folders: list[Path] = []
+    files: list[Path] = []
+    size = 0
+    for top, dirs, names in os.walk(code_dir):
+        here = Path(top)
+        kept = []
+        for name in sorted(dirs):
+            path = here / name
+            relative = path.relative_to(code_dir)
+            if path.resolve() in skipped or _ignored(relative.as_posix(), True, patterns):
+                continue
+            if path.is_symlink():  # copied as a link, not followed
+                files.append(relative)
+                continue
+            kept.append(name)
+            folders.append(relative)
+        dirs[:] = kept
+        for name in sorted(names):
+            relative = (here / name).relative_to(code_dir)
+            if not _ignored(relative.as_posix(), False, patterns):
+                files.append(relative)
+                with contextlib.suppress(OSError):
+                    size += (here / name).lstat().st_size
+    return folders, files, size
+
+
+def _copy_file(source: Path, target: Path) -> None:
+    """``source`` to ``target`` copy-on-write where the file system can, else by bytes."""
+    if source.is_symlink():
+        target.symlink_to(os.readlink(source))
+        return
+    import fcntl
+
+    with open(source, "rb") as src, open(target, "wb") as dst:
+        try:
+            fcntl.ioctl(dst.fileno(), _FICLONE, src.fileno())
+        except OSError:
+            left = os.fstat(src.fileno()).st_size
+            try:
+                while left > 0:
+                    done = os.copy_file_range(src.fileno(), dst.fileno(), left)
+                    if done == 0:
+                        break
+                    left -= done
+            except OSError:  # not between these file systems: plain bytes
+                src.seek(0)
+                dst.seek(0)
+                dst.truncate()
+                shutil.copyfileobj(src, dst, 1 << 20)
+    shutil.copymode(source, target)
+
+
+def make_node_disks(
+    code_dir: Path, nodes: int, skip: Iterable[Path] = (), root: str | None = None
+) -> NodeDisks:
+    """A scratch folder (in ``root``, a scratch folder of the run, where given) with
+    ``node-N/code`` (the code folder's snapshot) and ``node-N/tmp`` for each of ``nodes``
+    nodes; an error when the snapshot is over Azure ML's limit."""
+    folders, files, size = snapshot(code_dir, skip)
+    if size > SNAPSHOT_MAX_BYTES or len(files) > SNAPSHOT_MAX_FILES:
+        raise SpecError(
+            f"the code folder {code_dir} holds {len(files)} files, {size / 2**20:.0f} MB: "
+            f"over Azure ML's limit on a code snapshot ({SNAPSHOT_MAX_BYTES // 2**20} MB, "
+            f"{SNAPSHOT_MAX_FILES} files; {SNAPSHOT_LIMIT_SOURCE}), which every node gets a "
+            "copy of, here as there. Fix: pass data and checkpoints as inputs (they are "
+            "shared, not copied), list the rest in the code folder's .amlignore, or point "
+            "the spec's `code` at a folder with the code only."
+        )
+    made = tempfile.mkdtemp(prefix="nodes-", dir=root) if root else None
+    where = Path(made or scratch.make_folder("distcomp-nodes-"))
+    try:
+        for node in range(nodes):
+            code, tmp = where / f"node-{node}" / "code", where / f"node-{node}" / "tmp"
+            tmp.mkdir(parents=True)
+            code.mkdir()
+            for folder in folders:
+                (code / folder).mkdir()
+            for file in files:
+                _copy_file(code_dir / file, code / file)
+    except OSError as exc:
+        scratch.remove(str(where))
+        raise SpecError(
+            f"cannot copy the code folder {code_dir} for each node: {exc.strerror} "
+            f"({exc.filename}). Fix: make the file readable, or list it in the code "
+            "folder's .amlignore."
+        ) from None
+    except BaseException:
+        scratch.remove(str(where))
+        raise
+    return NodeDisks(
+        str(where),
+        tuple(str(where / f"node-{n}" / "code") for n in range(nodes)),
+        tuple(str(where / f"node-{n}" / "tmp") for n in range(nodes)),
+    )
