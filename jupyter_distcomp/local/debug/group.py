@@ -114,7 +114,11 @@ class Group:
             self._run()
         except KeyboardInterrupt:  # at the prompt, or while a command typed there runs
             self.interrupted.update(
-                {r: m.where for r, m in self.members.items() if m.state in ("prompt", "busy", "stuck")}
+                {
+                    r: m.where
+                    for r, m in self.members.items()
+                    if m.state in ("prompt", "busy", "stuck")
+                }
             )
             raise
 
