@@ -51,6 +51,21 @@ class DapClient:
                 return reply["content"]
         raise AssertionError(f"no reply to {command} within {timeout} s")
 
+    def raw(self, content: dict, timeout: float = 30) -> dict:
+        """Send ``content`` as the debug request, whatever its shape; the reply's content."""
+        msg = self.kc.session.msg("debug_request", content)
+        self.kc.control_channel.send(msg)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.pump()
+            try:
+                reply = self.kc.control_channel.get_msg(timeout=0.02)
+            except queue.Empty:
+                continue
+            if reply["parent_header"].get("msg_id") == msg["header"]["msg_id"]:
+                return reply["content"]
+        raise AssertionError(f"no reply to {content} within {timeout} s")
+
     def start(self) -> dict:
         """Switch the debugger on as JupyterLab does; debugInfo's body."""
         assert self.request("initialize", **INITIALIZE)["success"]

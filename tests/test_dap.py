@@ -253,7 +253,12 @@ def test_restarted_ranks_leave_and_join_as_threads(debugger):
     assert reply["status"] == "ok", text
     exited = dap.wait_events("thread", RANKS, since, reason="exited")
     started = dap.wait_events("thread", RANKS, since, reason="started", timeout=120)
-    assert {e["body"]["threadId"] for e in exited} == {e["body"]["threadId"] for e in started}
+    old = {e["body"]["threadId"] for e in exited}
+    new = {e["body"]["threadId"] for e in started}
+    assert sorted(map(rank_of, old)) == sorted(map(rank_of, new)) == list(range(RANKS))
+    assert not old & new  # the new ranks' threads are numbered anew: old numbers are stale
+    stale = dap.request("stackTrace", threadId=min(old))
+    assert not stale["success"] and "not a rank of a running world" in stale["message"]
     time.sleep(0.1)
     reply, text = dap.run(
         "%%distcomp run dbg\nfrom mpi4py import MPI\ncomm = MPI.COMM_WORLD\nimport sys"
@@ -308,6 +313,105 @@ def test_pause_stops_the_running_ranks_in_their_code(debugger):
     reply = dap.wait_reply(msg_id)
     assert reply["status"] == "ok", dap.output(msg_id)
     assert all(f"[rank {r}] i 99" in dap.output(msg_id) for r in range(RANKS))
+
+
+MALFORMED = [  # shapes a client may send: each gets an error reply, the kernel serves on
+    {"command": "variables", "arguments": {"variablesReference": "abc"}},
+    {"command": "scopes", "arguments": {"frameId": str(1 << 40)}},
+    {"command": "stackTrace", "arguments": {"threadId": str(RANK_THREADS)}},
+    {"command": "next", "arguments": {"threadId": "1"}},
+    {"command": "variables", "arguments": [1, 2]},
+    {"command": "evaluate", "arguments": "abc"},
+    {"command": "evaluate", "arguments": {"expression": "1", "frameId": 1.5}},
+    {"command": 7, "arguments": {}},
+]
+
+
+@pytest.mark.slow
+def test_malformed_requests_get_error_replies_and_references_go_stale_after_a_step(debugger):
+    dap, _ = debugger
+    for seq, shape in enumerate(MALFORMED, 1000):
+        reply = dap.raw({"type": "request", "seq": seq, **shape})
+        assert reply["success"] is False and reply["message"], (shape, reply)
+        assert reply["request_seq"] == seq, reply
+    bad_line = dap.request(
+        "setBreakpoints", source={"path": "/tmp/x.py"}, breakpoints=[{"line": "abc"}]
+    )
+    assert "success" in bad_line, bad_line
+    dap.breakpoints(CELL, [3])
+    dap.request("configurationDone")
+    since = len(dap.events)
+    msg_id = dap.execute(CELL)
+    current = dap.wait_events("stopped", RANKS, since)[-1]["body"]["threadId"]
+    frames = dap.request("stackTrace", threadId=current)["body"]["stackFrames"]
+    frame = frames[0]
+    scope = dap.request("scopes", frameId=frame["id"])["body"]["scopes"][0]
+    # a thread of a world that does not exist: refused, and no rank steps
+    since = len(dap.events)
+    nowhere = dap.request("next", threadId=RANK_THREADS + 99 * 100_000 + 1)
+    assert not nowhere["success"] and "not a rank of a running world" in nowhere["message"]
+    time.sleep(0.5)
+    assert not [e for e in dap.events[since:] if e.get("event") == "continued"]
+    assert dap.request("stackTrace", threadId=current)["body"]["stackFrames"] == frames
+    # exit() and sys.exit() in an evaluation are caught: the rank stays stopped
+    for expression, code in (("sys.exit(3)", "3"), ("exit()", "exit() at the debugger")):
+        exited = dap.request("evaluate", expression=expression, frameId=frame["id"])
+        assert not exited["success"], exited
+        assert f"SystemExit: {code}" in exited["message"], exited
+    value = dap.request("evaluate", expression="x + 1", frameId=frame["id"], context="repl")
+    assert value["success"], value
+    since = len(dap.events)
+    assert dap.request("next", threadId=current)["success"]
+    current = dap.wait_events("stopped", RANKS, since, reason="step")[-1]["body"]["threadId"]
+    # the frame and variables of the stop before the step are stale, not the new stop's
+    stale = dap.request("variables", variablesReference=scope["variablesReference"])
+    assert not stale["success"] and "is stale" in stale["message"], stale
+    stale = dap.request("scopes", frameId=frame["id"])
+    assert not stale["success"] and "is stale" in stale["message"], stale
+    frames = dap.request("stackTrace", threadId=current)["body"]["stackFrames"]
+    assert "total" in variables_of(dap, frames[0])
+    dap.request("continue", threadId=1)
+    reply = dap.wait_reply(msg_id)
+    assert reply["status"] == "ok", dap.output(msg_id)
+    assert all(f"[rank {r}] y 61" in dap.output(msg_id) for r in range(RANKS))
+    stale = dap.request("variables", variablesReference=scope["variablesReference"])
+    assert not stale["success"] and "is stale" in stale["message"], stale
+
+
+@pytest.mark.slow
+def test_an_evaluation_or_variables_view_that_never_returns_is_interrupted(debugger):
+    dap, _ = debugger
+    dap.run("%env DISTCOMP_DEBUG_EVAL_SECONDS=2")
+    reply, text = dap.run(
+        "%%distcomp run dbg\nclass Forever:\n    def __repr__(self):\n"
+        "        while True:\n            pass"
+    )
+    assert reply["status"] == "ok", text
+    code = "%%distcomp run dbg\nslow = Forever()\nx = comm.rank\nprint('x', x)"
+    dap.breakpoints(code, [3])
+    dap.request("configurationDone")
+    since = len(dap.events)
+    msg_id = dap.execute(code)
+    try:
+        current = dap.wait_events("stopped", RANKS, since)[-1]["body"]["threadId"]
+        frame = dap.request("stackTrace", threadId=current)["body"]["stackFrames"][0]
+        tic = time.monotonic()
+        looped = dap.request("evaluate", expression="while True: pass", frameId=frame["id"])
+        assert not looped["success"], looped
+        assert "KeyboardInterrupt" in looped["message"], looped
+        assert "time limit of 2 s" in looped["message"], looped
+        assert time.monotonic() - tic < 15
+        scope = dap.request("scopes", frameId=frame["id"])["body"]["scopes"]
+        seen = dap.request("variables", variablesReference=scope[-1]["variablesReference"])
+        assert not seen["success"] and "time limit" in seen["message"], seen
+        assert dap.request("evaluate", expression="comm.rank", frameId=frame["id"])["success"]
+    finally:
+        dap.request("continue", threadId=1)
+        reply = dap.wait_reply(msg_id)
+        dap.run("%env DISTCOMP_DEBUG_EVAL_SECONDS=15")
+        dap.breakpoints(code, [])
+    assert reply["status"] == "ok", dap.output(msg_id)
+    assert all(f"[rank {r}] x {r}" in dap.output(msg_id) for r in range(RANKS))
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """The debugger channel against hostile clients and a kernel that does not answer (issue 28,
-item 2): the listener outlives any accept() error, idle and half-open clients are dropped
-within seconds, and a rank whose handshake gets no answer says so and runs on."""
+item 2; issue 39, item 6): the listener outlives any accept() error, idle and half-open
+clients are dropped within seconds, cost no thread and are capped, and a rank whose
+handshake gets no answer says so and runs on."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ import resource
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
 from jupyter_distcomp.local.debug.channel import AUTH_SECONDS, DebugChannel
+from jupyter_distcomp.local.debug.listener import MAX_PENDING
 from jupyter_distcomp.rank_side import debug_hook
 
 
@@ -38,20 +41,25 @@ def _stops_and_goes(channel: DebugChannel, rank: int = 3) -> None:
 
 def test_the_channel_survives_running_out_of_file_descriptors(channel):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    clients = []
+    clients = [socket.socket() for _ in range(20)]  # their descriptors taken before
+    filler = []
     resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 40, hard))
-    try:  # the audit's attack: connections until the kernel has no descriptor left
+    try:  # the audit's attack: the kernel has no descriptor left, and clients connect
         while True:
             try:
-                clients.append(socket.create_connection((channel.host, channel.port), 2))
+                filler.append(os.open(os.devnull, os.O_RDONLY))
             except OSError:
                 break
+        for client in clients:
+            client.connect((channel.host, channel.port))  # into the listener's backlog
         time.sleep(0.5)  # accept() fails with EMFILE meanwhile
     finally:
+        for fd in filler:
+            os.close(fd)
         for client in clients:
             client.close()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-    assert len(clients) >= 10
+    assert len(filler) >= 10
     assert channel.accept_errors > 0, "accept() never ran out of descriptors: no attack"
     tic = time.monotonic()
     _stops_and_goes(channel)  # a later breakpoint() still gets its prompt
@@ -79,6 +87,54 @@ def test_idle_and_half_open_clients_are_dropped_and_do_not_block_a_rank(channel)
     while channel.refused < 41 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert channel.refused == 41
+
+
+def test_a_flood_of_idle_clients_costs_no_thread_is_capped_and_a_rank_still_stops(channel):
+    threads = threading.active_count()
+    flood = [socket.create_connection((channel.host, channel.port)) for _ in range(300)]
+    try:
+        time.sleep(0.3)
+        assert threading.active_count() <= threads + 1, "a thread per pending connection"
+        assert channel.pending_connections <= MAX_PENDING
+        tic = time.monotonic()
+        _stops_and_goes(channel)  # while all 300 are still open
+        assert time.monotonic() - tic < 2, "the flood held up a rank's handshake"
+        assert channel.pending()
+        pushed_out = 0
+        for client in flood[:-MAX_PENDING]:  # the oldest were closed to make room
+            client.settimeout(AUTH_SECONDS)
+            try:
+                while client.recv(1024):
+                    pass
+                pushed_out += 1
+            except (ConnectionResetError, TimeoutError):
+                pass
+        assert pushed_out == 300 - MAX_PENDING
+    finally:
+        for client in flood:
+            client.close()
+
+
+def test_a_client_that_sends_a_huge_frame_or_a_wrong_answer_is_dropped_at_once(channel):
+    huge = socket.create_connection((channel.host, channel.port))
+    wrong = socket.create_connection((channel.host, channel.port))
+    tic = time.monotonic()
+    huge.sendall(b"\x7f\xff\xff\xff" + b"x" * 100)  # a 2 GB frame announced
+    wrong.recv(1024)  # the challenge
+    wrong.sendall(b"\x00\x00\x00\x10" + b"0" * 16)  # an answer without the key
+    for client in (huge, wrong):
+        client.settimeout(AUTH_SECONDS)
+        try:
+            while client.recv(1024):
+                pass
+        except ConnectionResetError:
+            pass
+        client.close()
+    assert time.monotonic() - tic < 1, "a bad client was kept until its deadline"
+    deadline = time.monotonic() + 2
+    while channel.refused < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert channel.refused == 2 and channel.pending_connections == 0
 
 
 RANK_PROGRAM = "breakpoint()\nprint('ran on', flush=True)\n"

@@ -4,7 +4,9 @@ hangs. A real kernel whose stdin requests are answered as a notebook answers the
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 import time
 
 import pytest
@@ -299,6 +301,98 @@ def test_a_step_into_print_goes_to_the_next_line_not_into_the_output_machinery(k
     assert "> cell line 5, in f()" in out.transcript, out.transcript
     for foreign in ("flow.py", "threading.py", "ipykernel", "jupyter_distcomp", "<string>"):
         assert foreign not in out.transcript, out.transcript
+
+
+@pytest.mark.slow
+def test_an_evaluation_past_the_time_limit_is_interrupted_and_a_blocked_rank_is_named(kernel):
+    assert kernel.run("%env DISTCOMP_DEBUG_EVAL_SECONDS=2").ok
+    answers = [
+        "!while True: pass",  # interrupted after 2 s: the ranks stay at the prompt
+        "p sys.exit(3)",
+        "rank 1",
+        "p comm.allreduce(1)",  # rank 1 alone in a collective: SIGINT cannot end it
+        "p comm.allreduce(1)",  # the others join it: rank 1 answers and rejoins
+        "p mpi_rank",
+        "c",
+    ]
+    try:
+        tic = time.monotonic()
+        out = kernel.run(
+            "%%distcomp run dbg\nimport sys\nbreakpoint()\nprint('after', mpi_rank)", answers
+        )
+    finally:
+        kernel.run("%env DISTCOMP_DEBUG_EVAL_SECONDS=15")
+    assert out.ok, out.text
+    text = out.text
+    assert "ranks 0-2: '!while True: pass' ran past the debugger's time limit of 2 s" in text
+    assert "KeyboardInterrupt" in text and "SystemExit" in text, text
+    assert "rank 1 did not answer 'p comm.allreduce(1)' after the interrupt" in text, text
+    assert out.prompts[:5] == [
+        "(Pdb ranks 0-2) ",
+        "(Pdb ranks 0-2) ",
+        "(Pdb ranks 0-2) ",
+        "(Pdb rank 1) ",
+        "(Pdb ranks 0, 2) ",
+    ], out.transcript
+    # rank 1 rejoins once its collective completes: by the next prompt, or the one after
+    assert set(out.prompts[5:]) <= {"(Pdb ranks 0, 2) ", "(Pdb ranks 0-2) ", "(Pdb rank 1) "}
+    assert "(Pdb ranks 0-2) " in out.prompts[5:] or "(Pdb rank 1) " in out.prompts[5:]
+    assert "[ranks 0, 2] 3" in text, text  # the collective completed
+    assert re.search(r"\[rank 1\]\s+\*\*\* KeyboardInterrupt", text), text  # once it returned
+    assert all(f"[rank {r}] after {r}" in text for r in range(3)), text
+    assert time.monotonic() - tic < 60
+
+
+@pytest.mark.slow
+def test_100000_breakpoints_in_one_file_load_in_linear_time(kernel):
+    """pdb loads each breakpoint with a check of a list: 100,000 in one file took minutes
+    per stop (30,000: 7.5 s). JupyterLab's gutter sends them this way (debugpy's own part
+    of that is upstream's)."""
+    cell = (
+        "%%distcomp run dbg\nimport bdb\nfor line in range(10, 100_010):\n"
+        "    bdb.Breakpoint('/nowhere/big.py', line)\nbreakpoint()\n"
+        "bdb.Breakpoint.clearBreakpoints()\nprint('cleared', len(bdb.Breakpoint.bplist))"
+    )
+    tic = time.monotonic()
+    out = kernel.run(cell, ["c"])
+    seconds = time.monotonic() - tic
+    assert out.ok, out.text
+    assert out.prompts == ["(Pdb ranks 0-2) "], out.text
+    assert all(f"[rank {r}] cleared 0" in out.text for r in range(3)), out.text
+    assert seconds < 30, seconds
+
+
+def kernel_counts(pid: int) -> tuple[int, int]:
+    """The kernel process's threads and open file descriptors now."""
+    return len(os.listdir(f"/proc/{pid}/task")), len(os.listdir(f"/proc/{pid}/fd"))
+
+
+@pytest.mark.slow
+def test_300_idle_clients_of_the_debugger_channel_cost_no_threads_and_a_breakpoint_still_stops(
+    kernel,
+):
+    from jupyter_distcomp.local.debug.listener import MAX_PENDING
+
+    out = kernel.run(
+        "%%distcomp run dbg --ranks 0\nimport sys\n"
+        "print('at', *sys.modules['distcomp_debug_hook']._channel.address)"
+    )
+    host, port = re.search(r"at (\S+) (\d+)", out.text).groups()
+    pid = int(re.search(r"pid (\d+)", kernel.run("import os; print('pid', os.getpid())").text)[1])
+    threads, files = kernel_counts(pid)
+    flood = [socket.create_connection((host, int(port))) for _ in range(300)]
+    try:
+        time.sleep(0.5)
+        now_threads, now_files = kernel_counts(pid)
+        assert now_threads <= threads + 1, (threads, now_threads)
+        assert now_files <= files + MAX_PENDING + 2, (files, now_files)
+        out = kernel.run("%%distcomp run dbg\nbreakpoint()\nprint('went on', mpi_rank)", ["c"])
+        assert out.ok, out.text
+        assert out.prompts == ["(Pdb ranks 0-2) "], out.text
+        assert all(f"[rank {r}] went on {r}" in out.text for r in range(3)), out.text
+    finally:
+        for client in flood:
+            client.close()
 
 
 @pytest.mark.slow

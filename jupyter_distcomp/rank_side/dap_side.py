@@ -180,10 +180,25 @@ class _Space:
         self.names = names
 
 
+def failure(exc: BaseException) -> str:
+    """The text of an error of the user's code run for the debugger; ``exit()`` and
+    ``sys.exit()`` are caught there, and an interrupt is the kernel's time limit."""
+    if isinstance(exc, SystemExit):
+        return f"SystemExit: {exc.code} (caught: the rank stays stopped)"
+    if isinstance(exc, KeyboardInterrupt):
+        return "KeyboardInterrupt: the evaluation was interrupted"
+    try:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:  # the exception's own __str__ raised
+        return type(exc).__name__
+
+
 def _describe(name: str, value: Any) -> dict:
     try:
         text = _repr.repr(value)
-    except Exception as exc:  # a user's __repr__ that fails
+    except BaseException as exc:  # a user's __repr__ that fails, exits or is interrupted
+        if isinstance(exc, KeyboardInterrupt):
+            raise
         text = f"<repr failed: {type(exc).__name__}>"
     return {"name": name, "value": text, "type": type(value).__name__, "ref": _ref(value)}
 
@@ -223,8 +238,8 @@ def evaluate(pdb: Any, index: int, expression: str) -> dict:
             exec(compile(expression, "<debug console>", "exec"), frame.f_globals, space)
             return {"result": "", "type": "", "ref": 0}
         value = eval(code, frame.f_globals, space)
-    except Exception as exc:
-        return {"error": f"{type(exc).__name__}: {exc}"}
+    except BaseException as exc:  # exit() too: the rank stays at its prompt
+        return {"error": failure(exc)}
     described = _describe("", value)
     return {"result": described["value"], "type": described["type"], "ref": described["ref"]}
 
@@ -242,11 +257,11 @@ def rich(pdb: Any, index: int, name: str) -> dict:
         return {"data": {}, "metadata": {}}
     try:
         value = _variable(pdb, index, name)
-    except Exception as exc:
-        return {"error": f"{type(exc).__name__}: {exc}"}
-    from IPython import get_ipython
+        from IPython import get_ipython
 
-    data, metadata = get_ipython().display_formatter.format(value)
+        data, metadata = get_ipython().display_formatter.format(value)
+    except BaseException as exc:  # a display method that fails or exits
+        return {"error": failure(exc)}
     return {"data": data, "metadata": {k: v for k, v in metadata.items() if k in data}}
 
 
@@ -257,8 +272,8 @@ def to_globals(pdb: Any, index: int, source: str, target: str) -> dict:
         return {"error": f"{source!r} and {target!r} must be variable names"}
     try:
         value = _variable(pdb, index, source)
-    except Exception as exc:
-        return {"error": f"{type(exc).__name__}: {exc}"}
+    except BaseException as exc:
+        return {"error": failure(exc)}
     from IPython import get_ipython
 
     get_ipython().user_ns[target] = value

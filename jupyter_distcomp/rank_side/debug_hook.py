@@ -24,12 +24,14 @@ Two ways in, both standard library only:
 from __future__ import annotations
 
 import builtins
+import contextlib
 import io
 import json
 import os
 import pdb
 import socket
 import sys
+from collections.abc import Iterator
 from typing import Any, cast
 
 ENV_ADDRESS = "DISTCOMP_DEBUG"
@@ -199,6 +201,53 @@ def _is_library(filename: str) -> bool:
     return known
 
 
+@contextlib.contextmanager
+def _exit_raises() -> Iterator[None]:
+    """While the rank is at a prompt, IPython's ``exit()`` / ``quit()`` raise SystemExit,
+    which pdb and the debugger's evaluations catch: on an engine they would stop its event
+    loop, and the rank would never answer again."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        yield
+        return
+    shell = get_ipython()
+    if shell is None or "ask_exit" in vars(shell):  # none, or a prompt within a prompt
+        yield
+        return
+
+    def refuse() -> None:
+        raise SystemExit("exit() at the debugger's prompt")
+
+    shell.ask_exit = refuse
+    try:
+        yield
+    finally:
+        del shell.ask_exit
+
+
+class _Lines(list):
+    """A file's breakpoint lines, as pdb keeps them (a list), with a set for ``in``: pdb
+    asks at every traced line, and loads each breakpoint with an ``in`` check, which makes
+    a list quadratic (100,000 breakpoints in one file: minutes)."""
+
+    def __init__(self, lines=()):
+        super().__init__(dict.fromkeys(lines))
+        self._set = set(self)
+
+    def __contains__(self, line) -> bool:
+        return line in self._set
+
+    def append(self, line) -> None:
+        if line not in self._set:
+            self._set.add(line)
+            super().append(line)
+
+    def remove(self, line) -> None:
+        super().remove(line)
+        self._set.discard(line)
+
+
 class RankPdb(pdb.Pdb):
     """pdb whose prompt names the rank and whose terminal is the notebook."""
 
@@ -212,6 +261,13 @@ class RankPdb(pdb.Pdb):
         self.channel = channel
         self.prompt = f"(Pdb rank {channel.rank}) "
         self._ending = ""
+
+    def _add_to_breaks(self, filename, lineno) -> None:
+        """bdb's, in constant time (:class:`_Lines`)."""
+        lines = self.breaks.get(filename)
+        if not isinstance(lines, _Lines):
+            lines = self.breaks[filename] = _Lines(lines or ())
+        lines.append(lineno)
 
     def stop_here(self, frame) -> bool:
         """pdb's rule, and not in library code that the machinery around the user's line
@@ -252,7 +308,8 @@ class RankPdb(pdb.Pdb):
             self._stop_tracing()
             return
         self._ending = ""
-        super().interaction(frame, traceback)
+        with _exit_raises():
+            super().interaction(frame, traceback)
         try:
             if self._ending == "quit" or frame is None or (self._ending and not self.breaks):
                 self.channel.send(end=self._ending or "continue")
@@ -373,8 +430,8 @@ class RankPdb(pdb.Pdb):
             return
         try:
             self._answer({"value": function(self, *json.loads(args or "[]"))})
-        except Exception as exc:
-            self._answer({"error": f"{type(exc).__name__}: {exc}"})
+        except BaseException as exc:  # exit() or an interrupt too: the rank stays here
+            self._answer({"error": cast(Any, side).failure(exc)})
 
     def _answer(self, data) -> None:
         """Send the kernel the answer of one of its commands."""
@@ -401,6 +458,8 @@ class RankPdb(pdb.Pdb):
         sys.stdin, sys.stdout, builtins.input = self.stdin, self.stdout, ask
         try:
             return super().do_interact(arg)
+        except SystemExit as exc:  # code.interact lets it through: the rank stays here
+            self.message(f"SystemExit: {exc.code} (caught: back at the rank's prompt)")
         finally:
             sys.stdin, sys.stdout, builtins.input = stdin, stdout, read
             for name, value in zip(("ps1", "ps2"), prompts, strict=True):

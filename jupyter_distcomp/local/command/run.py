@@ -155,6 +155,7 @@ def run_command(
             run.quits,
             run.interrupt_from_elsewhere,
             run._states,
+            lambda ranks: run.started.signal(signal.SIGINT, ranks),
         )
         background.serve, background.stopped = run.held.serve_waiting, run.held.stopped
         background.asking = run.held.asking
@@ -357,6 +358,7 @@ class _Run:
                         quits=self.quits,
                         states=self._states,
                         name=self.result.component,
+                        interrupt=lambda ranks: self.started.signal(signal.SIGINT, ranks),
                     )
                 for rank in self.quits:
                     self.result.ranks[rank].quit = True

@@ -13,9 +13,12 @@ serves the prompts from the kernel's main thread.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +41,9 @@ if TYPE_CHECKING:
     from ..ranks.world import World
 
 HOOK_MODULE = "distcomp_debug_hook"
+#: seconds the ranks have to take JupyterLab's breakpoints before a cell, at most (a cell's
+#: --timeout, if shorter)
+ARM_SECONDS = 60.0
 POST_MORTEM = f"__import__('sys').modules[{HOOK_MODULE!r}].post_mortem()"
 
 
@@ -50,6 +56,21 @@ def cell_source(shell: Any, code: str) -> str:
         return ""
     body = code.lstrip("#\n").strip()
     return source if body in source else ""
+
+
+def interrupt_ranks(world: World, ranks: list[int]) -> None:
+    """SIGINT to the ranks' own processes (an evaluation past its time limit): not to the
+    processes they started (a DataLoader's workers), as ``world.signal`` does."""
+    elsewhere = []
+    for rank in ranks:
+        info = world.ranks[rank]
+        if info.pid and is_local_host(info.host):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(info.pid, signal.SIGINT)
+        else:
+            elsewhere.append(rank)
+    if elsewhere:
+        world.signal(elsewhere, signal.SIGINT)
 
 
 def channel_host(world: World) -> str:
@@ -127,6 +148,7 @@ class CellDebug:
                 quits=self.quits,
                 states=self.world.states,
                 on_input=lambda session, ask: _serve_input(session, ask, pump, label),
+                interrupt=self._interrupt,
             )
         return serve(
             self.channel,
@@ -136,17 +158,23 @@ class CellDebug:
             states=self.world.states,
             interrupted=self.interrupted,
             name=self.world.name,
+            interrupt=self._interrupt,
         )
 
-    def arm(self, code: str, shell: Any, ranks: list[int]) -> None:
+    def _interrupt(self, ranks: list[int]) -> None:
+        interrupt_ranks(self.world, ranks)
+
+    def arm(self, code: str, shell: Any, ranks: list[int], timeout: float | None = None) -> None:
         """Before the cell: with JupyterLab's debugger on, the ranks get its breakpoints
         (those of this cell at the cell's lines) and trace the cell; with it off, ranks that
-        had breakpoints lose them."""
+        had breakpoints lose them. Ranks that do not answer within the cell's ``timeout``
+        are named (a RankError)."""
         adapter = dap.current()
         world = self.world
         if adapter is None:
             if world.dap_armed:
-                world.call_each(list(range(world.world_size)), arm_rank, lambda _: (None, {}, {}))
+                everyone = list(range(world.world_size))
+                _arm_each(world, everyone, (None, {}, {}), timeout)
                 world.dap_armed = False
             return
         adapter.sync_threads()
@@ -154,7 +182,7 @@ class CellDebug:
         path = adapter.cell_path(source) if source else ""
         version = adapter.version
         cells, files = adapter.rank_breakpoints(path)
-        names = world.call_each(ranks, arm_rank, lambda _: (code, cells, files))
+        names = _arm_each(world, ranks, (code, cells, files), timeout)
         adapter.ranks_version = version
         adapter.ran(str(names[0]) if names else "", path)
         world.dap_armed = True
@@ -178,6 +206,7 @@ class CellDebug:
             self.quits,
             lambda: world.signal(sorted(running()), signal.SIGINT),
             world.states,
+            self._interrupt,
         )
         return self.held
 
@@ -221,6 +250,25 @@ class CellDebug:
         channel.allowed = None
         channel.skipped = set()
         channel.end_sessions()  # a rank still at a prompt (interrupted) reads EOF and quits
+
+
+def _arm_each(world: World, ranks: list[int], args: tuple, timeout: float | None) -> list:
+    """``arm_rank(*args)`` on ``ranks``, within the cell's ``timeout`` (at most the world's
+    set-up time): a RankError names the ranks still busy with something else."""
+    limit = min(timeout, ARM_SECONDS) if timeout else ARM_SECONDS
+    pending = world.send_each(ranks, arm_rank, lambda _: args)
+    deadline = time.monotonic() + limit
+    for result in pending:
+        result.wait(max(0.0, deadline - time.monotonic()))
+    late = [rank for rank, result in zip(ranks, pending, strict=True) if not result.ready()]
+    if late:
+        raise RankError(
+            f"{format_ranks(late)} of {world.name!r} did not answer the debugger's set-up "
+            f"within {limit:g} s: still busy with an earlier cell or debugger evaluation "
+            f"(blocked in C code, such as a collective the other ranks left?). Fix: "
+            f"`%distcomp where {world.name}` shows where; `%distcomp restart {world.name}`."
+        )
+    return [result.get() for result in pending]
 
 
 def post_mortem_rank(world: World, rank: int | None) -> int:

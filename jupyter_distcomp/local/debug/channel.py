@@ -3,13 +3,14 @@
 One channel per world (and per ``%distcomp command`` run): a random 32-byte key, a listener
 on the ranks' address (loopback for local ranks). Each connection must pass
 ``multiprocessing.connection``'s HMAC challenge both ways within :data:`AUTH_SECONDS`, or it
-is closed unread; no one without the key can drive a rank's debugger. The listener outlives
-any error of ``accept()`` (the kernel out of file descriptors, a client gone before it was
-accepted): it waits a moment and accepts again, so a later ``breakpoint()`` still connects.
+is closed unread; no one without the key can drive a rank's debugger. The challenges run in
+the listener's one thread (listener.py), which bounds what a peer without the key costs: no
+thread, a capped number of pending connections, a deadline, small frames.
 
-A rank that stops sends ``{"stop": ...}``; a reader thread per connection answers at once
-(``go``, or ``skip`` for a rank outside ``--debug-ranks``) and queues the stop. The kernel's
-main thread takes stops in order of arrival (:meth:`DebugChannel.take`), see serve.py.
+A rank that stops sends ``{"stop": ...}``; a reader thread per authenticated connection
+answers at once (``go``, or ``skip`` for a rank outside ``--debug-ranks``) and queues the
+stop. The kernel's main thread takes stops in order of arrival (:meth:`DebugChannel.take`),
+see serve.py.
 """
 
 from __future__ import annotations
@@ -19,23 +20,16 @@ import os
 import queue
 import secrets
 import socket
-import struct
 import threading
 import time
 from collections.abc import Callable
-from multiprocessing import AuthenticationError
-from multiprocessing.connection import (
-    Connection,
-    answer_challenge,
-    deliver_challenge,
-)
+from multiprocessing.connection import Connection
 from typing import Any
 
 from ...contracts import RankState
+from .listener import AUTH_SECONDS, Listener
 
-AUTH_SECONDS = 5.0
-#: how long the listener waits after a failed accept() (out of file descriptors) at most
-ACCEPT_BACKOFF = 0.5
+__all__ = ["AUTH_SECONDS", "DebugChannel", "RankSession"]
 
 
 class RankSession:
@@ -95,7 +89,6 @@ class DebugChannel:
         self._server = socket.create_server((host, 0))
         self.port: int = self._server.getsockname()[1]
         self.refused = 0  # connections that failed the key challenge
-        self.accept_errors = 0  # failed accept() calls the listener went on after
         self.allowed: set[int] | None = None  # ranks that may stop (None: all)
         self.serving = True  # False between cells: a late stop is interrupted
         self.skipped: set[int] = set()  # ranks whose breakpoint was skipped
@@ -106,7 +99,7 @@ class DebugChannel:
         self._sessions: list[RankSession] = []
         self._closed = False
         self.version = 0  # counts stops and messages: what a waiter has seen
-        threading.Thread(target=self._accept, name="distcomp-debug", daemon=True).start()
+        self._listener = Listener(self._server, self.key, self._admit, self._refuse)
 
     @property
     def key_hex(self) -> str:
@@ -122,53 +115,32 @@ class DebugChannel:
             env["PYTHONBREAKPOINT"] = HOOK
         return env
 
-    # -- connections --------------------------------------------------------------------
-    def _accept(self) -> None:
-        backoff = 0.01
-        while not self._closed:
-            try:
-                sock, _ = self._server.accept()
-            except OSError:
-                if self._closed or self._server.fileno() < 0:
-                    return
-                self.accept_errors += 1  # out of descriptors, or a client gone: go on
-                time.sleep(backoff)
-                backoff = min(backoff * 2, ACCEPT_BACKOFF)
-                continue
-            backoff = 0.01
-            try:
-                threading.Thread(target=self._handshake, args=(sock,), daemon=True).start()
-            except RuntimeError:  # no thread to be had: this client is dropped
-                sock.close()
+    @property
+    def accept_errors(self) -> int:
+        """Failed accept() calls the listener went on after."""
+        return self._listener.accept_errors
 
-    def _handshake(self, sock: socket.socket) -> None:
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # prompts are small
-            timeout = struct.pack("ll", int(AUTH_SECONDS), 0)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeout)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeout)
-        except OSError:  # the client is gone already
-            sock.close()
-            return
-        conn = Connection(sock.detach())
-        try:
-            deliver_challenge(conn, self.key)
-            answer_challenge(conn, self.key)
-        except (AuthenticationError, OSError, EOFError, ValueError):
-            self.refused += 1
-            conn.close()
-            return
-        raw = socket.socket(fileno=conn.fileno())  # the same socket: clear the time-outs
-        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 0, 0))
-        raw.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 0, 0))
-        raw.detach()
-        session = RankSession(conn, self)
+    @property
+    def pending_connections(self) -> int:
+        """Connections in their key challenge now."""
+        return len(self._listener.pending)
+
+    # -- connections --------------------------------------------------------------------
+    def _refuse(self) -> None:
+        self.refused += 1
+
+    def _admit(self, sock: socket.socket) -> None:
+        """Listener thread: ``sock`` passed the challenge; its reader thread serves it."""
+        session = RankSession(Connection(sock.detach()), self)
         with self._cond:
             if self._closed:
                 session.close()
                 return
             self._sessions.append(session)
-        session.read_loop()
+        try:
+            threading.Thread(target=session.read_loop, daemon=True).start()
+        except RuntimeError:  # no thread to be had: this rank gets no prompt
+            session.close()
 
     # -- stops --------------------------------------------------------------------------
     def stopped(self, session: RankSession, where: dict) -> None:
@@ -250,7 +222,8 @@ class DebugChannel:
 
     def close(self) -> None:
         self._closed = True
-        _shutdown(self._server)  # wakes the accepting thread
+        self._listener.close()  # its thread closes the pending connections and returns
+        self._listener.thread.join(timeout=2)
         try:
             self._server.close()
         except OSError:

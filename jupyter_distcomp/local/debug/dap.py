@@ -2,8 +2,8 @@
 protocol (``debug_request`` / ``debug_reply`` on control, ``debug_event`` on iopub).
 
 :class:`Adapter` takes the kernel's ``do_debug_request``. A request about a rank (a thread,
-frame or variable number of :data:`THREAD_BASE` / :data:`REF_BASE` and above, far above
-debugpy's) is answered here; every other request goes to ipykernel's own debugger unchanged,
+frame or variable number of :data:`THREAD_BASE` / :data:`~.refs.REF_BASE` and above, far
+above debugpy's; refs.py checks each) is answered here; every other request goes to ipykernel's own debugger unchanged,
 so the kernel's own cells keep their debugging. ``setBreakpoints`` goes to both: the ranks
 get the breakpoints of their cells (the path ``dumpCell`` gives a ``%%distcomp run`` cell's
 whole text) and of files before each cell (:func:`arm`).
@@ -30,10 +30,13 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from .refs import REF_BASE, Malformed, References, Stale, error_reply, number
+
 THREAD_BASE = 1_000_000_000  # a rank's thread: THREAD_BASE + world slot * SLOT + rank
 SLOT = 100_000
-REF_BASE = 1 << 40  # a rank's frame or variable: REF_BASE + (thread - THREAD_BASE) << 24 + n
-ANSWER_SECONDS = 30.0  # the most a request waits for the stopped ranks' answer
+#: seconds a request waits for the stopped ranks' answer beyond the time limit of an
+#: evaluation (group.py), which interrupts a rank that runs past it
+ANSWER_GRACE = 15.0
 #: requests answered for a rank thread (the threadId says whose)
 THREAD_REQUESTS = {"stackTrace", "next", "stepIn", "stepOut", "continue"}
 #: the ranks panel's request: steps and continue go to one rank only (``{"rank": N}``), or
@@ -102,16 +105,6 @@ def thread_of(slot: int, rank: int) -> int:
     return THREAD_BASE + slot * SLOT + rank
 
 
-def ref_of(thread: int, number: int) -> int:
-    return REF_BASE + ((thread - THREAD_BASE) << 24) + number
-
-
-def split_ref(ref: int) -> tuple[int, int]:
-    """``(thread, number)`` of a rank's frame or variable number."""
-    offset = ref - REF_BASE
-    return THREAD_BASE + (offset >> 24), offset & ((1 << 24) - 1)
-
-
 class Adapter:
     def __init__(self, kernel: Any, worlds: Callable[[], dict[str, Any]]):
         self.kernel = kernel
@@ -119,7 +112,10 @@ class Adapter:
         self.on = bool(getattr(kernel.debugger, "is_started", False))
         self.breakpoints: dict[str, list[int]] = {}  # source path -> lines
         self.rank_files: dict[str, str] = {}  # a rank's cell file (base name) -> the cell's path
-        self.slots: dict[str, int] = {}  # world name -> its slot in the thread numbers
+        #: (world name, its channel) -> its slot in the thread numbers: a restarted world
+        #: (a new channel) gets new thread numbers
+        self.slots: dict[tuple[str, Any], int] = {}
+        self.refs = References()  # the stopped ranks' frames and variables
         self.threads: dict[int, str] = {}  # rank threads JupyterLab was told of
         self.serving: Any = None  # the stopped ranks' server (dap_serve.Serving), if any
         self.only: int | None = None  # "this rank only": steps go to this rank
@@ -142,8 +138,25 @@ class Adapter:
 
     # -- the protocol -------------------------------------------------------------------
     async def process(self, message: dict) -> dict:
+        """The reply to one request; an error reply, never none, for one that is malformed."""
+        try:
+            return await self._process(message)
+        except Malformed as exc:
+            return error_reply(message, str(exc))
+        except Exception as exc:  # what the request's shape broke: said, never swallowed
+            return error_reply(message, f"{type(exc).__name__}: {exc}")
+
+    async def _process(self, message: dict) -> dict:
+        if not isinstance(message, dict):
+            raise Malformed(f"a request must be an object, not {type(message).__name__}")
         command = message.get("command", "")
-        args = message.get("arguments") or {}
+        args = message.get("arguments")
+        if args is None:
+            args = {}
+        if not isinstance(command, str) or not isinstance(args, dict):
+            raise Malformed(
+                f"request {command!r}: 'command' must be a string and 'arguments' an object"
+            )
         if command == STEP_ONLY:
             return self._step_only(message, args)
         if self.on and self._is_ranks(command, args):
@@ -189,7 +202,7 @@ class Adapter:
 
     def _is_ranks(self, command: str, args: dict) -> bool:
         if command in THREAD_REQUESTS:
-            thread = int(args.get("threadId") or 0)
+            thread = number(args, "threadId")
             if thread >= THREAD_BASE:
                 return True
             # JupyterLab's Continue forgets the stopped thread before it asks, and names
@@ -200,11 +213,11 @@ class Adapter:
         if command == "pause":  # the kernel's thread runs the cell's magic: the ranks pause
             return self.pause_ranks is not None
         if command in ("scopes", "evaluate", "richInspectVariables"):
-            return int(args.get("frameId") or 0) >= REF_BASE
+            return number(args, "frameId") >= REF_BASE
         if command == "copyToGlobals":
-            return int(args.get("srcFrameId") or 0) >= REF_BASE
+            return number(args, "srcFrameId") >= REF_BASE
         if command == "variables":
-            return int(args.get("variablesReference") or 0) >= REF_BASE
+            return number(args, "variablesReference") >= REF_BASE
         return False
 
     async def _for_ranks(self, message: dict, command: str, args: dict) -> dict:
@@ -221,6 +234,11 @@ class Adapter:
             if pause is not None:
                 pause()
             return reply
+        try:
+            args = self._checked(command, args)
+        except (Malformed, Stale) as exc:
+            reply.update(success=False, message=str(exc))
+            return reply
         serving = self.serving
         if serving is None:
             if command == "stackTrace":
@@ -230,7 +248,10 @@ class Adapter:
             return reply
         future: concurrent.futures.Future = serving.submit(command, args)
         try:
-            body = await asyncio.wait_for(asyncio.wrap_future(future), ANSWER_SECONDS)
+            from .group import eval_seconds
+
+            waited = eval_seconds() + ANSWER_GRACE
+            body = await asyncio.wait_for(asyncio.wrap_future(future), waited)
         except Exception as exc:
             reply.update(success=False, message=str(exc) or type(exc).__name__)
             return reply
@@ -240,11 +261,33 @@ class Adapter:
             reply["body"] = body
         return reply
 
+    def _checked(self, command: str, args: dict) -> dict:
+        """``args`` with the rank's thread and own number of the frame or variable it
+        names (``_thread``, ``_number``); Stale for a thread of ranks that restarted or
+        stopped, or a frame or variable of a stop that is over."""
+        if command in THREAD_REQUESTS:
+            thread = number(args, "threadId")
+            if thread >= THREAD_BASE and thread not in self._rank_threads():
+                raise Stale(
+                    f"threadId {thread} is not a rank of a running world (its ranks "
+                    "restarted or stopped since, or it never was one)"
+                )
+            return {**args, "_thread": thread}
+        key, kind = {
+            "variables": ("variablesReference", "variable"),
+            "copyToGlobals": ("srcFrameId", "frame"),
+        }.get(command, ("frameId", "frame"))
+        thread, found = self.refs.resolve(kind, number(args, key), key)
+        return {**args, "_thread": thread, "_number": found}
+
     def _record_breakpoints(self, args: dict) -> None:
         path = str((args.get("source") or {}).get("path") or "")
         if not path:
             return
-        lines = sorted({int(b["line"]) for b in args.get("breakpoints") or [] if "line" in b})
+        points = args.get("breakpoints") or []
+        lines = sorted(
+            {b["line"] for b in points if isinstance(b, dict) and type(b.get("line")) is int}
+        )
         with self._lock:
             if lines:
                 self.breakpoints[path] = lines
@@ -307,9 +350,10 @@ class Adapter:
         return self.rank_files.get(os.path.basename(rank_path), rank_path)
 
     # -- threads and events ----------------------------------------------------------------
-    def slot(self, name: str) -> int:
+    def slot(self, name: str, channel: Any) -> int:
+        """The slot of world ``name`` whose debugger channel is ``channel``."""
         with self._lock:
-            return self.slots.setdefault(name, len(self.slots))
+            return self.slots.setdefault((name, channel), len(self.slots))
 
     def _rank_threads(self) -> dict[int, str]:
         worlds = {n: w for n, w in self.worlds().items() if getattr(w, "started", False)}
@@ -319,7 +363,8 @@ class Adapter:
             for rank in range(world.world_size):
                 if rank not in dead and not getattr(world, "stopped", False):
                     title = f"rank {rank}" if len(worlds) == 1 else f"rank {rank} ({name})"
-                    threads[thread_of(self.slot(name), rank)] = title
+                    slot = self.slot(name, getattr(world, "debugger", None))
+                    threads[thread_of(slot, rank)] = title
         return threads
 
     def sync_threads(self, *_event: object) -> None:

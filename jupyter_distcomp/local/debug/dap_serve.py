@@ -20,21 +20,32 @@ from collections.abc import Callable
 from typing import Any
 
 from ...contracts import RankState
+from ...core.ranges import format_ranks
 from .channel import DebugChannel, RankSession
-from .dap import STEPS, Adapter, ref_of, split_ref, thread_of
-from .group import Group, Member
+from .dap import SLOT, STEPS, THREAD_BASE, Adapter, thread_of
+from .group import Group, Member, eval_seconds
 
 #: what a rank whose prompt is gone is sent in place of a step (answers, changes nothing)
 NOTHING = "distcomp_call noop"
 POLL = 0.05
 
 
+def settle(future: concurrent.futures.Future, value: Any) -> None:
+    """Answer the adapter's request, unless it gave up waiting (its future is cancelled)."""
+    try:
+        future.set_result(value)
+    except concurrent.futures.InvalidStateError:  # cancelled or answered meanwhile
+        pass
+
+
 class Serving:
     """The adapter's requests for one group of stopped ranks, until none is stopped."""
 
-    def __init__(self, adapter: Adapter, world_name: str, pump: Callable[[], None]):
+    def __init__(
+        self, adapter: Adapter, world_name: str, channel: DebugChannel, pump: Callable[[], None]
+    ):
         self.adapter = adapter
-        self.slot = adapter.slot(world_name)
+        self.slot = adapter.slot(world_name, channel)
         self.pump = pump
         self.jobs: queue.Queue[tuple[str, dict, concurrent.futures.Future]] = queue.Queue()
         self.announced: set[int] = set()  # ranks JupyterLab was told are stopped
@@ -48,7 +59,7 @@ class Serving:
     def submit(self, command: str, args: dict) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
         if not self.open:
-            future.set_result("the ranks are running, none is stopped")
+            settle(future, "the ranks are running, none is stopped")
         else:
             self.jobs.put((command, args, future))
         return future
@@ -66,12 +77,14 @@ class Serving:
             self.open = False
             self.adapter.serving = None
             self._tell_continued(set(self.announced))
+            for rank in group.members:  # their frames and variables are stale now
+                self.adapter.refs.forget(thread_of(self.slot, rank))
             while True:
                 try:
                     _, _, future = self.jobs.get_nowait()
                 except queue.Empty:
                     break
-                future.set_result("the ranks are running, none is stopped")
+                settle(future, "the ranks are running, none is stopped")
 
     def ask(self, session: RankSession, prompt: str) -> str:
         """The next line for the group's focused ranks: the next step JupyterLab asks for."""
@@ -91,8 +104,7 @@ class Serving:
             try:
                 line = self._job(command, args, future)
             except Exception as exc:  # a rank that left while asked: say so, serve on
-                if not future.done():
-                    future.set_result(f"{type(exc).__name__}: {exc}")
+                settle(future, f"{type(exc).__name__}: {exc}")
                 continue
             if line is not None:
                 return line
@@ -102,6 +114,10 @@ class Serving:
         assert group is not None
         if command in STEPS or command == "detach":
             at = self._at_prompt()
+            refusal = self._refusal(args, at) if command != "detach" else None
+            if refusal is not None:
+                settle(future, refusal)
+                return None
             only = self.adapter.only
             if command != "detach" and only is not None and only in at:
                 group.focus = {only}
@@ -114,22 +130,34 @@ class Serving:
             self.stepped |= targets if command not in ("continue", "detach") else set()
             for rank in targets:
                 self.stacks.pop(rank, None)
+                self.adapter.refs.forget(thread_of(self.slot, rank))
             self._tell_continued(targets)
-            future.set_result({"allThreadsContinued": targets == set(at)})
+            settle(future, {"allThreadsContinued": targets == set(at)})
             return "c" if command == "detach" else STEPS[command]
         if command == "breakpoints":
-            future.set_result({})
+            settle(future, {})
             return None
-        future.set_result(self._question(command, args))
+        settle(future, self._question(command, args))
+        return None
+
+    def _refusal(self, args: dict, at: set[int]) -> str | None:
+        """Why a step may not go to the ranks at the prompt (``at``): the thread it names
+        is a rank of another world, or a rank that is not stopped; None if it may.
+        JupyterLab's Continue names thread 1 (see dap.py): that means the stopped ranks."""
+        thread = int(args.get("_thread") or 0)
+        if thread < THREAD_BASE:
+            return None
+        rank = thread - thread_of(self.slot, 0)
+        if not 0 <= rank < SLOT:
+            return f"threadId {thread} is a rank of another world, which is not stopped"
+        if rank not in at:
+            return f"threadId {thread}: rank {rank} is not stopped"
         return None
 
     def _question(self, command: str, args: dict) -> Any:
         if command == "stackTrace":
-            return self._stack_trace(int(args["threadId"]))
-        key = {"variables": "variablesReference", "copyToGlobals": "srcFrameId"}.get(
-            command, "frameId"
-        )
-        thread, number = split_ref(int(args[key]))
+            return self._stack_trace(int(args["_thread"]))
+        thread, number = int(args["_thread"]), int(args["_number"])
         rank = thread - thread_of(self.slot, 0)
         if rank not in self._at_prompt():
             return f"rank {rank} is not stopped"
@@ -139,7 +167,7 @@ class Serving:
                 "scopes": [
                     {
                         "name": s["name"],
-                        "variablesReference": ref_of(thread, s["ref"]) if s["ref"] else 0,
+                        "variablesReference": self._ref("variable", thread, s["ref"]),
                         "expensive": False,
                     }
                     for s in found
@@ -152,8 +180,8 @@ class Serving:
         if command == "evaluate":
             found = self._ask({rank}, "evaluate", [number, expression])[rank]
             if "error" in found:
-                return str(found["error"])
-            ref = ref_of(thread, found["ref"]) if found["ref"] else 0
+                return str(found["error"]) + self._late(rank)
+            ref = self._ref("variable", thread, found["ref"])
             return {"result": found["result"], "type": found["type"], "variablesReference": ref}
         if command == "richInspectVariables":
             name = str(args.get("variableName", ""))
@@ -163,11 +191,21 @@ class Serving:
             found = self._ask({rank}, "to_globals", [number, *names])[rank]
         else:
             return f"{command} is not available for a rank"
-        return str(found["error"]) if "error" in found else found
+        return str(found["error"]) + self._late(rank) if "error" in found else found
 
-    @staticmethod
-    def _variable(thread: int, found: dict) -> dict:
-        ref = ref_of(thread, found["ref"]) if found["ref"] else 0
+    def _late(self, rank: int) -> str:
+        """Words for an answer of ``rank`` that came after its time limit's interrupt."""
+        member = self.group.members.get(rank) if self.group is not None else None
+        if member is None or not member.timed_out:
+            return ""
+        return f" (past the time limit of {eval_seconds():g} s)"
+
+    def _ref(self, kind: str, thread: int, number: int) -> int:
+        """JupyterLab's number for the rank's frame or variable ``number`` (0: none)."""
+        return self.adapter.refs.give(kind, thread, number) if number or kind == "frame" else 0
+
+    def _variable(self, thread: int, found: dict) -> dict:
+        ref = self._ref("variable", thread, found["ref"])
         return {
             "name": found["name"],
             "value": found["value"],
@@ -190,7 +228,7 @@ class Serving:
                 path = self.adapter.source_path(frame["file"])
                 frames.append(
                     {
-                        "id": ref_of(thread_of(self.slot, rank), frame["index"]),
+                        "id": self._ref("frame", thread_of(self.slot, rank), frame["index"]),
                         "name": f"rank {rank}: {frame['name']}",
                         "line": frame["line"],
                         "column": 1,
@@ -208,11 +246,16 @@ class Serving:
         found: dict[int, Any] = {}
         for member, answer in answers.items():
             if "error" in answer:
-                raise RuntimeError(f"rank {member.session.rank}: {answer['error']}")
+                rank = member.session.rank
+                raise RuntimeError(f"rank {rank}: {answer['error']}{self._late(rank)}")
             found[member.session.rank] = answer.get("value")
         missing = ranks - set(found)
         if missing:
-            raise RuntimeError(f"no answer from rank(s) {sorted(missing)}")
+            raise RuntimeError(
+                f"{format_ranks(missing)} did not answer within the time limit of "
+                f"{eval_seconds():g} s, nor after an interrupt: blocked in C code (a "
+                "collective the other ranks did not join?); `%distcomp restart` if it stays so"
+            )
         return found
 
     def _members(self, ranks: set[int]) -> list[Member]:
@@ -281,14 +324,16 @@ def serve_visual(
     quits: set[int] | None,
     states: Callable[[], dict[int, RankState]] | None,
     on_input: Callable[[RankSession, dict], None] | None,
+    interrupt: Callable[[list[int]], None] | None = None,
 ) -> float:
     """Serve the stopped ranks for JupyterLab's debugger; the seconds spent (0.0 if none)."""
     if not channel.pending():
         return 0.0
     tic = time.monotonic()
-    serving = Serving(adapter, world_name, before_prompt)
+    serving = Serving(adapter, world_name, channel, before_prompt)
     group = Group(channel, serving.ask, before_prompt, label, quits, states, world_name)
     group.on_input = on_input
+    group.interrupt = interrupt
     group.refocus = True
     serving.run(group)
     return time.monotonic() - tic

@@ -11,6 +11,7 @@ from ...core.compare_table import CompareTable, check_expression, table
 from ...core.ranges import format_ranks
 from ...errors import RankError
 from ...rank_side.compare import SLOT, diff_value, summarize
+from .cells import interrupt_ranks
 from .group import Group
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ def compare_stopped(world: World, ranks: list[int], expr: str, rtol: float | Non
         return table(world.name, expr, summaries, rtol)
     assert channel is not None
     group = Group(channel, lambda session, prompt: "", lambda: None, None, None, None, world.name)
+    group.interrupt = lambda late: interrupt_ranks(world, late)
     members = group.hold(stops)
     try:
         summaries.update(group.evaluate(members, expr))

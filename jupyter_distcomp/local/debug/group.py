@@ -11,6 +11,7 @@ the ranks they may wait for, and the prompt stays with the others.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import re
 import secrets
@@ -34,6 +35,14 @@ GATHER = 1.5
 _FOCUS = re.compile(r"^\s*ranks?\s+(all|\d+(?:\s*-\s*\d+)?(?:\s*,\s*\d+(?:\s*-\s*\d+)?)*)\s*$")
 _PDB_PROMPT = re.compile(r"^\(Pdb rank \d+\) $")
 _COMPARE = re.compile(r"^\s*compare\s+(?P<expr>\S.*?)\s*$")
+#: seconds a command at the prompt that does not leave it (``p``, ``!``, ``compare``, an
+#: ``interact`` line, JupyterLab's evaluations and Variables views) may run on a rank before
+#: that rank is interrupted (SIGINT); ``DISTCOMP_DEBUG_EVAL_SECONDS`` in the kernel's
+#: environment sets another
+EVAL_SECONDS = 15.0
+#: seconds after that interrupt before a rank that still does not answer is named and
+#: leaves the prompt (blocked in C code: a collective the others did not join)
+INTERRUPT_GRACE = 3.0
 #: the rank's pdb command that answers ``compare EXPR`` (debug_hook.RankPdb)
 RANK_COMPARE = "distcomp_compare"
 RANK_SERVE = "distcomp_serve"
@@ -55,6 +64,17 @@ class Member:
     told: bool = False  # its current stop was shown
     data: dict | None = None  # the rank's answer to RANK_COMPARE
     ran: bool = False  # it ran on since the last command was sent
+    line: str = ""  # the command it was sent last
+    since: float = 0.0  # when it was sent
+    timed_out: bool = False  # the command ran past the time limit: the rank was interrupted
+
+
+def eval_seconds() -> float:
+    """The time limit of an evaluation at the prompt (see :data:`EVAL_SECONDS`)."""
+    try:
+        return float(os.environ.get("DISTCOMP_DEBUG_EVAL_SECONDS", EVAL_SECONDS))
+    except ValueError:
+        return EVAL_SECONDS
 
 
 class Group:
@@ -85,6 +105,8 @@ class Group:
         self.interrupted: dict[int, dict] = {}
         #: answers ``input()`` on a rank (queued with the stops as ``{"ask": ...}``)
         self.on_input: Callable[[RankSession, dict], None] | None = None
+        #: sends SIGINT to ranks: what ends an evaluation past its time limit
+        self.interrupt: Callable[[list[int]], None] | None = None
 
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> None:
@@ -92,7 +114,11 @@ class Group:
             self._run()
         except KeyboardInterrupt:  # at the prompt, or while a command typed there runs
             self.interrupted.update(
-                {r: m.where for r, m in self.members.items() if m.state in ("prompt", "busy")}
+                {
+                    r: m.where
+                    for r, m in self.members.items()
+                    if m.state in ("prompt", "busy", "stuck")
+                }
             )
             raise
 
@@ -164,7 +190,7 @@ class Group:
         """Send ``line`` to every target at once; show their replies and where they went."""
         for member in targets:
             member.state, member.ran = "busy", False
-            member.session.send(line=line)
+            self._send(member, line)
         moved = self._wait(targets, settle=STEP_WAIT)
         if moved:  # ranks the step released from a collective stop again
             others = [m for m in self.members.values() if m not in targets]
@@ -232,7 +258,7 @@ class Group:
         """Send each member its own command (at once); the data each answered."""
         for member, line in lines.items():
             member.data, member.state = None, "busy"
-            member.session.send(line=line)
+            self._send(member, line)
         self._wait(list(lines), settle=0.0)
         return {m: m.data for m in lines if m.data is not None}
 
@@ -255,6 +281,11 @@ class Group:
             member.session.messages.put({"out": member.text + member.prompt, "read": True})
             member.session.channel.changed()
 
+    @staticmethod
+    def _send(member: Member, line: str) -> None:
+        member.line, member.since, member.timed_out = line, time.monotonic(), False
+        member.session.send(line=line)
+
     # -- waiting for the ranks -----------------------------------------------------------
     def _wait(self, targets: list[Member], settle: float) -> bool:
         """Until each target is at a prompt or ended; ranks that run on get ``settle`` s
@@ -268,6 +299,39 @@ class Group:
                 return moved
             if self._poll(0.05):
                 last = time.monotonic()
+            else:
+                self._time_limit([m for m in waiting if m.state == "busy"])
+
+    def _time_limit(self, busy: list[Member]) -> None:
+        """A command at the prompt past :func:`eval_seconds`: its rank is interrupted; one
+        that still does not answer :data:`INTERRUPT_GRACE` s later leaves the prompt,
+        named (it rejoins if it answers)."""
+        limit = eval_seconds()
+        now = time.monotonic()
+        late = [m for m in busy if not m.timed_out and now - m.since > limit]
+        if late:
+            ranks = [m.session.rank for m in late]
+            for member in late:
+                member.timed_out = True
+            if self.interrupt is not None:
+                self.interrupt(ranks)
+            said = "interrupted" if self.interrupt is not None else "not interrupted here"
+            print(
+                f"{format_ranks(ranks)}: {late[0].line.strip()!r} ran past the debugger's time "
+                f"limit of {limit:g} s for an evaluation: {said}.",
+                flush=True,
+            )
+        stuck = [m for m in busy if m.timed_out and now - m.since > limit + INTERRUPT_GRACE]
+        if stuck:
+            for member in stuck:
+                member.state = "stuck"
+            print(
+                f"{format_ranks(m.session.rank for m in stuck)} did not answer "
+                f"{stuck[0].line.strip()!r} after the interrupt (blocked in C code, such as "
+                "a collective the other ranks did not join): it leaves the prompt, and "
+                "rejoins if it answers. Fix: `%distcomp restart` if it stays so.",
+                flush=True,
+            )
 
     def _gather(self) -> None:
         """Ranks that stop at about the same time open the prompt together: wait while

@@ -27,8 +27,11 @@ class HeldStops:
         quits: set[int],
         interrupt: Callable[[], None],
         states: Callable[[], dict[int, RankState]] | None = None,
+        interrupt_ranks: Callable[[list[int]], None] | None = None,
     ) -> None:
         self.channel = channel
+        #: SIGINT to some ranks: an evaluation at the prompt past its time limit
+        self.interrupt_ranks = interrupt_ranks
         self.name = name
         self.label = label
         self.quits = quits  # ranks whose user typed q
@@ -70,6 +73,7 @@ class HeldStops:
                 quits=self.quits,
                 states=self.states,
                 name=self.name,
+                interrupt=self.interrupt_ranks,
             )
         except KeyboardInterrupt:
             self.interrupt()

@@ -41,6 +41,7 @@ def serve(
     states: Callable[[], dict[int, RankState]] | None = None,
     interrupted: dict[int, dict] | None = None,
     name: str = "ranks",
+    interrupt: Callable[[list[int]], None] | None = None,
 ) -> float:
     """Serve the stopped ranks at one prompt until none is at it; the seconds spent (0.0 if
     none stopped).
@@ -50,13 +51,15 @@ def serve(
     prompt propagates: the caller sends SIGINT to the ranks, which ends their debug sessions
     (one interrupt per rank; closing the channel as well would race with it);
     ``interrupted`` then holds where each rank at the prompt had stopped; ``name`` heads
-    the table of ``compare EXPR`` at the prompt.
+    the table of ``compare EXPR`` at the prompt; ``interrupt`` sends SIGINT to ranks (an
+    evaluation past its time limit, group.py).
     """
     if not channel.pending():
         return 0.0
     tic = time.monotonic()
     group = Group(channel, _ask, before_prompt, label, quits, states, name)
     group.on_input = lambda session, ask: _serve_input(session, ask, before_prompt, label)
+    group.interrupt = interrupt
     if interrupted is not None:
         group.interrupted = interrupted
     group.run()

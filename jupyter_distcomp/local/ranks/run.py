@@ -167,7 +167,7 @@ class CellRun:
             if world.client is None:
                 raise RankError(f"The ranks of {world.name!r} are stopped.")
             ledgers.set_check(world, self.check_collectives)
-            self.debug.arm(self.code, self.out.shell, self.ranks)
+            self.debug.arm(self.code, self.out.shell, self.ranks, self.timeout)
             execution = ipp.Execution(
                 world.client,
                 [e for e in engine_ids if e is not None],
