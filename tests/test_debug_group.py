@@ -79,6 +79,37 @@ def test_four_gloo_ranks_share_one_prompt_and_step_over_all_reduce_together(kern
     assert all(f"[rank {r}] total 20.0" in text for r in range(4)), text
 
 
+TOP_LEVEL_CELL = """%%distcomp run ddp
+t = torch.tensor([rank + 1.0])
+breakpoint()
+dist.all_reduce(t)
+doubled = t * 2
+print('total', doubled.item())
+"""
+
+
+@pytest.mark.slow
+def test_a_top_level_breakpoint_stops_at_the_next_line_and_one_n_steps_over_all_reduce(kernel):
+    """IPython runs each top-level statement as code of its own: the stop is still at the
+    cell's next line, and ``n`` goes from line to line of the cell as in one frame."""
+    answers = ["p t", "n", "p t", "n", "p doubled", "p '__return__' in globals()", "c"]
+    out = kernel.run(TOP_LEVEL_CELL, answers)
+    assert out.ok, out.text
+    assert out.prompts == ["(Pdb ranks 0-3) "] * len(answers), out.transcript
+    text = out.text
+    assert text.startswith("[ranks 0-3] stopped at cell line 4, in <module>\n"), text
+    assert all(f"[rank {rank}] tensor([{rank + 1}.])" in text for rank in range(4)), text
+    # one n completed the all_reduce on every rank, the next one reached the cell's last line
+    assert "ranks 0-3 at cell line 5, in <module>" in text, text
+    assert "[ranks 0-3] tensor([10.])" in text, text
+    assert "ranks 0-3 at cell line 6, in <module>" in text, text
+    assert "[ranks 0-3] tensor([20.])" in text, text
+    assert "[ranks 0-3] False" in text, text  # pdb's __return__ is not left in the globals
+    for pdb_event in ("--Return--", "--Call--", "cell line 0", "->None"):
+        assert pdb_event not in text, (pdb_event, text)
+    assert all(f"[rank {r}] total 20.0" in text for r in range(4)), text
+
+
 @pytest.mark.slow
 def test_focus_narrows_the_prompt_and_a_step_that_blocks_says_for_whom(kernel):
     answers = ["rank 2", "p t", "n", "p t", "n", "ranks all", "p t", "c"]

@@ -204,7 +204,7 @@ def test_a_background_cell_says_a_rank_stopped_and_wait_opens_its_prompt(kernel)
     stopped = "rank 1 stopped at a breakpoint: `%distcomp wait dbg` opens its prompt"
     text = status_until(kernel, "dbg", stopped)
     assert stopped in text, text
-    told = "[rank 1] stopped at cell line 4, in <module>: `%distcomp wait dbg` opens its prompt."
+    told = "[rank 1] stopped at cell line 5, in <module>: `%distcomp wait dbg` opens its prompt."
     assert told in kernel.output_until(started.msg_id, told)
     time.sleep(11)  # longer than the cell's time-out, which waits while rank 1 is stopped
     out = kernel.run("%distcomp wait dbg", ["p x + 1", "c"])
@@ -442,7 +442,7 @@ def test_breakpoint_on_a_rank_in_terminal_ipython(tmp_path):
         timeout=180,
     )
     try:
-        child.expect_exact("[ranks 0-1] stopped at cell line 4")  # one prompt for both
+        child.expect_exact("[ranks 0-1] stopped at cell line 5")  # one prompt for both
         child.expect_exact("(Pdb ranks 0-1) ")
         child.sendline("p x * 2")
         child.expect_exact("[rank 0] 82")
@@ -473,7 +473,8 @@ def test_a_kernel_interrupt_while_ranks_wait_for_their_turn_leaves_no_rank_trace
     )
     assert out.reply["status"] == "error" and out.reply["ename"] == "RankInterrupt", out.text
     assert len(out.prompts) == 1, out.text
-    assert "after" not in out.text
+    assert "-> print('after', mpi_rank)" in out.text, out.text  # where they stopped
+    assert not any(f"after {rank}" in out.text for rank in range(3)), out.text
     ready(kernel, tries=3)
     out = kernel.run("%%distcomp run dbg\nimport sys\nprint('traced', sys.gettrace() is not None)")
     assert out.text.count("traced False") == 3, out.text
