@@ -24,12 +24,17 @@ OPEN_MPI_WORLD_KEYS = (
 #: publishes neither its busy status nor the echo of its code, which nobody reads (a cell
 #: ends on the idle status; its code is the notebook's own); two messages less per rank
 LEAN_REQUEST = "distcomp_lean"
+#: the metadata key of the notebook's number for a ``%%distcomp run`` cell (``"12"`` for
+#: ``In[12]``): the rank's tracebacks name the cell so, and a function defined in it keeps
+#: that name while later cells call it
+CELL_LABEL = "distcomp_cell"
 #: what setup_rank uses of ipykernel beyond its public API (a test checks each exists)
 RELIES_ON = (
     "ipykernel.kernelbase.Kernel._publish_status",
     "ipykernel.kernelbase.Kernel._publish_execute_input",
     "ipykernel.kernelbase.Kernel.get_parent",
     "ipykernel.kernelbase.Kernel.execute_request",
+    "IPython.core.compilerop.CachingCompiler.cache",
 )
 
 
@@ -40,6 +45,7 @@ def setup_rank(
     ledger: tuple[str, str] | None = None,
     flow: tuple[str, str] | None = None,
     lean: str = "",
+    cell_label: str = "",
 ) -> dict:
     """Apply this rank's variables, arm the stack dump and the collectives ledger, keep cells
     that follow a failed one (and give them a working stdout and stderr), and say who we are.
@@ -53,6 +59,9 @@ def setup_rank(
 
     ``lean`` is :data:`LEAN_REQUEST`: requests whose metadata has it publish no busy status
     and no echo of their code.
+
+    ``cell_label`` is :data:`CELL_LABEL`: a request's cell is named by its value in the
+    rank's tracebacks (IPython's ``Cell In[12]``), not by the engine's own count.
 
     ``drop`` lists variables to remove unless ``env`` sets them. SIGUSR1 makes faulthandler
     write every thread's Python stack to ``stack_path`` even while the main thread is stuck
@@ -171,6 +180,18 @@ def setup_rank(
 
                 kernel._publish_status = lean_status
                 kernel._publish_execute_input = lean_input
+            if cell_label:
+                compiler = get_ipython().compile
+                cache = compiler.cache
+
+                def labelled_cache(transformed_code, number=0, raw_code=None):
+                    name = cache(transformed_code, number, raw_code)
+                    metadata = (kernel.get_parent("shell") or {}).get("metadata") or {}
+                    if metadata.get(cell_label) is not None:
+                        compiler._filename_map[name] = metadata[cell_label]
+                    return name
+
+                compiler.cache = labelled_cache
     except Exception:  # not an ipykernel engine
         pass
 

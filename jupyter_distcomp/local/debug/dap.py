@@ -30,6 +30,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..cell_names import notebook_path
+
 THREAD_BASE = 1_000_000_000  # a rank's thread: THREAD_BASE + world slot * SLOT + rank
 SLOT = 100_000
 REF_BASE = 1 << 40  # a rank's frame or variable: REF_BASE + (thread - THREAD_BASE) << 24 + n
@@ -304,7 +306,8 @@ class Adapter:
 
     def source_path(self, rank_path: str) -> str:
         """The notebook's path for a rank's file: its cell's, or the file itself."""
-        return self.rank_files.get(os.path.basename(rank_path), rank_path)
+        known = self.rank_files.get(os.path.basename(rank_path))
+        return known or notebook_path(rank_path) or rank_path
 
     # -- threads and events ----------------------------------------------------------------
     def slot(self, name: str) -> int:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...contracts import RankState
+from ..cell_names import cell_of
 from .channel import DebugChannel, RankSession
 from .dap import STEPS, Adapter, ref_of, split_ref, thread_of
 from .group import Group, Member
@@ -188,13 +189,17 @@ class Serving:
         for rank in order:
             for frame in self.stacks.get(rank, []):
                 path = self.adapter.source_path(frame["file"])
+                cell = cell_of(frame["file"])  # the cell that defined the frame's code
                 frames.append(
                     {
                         "id": ref_of(thread_of(self.slot, rank), frame["index"]),
                         "name": f"rank {rank}: {frame['name']}",
                         "line": frame["line"],
                         "column": 1,
-                        "source": {"name": path.rsplit("/", 1)[-1], "path": path},
+                        "source": {
+                            "name": cell[0] if cell and cell[0] else path.rsplit("/", 1)[-1],
+                            "path": path,
+                        },
                     }
                 )
         return {"stackFrames": frames, "totalFrames": len(frames)}

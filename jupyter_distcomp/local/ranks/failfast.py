@@ -82,7 +82,7 @@ class FailFast:
         world.signal(busy, signal.SIGINT)
         self.settle(self.interrupt_grace, lambda: not (running & set(busy)))
         still = sorted(running & set(busy))
-        sections = error_sections(errors, self.cell)
+        sections = error_sections(errors)
         sections += ledgers.verdict_sections(world, busy)
         sections += stack_sections(stacks, self.code, "still busy, waiting here", self.cell)
         failed = format_ranks(sorted(set(errors) | quits))

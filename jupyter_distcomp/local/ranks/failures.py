@@ -57,11 +57,10 @@ def group_errors(
     return list(groups.values())
 
 
-def error_sections(
-    errors: Mapping[int, RemoteErrorLike], cell: str | None = None
-) -> list[tuple[str, list[str]]]:
-    """One section per distinct traceback; ``cell`` (``"Cell In[12]"``) renames the engine's
-    ``Cell In[2]`` after the notebook's cell."""
+def error_sections(errors: Mapping[int, RemoteErrorLike]) -> list[tuple[str, list[str]]]:
+    """One section per distinct traceback. The ranks name each cell as the notebook does
+    (``Cell In[12]``, rank_setup's ``CELL_LABEL``): a function defined in an earlier cell
+    keeps that cell's name."""
     sections = []
     for ranks, err in group_errors(errors):
         if _ename(err) == ABORTED:
@@ -72,8 +71,6 @@ def error_sections(
             sections.append((format_ranks(ranks), body))
             continue
         body = _without_hook_frames((err.traceback or f"{err.ename}: {err.evalue}").splitlines())
-        if cell:
-            body = [_rename_cell(line, cell) for line in body]
         if not any(err.ename and err.ename in strip_ansi(line) for line in body):
             body.append(f"{err.ename}: {err.evalue}")
         sections.append((format_ranks(ranks), body))
@@ -92,14 +89,6 @@ def _without_hook_frames(lines: list[str]) -> list[str]:
         if not skipping:
             kept.append(line)
     return kept
-
-
-def _rename_cell(line: str, cell: str) -> str:
-    """``Cell In[2], line 3`` (coloured or not) with the notebook's cell name."""
-    if not strip_ansi(line).startswith("Cell In["):
-        return line
-    number = cell[cell.find("[") :] if "[" in cell else "[]"
-    return re.sub(r"In\[\d*\]", lambda _: "In" + number, line, count=1)
 
 
 def death_reason(rank: int, mpiexec_text: str) -> str:

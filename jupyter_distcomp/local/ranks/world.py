@@ -21,7 +21,7 @@ from ...errors import RankError
 from ...machine import mpi, remote, scratch
 from ...machine.hosts import Placement
 from ...rank_side import flow
-from ...rank_side.rank_setup import LEAN_REQUEST, OPEN_MPI_WORLD_KEYS, setup_rank
+from ...rank_side.rank_setup import CELL_LABEL, LEAN_REQUEST, OPEN_MPI_WORLD_KEYS, setup_rank
 from . import ipp, ledgers
 from .connection import Connection, connect_client
 from .flow import Flows
@@ -241,6 +241,7 @@ class World(WorldHealth):
                 (ledgers.HOOKS_FILE, self.ledger_path(info.rank)),
                 (flow.__file__, flows.paths[info.rank]),
                 LEAN_REQUEST,
+                CELL_LABEL,
             ),
         )
         # on this machine the hooks need nothing the setup answers: their calls follow it
