@@ -273,10 +273,11 @@ def test_post_mortem_on_the_lowest_failed_rank_and_on_a_chosen_one(kernel):
         "pick(list(range(mpi_rank + 1)))"
     )
     assert not out.ok and "IndexError" in out.text
+    failed = out
     out = kernel.run("%distcomp debug dbg", ["p values", "p wanted", "c"])
     assert out.ok, out.text
     assert out.prompts == ["(Pdb rank 0) "] * 3
-    assert f"[rank 0] stopped at {out.cell}, line 4, in pick" in out.text
+    assert f"[rank 0] stopped at {failed.cell}, line 4, in pick" in out.text  # the failed cell
     assert "[0]\n2\n" in out.text
     out = kernel.run("%distcomp debug dbg --rank 1", ["p values", "c"])
     assert out.ok and "[0, 1]" in out.text and out.prompts[0] == "(Pdb rank 1) "
