@@ -27,6 +27,11 @@ from .group import Group, Member
 
 #: what a rank whose prompt is gone is sent in place of a step (answers, changes nothing)
 NOTHING = "distcomp_call noop"
+#: a frame's id is ``ref_of(thread, evaluations * FRAME_IDS + index)``: an Evaluate gives the
+#: frames new ids, so JupyterLab, which asks for the frames again after it, sees a new frame
+#: and asks for its Variables (with the same ids it would keep showing none)
+FRAME_IDS = 10_000
+GENERATIONS = (1 << 24) // FRAME_IDS
 POLL = 0.05
 
 
@@ -44,6 +49,7 @@ class Serving:
         self.version = adapter.ranks_version  # the adapter's breakpoints the ranks have
         self.group: Group | None = None
         self.open = True
+        self.evaluations = 0  # Evaluate requests answered: part of each frame's id
 
     # -- the adapter's side (control thread) --------------------------------------------
     def submit(self, command: str, args: dict) -> concurrent.futures.Future:
@@ -131,6 +137,8 @@ class Serving:
             command, "frameId"
         )
         thread, number = split_ref(int(args[key]))
+        if key != "variablesReference":  # a frame's id: the rank's index of the frame
+            number %= FRAME_IDS
         rank = thread - thread_of(self.slot, 0)
         if rank not in self._at_prompt():
             return f"rank {rank} is not stopped"
@@ -152,6 +160,7 @@ class Serving:
         expression = str(args.get("expression", "") if command == "evaluate" else "")
         if command == "evaluate":
             found = self._ask({rank}, "evaluate", [number, expression])[rank]
+            self.evaluations = (self.evaluations + 1) % GENERATIONS
             if "error" in found:
                 return str(found["error"])
             ref = ref_of(thread, found["ref"]) if found["ref"] else 0
@@ -192,7 +201,10 @@ class Serving:
                 cell = cell_of(frame["file"])  # the cell that defined the frame's code
                 frames.append(
                     {
-                        "id": ref_of(thread_of(self.slot, rank), frame["index"]),
+                        "id": ref_of(
+                            thread_of(self.slot, rank),
+                            self.evaluations * FRAME_IDS + frame["index"],
+                        ),
                         "name": f"rank {rank}: {frame['name']}",
                         "line": frame["line"],
                         "column": 1,
