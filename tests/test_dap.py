@@ -204,14 +204,14 @@ def test_a_ranks_tensor_expands_and_its_variables_follow_an_evaluate(debugger):
     assert {v["name"] for v in inner["body"]["variables"]} == {"'t'", "'n'"}, inner
 
     evaluated = dap.request(
-        "evaluate", expression="y = 41", frameId=by_rank[1]["id"], context="repl"
+        "evaluate", expression="evaluated_here = 41", frameId=by_rank[1]["id"], context="repl"
     )
     assert evaluated["success"], evaluated
     again = dap.request("stackTrace", threadId=thread)["body"]["stackFrames"]
     assert not {f["id"] for f in again} & {f["id"] for f in frames}, (frames, again)
     by_rank = {int(f["name"].split(":")[0].split()[1]): f for f in again}
-    assert variables_of(dap, by_rank[1])["y"] == "41"
-    assert "y" not in variables_of(dap, by_rank[2])  # evaluated on rank 1 only
+    assert variables_of(dap, by_rank[1])["evaluated_here"] == "41"
+    assert "evaluated_here" not in variables_of(dap, by_rank[2])  # on rank 1 only
     dap.request("continue", threadId=1)
     assert dap.wait_reply(msg_id)["status"] == "ok", dap.output(msg_id)
 
