@@ -199,6 +199,9 @@ def test_a_ranks_tensor_expands_and_its_variables_follow_an_evaluate(debugger):
     assert named["dtype"]["value"] == "torch.float32", named["dtype"]
     assert named["[2]"]["value"] == "tensor(3.)", named["[2]"]  # rank 1: [1., 2., 3.]
     assert "add" not in named and "__class__" not in named  # data, not methods
+    rich = dap.request("richInspectVariables", variableName="t", frameId=by_rank[1]["id"])
+    assert rich["success"], rich
+    assert rich["body"]["data"]["text/plain"] == "tensor([1., 2., 3.])", rich
     box = next(v for v in found["body"]["variables"] if v["name"] == "box")
     inner = dap.request("variables", variablesReference=box["variablesReference"])
     assert {v["name"] for v in inner["body"]["variables"]} == {"'t'", "'n'"}, inner

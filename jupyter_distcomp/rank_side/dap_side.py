@@ -214,7 +214,7 @@ def _children(value: Any) -> list[tuple[str, Any]]:
 def _attributes(value: Any) -> list[tuple[str, Any]]:
     """The public data attributes of ``value`` (a tensor's ``shape``, ``dtype``, ``grad``,
     ...), not its methods; one that raises when read is left out."""
-    found = []
+    found: list[tuple[str, Any]] = []
     try:
         names = sorted(dir(value))
     except Exception:
