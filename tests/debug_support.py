@@ -24,6 +24,12 @@ class Outcome:
         return any(states.get(rank) == state for states in self.states)
 
     @property
+    def cell(self) -> str:
+        """The notebook's label of this cell, as locations name it: ``In [7]``."""
+        assert self.reply is not None
+        return f"In [{self.reply['execution_count']}]"
+
+    @property
     def ok(self) -> bool:
         return self.reply is not None and self.reply["status"] == "ok"
 

@@ -5,6 +5,8 @@ all of them."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from .browser_support import (
@@ -104,6 +106,14 @@ def test_gutter_breakpoint_stops_every_rank_and_next_continue_act_on_all(lab, pa
     wait_frames(page, expected)
     page.locator(".jp-DebuggerCallstackFrame-name", has_text="rank 2: <module>").click()
     wait_variable(page, "x", "20")
+    # the magnifier of rank 2's x opens its rich view
+    name = page.locator(".jp-DebuggerVariables-name", has_text=re.compile(r"^x$")).first
+    name.hover()
+    row = page.locator(".jp-TreeItem", has=name).first
+    row.locator(".jp-DebuggerVariables-renderVariable").first.click()
+    rich = page.locator(".jp-DebuggerRichVariable").first
+    rich.wait_for(timeout=30_000)
+    page.wait_for_function("el => /\\b20\\b/.test(el.textContent)", arg=rich.element_handle())
     screenshot(page, "visual-debugger-stopped")
     DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(DOCS_SCREENSHOTS / "visual-debugger.png"))
@@ -143,6 +153,14 @@ def test_gutter_breakpoint_stops_every_rank_and_next_continue_act_on_all(lab, pa
         timeout=10_000
     )
     assert "rank 1 only" in page.locator(".distcomp-step-only-note").inner_text()
+    # the toggle fits the sidebar at its default width
+    panel = page.locator("#jupyter-distcomp-ranks").bounding_box()
+    for toggle in page.locator(".distcomp-step-only").all():
+        box = toggle.bounding_box()
+        assert panel and box and box["x"] + box["width"] <= panel["x"] + panel["width"], (
+            box,
+            panel,
+        )
     screenshot(page, "visual-debugger-this-rank-only")
     command(page, "debugger:next")
     want = {f"rank {r}: <module>": "4" if r == 1 else "3" for r in range(RANKS)}

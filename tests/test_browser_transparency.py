@@ -145,7 +145,7 @@ def test_replies_at_the_group_debugger_prompt_show_under_their_command(lab, page
     ]
     # each answer, then the replies of both ranks, before the next answer
     order = [
-        ["[ranks 0-1] stopped at cell line 4, in step"],
+        ["[ranks 0-1] stopped at In [3], line 4, in step"],  # the third cell run
         ["p x"],
         ["[rank 0] 10", "[rank 1] 11"],
         ["n"],

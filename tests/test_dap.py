@@ -168,6 +168,57 @@ def test_a_ranks_variable_in_the_rich_view_and_copied_to_the_ranks_globals(debug
     assert reply["status"] == "ok" and "[rank 1] seen 10" in text, text
 
 
+EXPAND_CELL = """%%distcomp run dbg
+t = torch.arange(3.0) + comm.rank
+box = {"t": t, "n": [1, 2]}
+y = 1"""
+
+
+@pytest.mark.slow
+def test_a_ranks_tensor_expands_and_its_variables_follow_an_evaluate(debugger):
+    """As in a plain cell: a tensor lists its attributes and elements, and after Evaluate
+    (which JupyterLab follows with stackTrace) the frames are new, so their Variables are
+    asked for again and show what the evaluation changed."""
+    dap, _ = debugger
+    reply, text = dap.run("%%distcomp run dbg\nimport torch")
+    assert reply["status"] == "ok", text
+    dap.breakpoints(EXPAND_CELL, [4])
+    dap.request("configurationDone")
+    since = len(dap.events)
+    msg_id = dap.execute(EXPAND_CELL)
+    thread = dap.wait_events("stopped", RANKS, since)[-1]["body"]["threadId"]
+    frames = dap.request("stackTrace", threadId=thread)["body"]["stackFrames"]
+    by_rank = {int(f["name"].split(":")[0].split()[1]): f for f in frames}
+    scopes = dap.request("scopes", frameId=by_rank[1]["id"])["body"]["scopes"]
+    found = dap.request("variables", variablesReference=scopes[0]["variablesReference"])
+    tensor = next(v for v in found["body"]["variables"] if v["name"] == "t")
+    assert tensor["type"] == "Tensor" and tensor["variablesReference"] > 0, tensor
+    children = dap.request("variables", variablesReference=tensor["variablesReference"])
+    named = {v["name"]: v for v in children["body"]["variables"]}
+    assert named["shape"]["value"] == "torch.Size([3])", named.keys()
+    assert named["dtype"]["value"] == "torch.float32", named["dtype"]
+    assert named["[2]"]["value"] == "tensor(3.)", named["[2]"]  # rank 1: [1., 2., 3.]
+    assert "add" not in named and "__class__" not in named  # data, not methods
+    rich = dap.request("richInspectVariables", variableName="t", frameId=by_rank[1]["id"])
+    assert rich["success"], rich
+    assert rich["body"]["data"]["text/plain"] == "tensor([1., 2., 3.])", rich
+    box = next(v for v in found["body"]["variables"] if v["name"] == "box")
+    inner = dap.request("variables", variablesReference=box["variablesReference"])
+    assert {v["name"] for v in inner["body"]["variables"]} == {"'t'", "'n'"}, inner
+
+    evaluated = dap.request(
+        "evaluate", expression="evaluated_here = 41", frameId=by_rank[1]["id"], context="repl"
+    )
+    assert evaluated["success"], evaluated
+    again = dap.request("stackTrace", threadId=thread)["body"]["stackFrames"]
+    assert not {f["id"] for f in again} & {f["id"] for f in frames}, (frames, again)
+    by_rank = {int(f["name"].split(":")[0].split()[1]): f for f in again}
+    assert variables_of(dap, by_rank[1])["evaluated_here"] == "41"
+    assert "evaluated_here" not in variables_of(dap, by_rank[2])  # on rank 1 only
+    dap.request("continue", threadId=1)
+    assert dap.wait_reply(msg_id)["status"] == "ok", dap.output(msg_id)
+
+
 @pytest.mark.slow
 def test_a_plain_cell_keeps_its_own_debugging(debugger):
     dap, _ = debugger

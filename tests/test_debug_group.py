@@ -69,15 +69,46 @@ def test_four_gloo_ranks_share_one_prompt_and_step_over_all_reduce_together(kern
     assert out.ok, out.text
     assert out.prompts == ["(Pdb ranks 0-3) "] * len(answers), out.prompts
     text = out.text
-    assert "[ranks 0-3] stopped at cell line 4, in step" in text  # every stopped rank named
+    assert f"[ranks 0-3] stopped at {out.cell}, line 4, in step" in text  # every stopped rank named
     for rank in range(4):  # different replies, each with its rank
         assert f"[rank {rank}] tensor([{rank + 1}.])" in text, text
     # the one n over the collective: every rank completed it, one line per distinct place
-    assert "ranks 0-3 at cell line 5, in step" in text, text
+    assert f"ranks 0-3 at {out.cell}, line 5, in step" in text, text
     assert "[ranks 0-3] tensor([10.])" in text, text  # identical replies once
     assert "[rank 2] 2" in text  # a bare `rank` is the user's variable, as in pdb
-    assert "> cell line 6, in step()" in text, text  # pdb's location lines
+    assert f"> {out.cell}, line 6, in step()" in text, text  # pdb's location lines
     assert "ipykernel_" not in text, text
+    assert all(f"[rank {r}] total 20.0" in text for r in range(4)), text
+
+
+TOP_LEVEL_CELL = """%%distcomp run ddp
+t = torch.tensor([rank + 1.0])
+breakpoint()
+dist.all_reduce(t)
+doubled = t * 2
+print('total', doubled.item())
+"""
+
+
+@pytest.mark.slow
+def test_a_top_level_breakpoint_stops_at_the_next_line_and_one_n_steps_over_all_reduce(kernel):
+    """IPython runs each top-level statement as code of its own: the stop is still at the
+    cell's next line, and ``n`` goes from line to line of the cell as in one frame."""
+    answers = ["p t", "n", "p t", "n", "p doubled", "p '__return__' in globals()", "c"]
+    out = kernel.run(TOP_LEVEL_CELL, answers)
+    assert out.ok, out.text
+    assert out.prompts == ["(Pdb ranks 0-3) "] * len(answers), out.transcript
+    text = out.text
+    assert text.startswith(f"[ranks 0-3] stopped at {out.cell}, line 4, in <module>\n"), text
+    assert all(f"[rank {rank}] tensor([{rank + 1}.])" in text for rank in range(4)), text
+    # one n completed the all_reduce on every rank, the next one reached the cell's last line
+    assert f"ranks 0-3 at {out.cell}, line 5, in <module>" in text, text
+    assert "[ranks 0-3] tensor([10.])" in text, text
+    assert f"ranks 0-3 at {out.cell}, line 6, in <module>" in text, text
+    assert "[ranks 0-3] tensor([20.])" in text, text
+    assert "[ranks 0-3] False" in text, text  # pdb's __return__ is not left in the globals
+    for pdb_event in ("--Return--", "--Call--", ", line 0", "->None"):
+        assert pdb_event not in text, (pdb_event, text)
     assert all(f"[rank {r}] total 20.0" in text for r in range(4)), text
 
 
@@ -105,7 +136,7 @@ def test_focus_narrows_the_prompt_and_a_step_that_blocks_says_for_whom(kernel):
     assert "The prompt goes to ranks 0-1, 3, still stopped." in text
     assert "[ranks 0-1, 3] tensor([" not in text  # their values differ before the step
     assert "[rank 3] tensor([4.])" in text
-    assert "[rank 2] stopped at cell line 5, in step: joins the prompt" in text, text
+    assert f"[rank 2] stopped at {out.cell}, line 5, in step: joins the prompt" in text, text
     assert "rank 2 joined the prompt outside the focus" not in text  # focus was widened
     assert "[ranks 0-3] tensor([10.])" in text, text
     assert all(f"[rank {r}] total 20.0" in text for r in range(4)), text
@@ -121,11 +152,32 @@ def test_mpi_ranks_step_over_allreduce_together_and_continue_as_one(kernel):
     out = kernel.run(cell, ["n", "p value", "c"])
     assert out.ok, out.text
     assert out.prompts == ["(Pdb ranks 0-2) "] * 3, out.prompts
-    assert "[ranks 0-2] stopped at cell line 4, in total" in out.text, out.text
-    assert "ranks 0-2 at cell line 5, in total" in out.text, out.text
+    assert f"[ranks 0-2] stopped at {out.cell}, line 4, in total" in out.text, out.text
+    assert f"ranks 0-2 at {out.cell}, line 5, in total" in out.text, out.text
     assert "[ranks 0-2] 6" in out.text
     assert all(f"[rank {r}] sum 6" in out.text for r in range(3))
     assert time.monotonic() - tic < 60
+
+
+@pytest.mark.slow
+def test_code_of_an_earlier_cell_is_named_by_that_cell_in_stops_where_and_tracebacks(kernel):
+    """As the notebook names them: ``In [5], line 4`` for a function defined in In [5], also
+    while In [9] runs it."""
+    defined = kernel.run(
+        "%%distcomp run dbg\ndef check(v):\n    breakpoint()\n    if v > 1:\n"
+        "        raise ValueError(f'rank {v} too big')\n    return v\n"
+    )
+    assert defined.ok, defined.text
+    out = kernel.run("%%distcomp run dbg\nfirst = 1\nprint('ok', check(mpi_rank))", ["w", "c"])
+    assert not out.ok, out.text
+    text = out.text
+    assert f"[ranks 0-2] stopped at {defined.cell}, line 4, in check" in text, text
+    assert f"  {out.cell}, line 3, in <module>()" in text, text  # w: the calling cell too
+    assert f"> {defined.cell}, line 4, in check()" in text, text
+    number = defined.reply["execution_count"]
+    assert f"Cell In[{out.reply['execution_count']}], line 3" in text, text  # the traceback
+    assert f"Cell In[{number}], line 5, in check" in text, text
+    assert "ValueError: rank 2 too big" in text and "[rank 1] ok 1" in text, text
 
 
 WORK_CELL = """%%distcomp run dbg
@@ -146,8 +198,10 @@ def test_locations_say_cell_line_and_interact_names_its_rank(kernel):
     assert out.ok, out.text
     assert out.prompts[4] == "[rank 1] >>> ", out.prompts  # interact, on rank 1
     text = out.text
-    assert "Breakpoint 1 at cell line 5" in text, text
-    assert "> cell line 4, in work()" in text and "cell line 7, in <module>()" in text, text
+    assert f"Breakpoint 1 at {out.cell}, line 5" in text, text
+    assert (
+        f"> {out.cell}, line 4, in work()" in text and f"{out.cell}, line 7, in <module>()" in text
+    ), text
     assert "[rank 1] inside 10" not in text and "inside 10" in text
     for internal in ("ipykernel_", "bdb.py", "pdb.py", "interactiveshell.py", "debug_hook"):
         assert internal not in text, (internal, text)
@@ -162,7 +216,9 @@ def test_an_interrupt_at_the_group_prompt_names_the_prompt_and_shows_no_debugger
     assert out.prompts == ["(Pdb ranks 0-2) "], out.text
     assert out.reply["status"] == "error" and out.reply["ename"] == "RankInterrupt"
     text = out.text
-    assert "Interrupted at the debugger prompt of ranks 0-2 at cell line 4, in work" in text, text
+    assert (
+        f"Interrupted at the debugger prompt of ranks 0-2 at {out.cell}, line 4, in work" in text
+    ), text
     assert "The debug session ended" in text and "ready for the next cell" in text, text
     assert "at a debugger prompt" in text and "print('after', work(mpi_rank))" in text, text
     for internal in ("bdb.py", "pdb.py", "cmd.py", "multiprocessing", "debug_hook", "ipykernel_"):
@@ -196,7 +252,7 @@ def test_where_tree_and_compare_on_ranks_stopped_in_a_background_cell(kernel):
     text = kernel.run("%distcomp where dbg").text
     assert "rank 0: busy, current stack" in text, text
     assert text.count("return comm.allreduce(v)") == 1, text
-    assert "ranks 1-2: at a debugger prompt, cell line 5" in text, text
+    assert f"ranks 1-2: at a debugger prompt, {started.cell}, line 5" in text, text
     for internal in ("bdb.py", "pdb.py", "cmd.py", "debug_hook"):
         assert internal not in text, (internal, text)
     # compare evaluates in the stopped frames (v is a local of work); spaces need no quotes
@@ -214,7 +270,7 @@ def test_where_tree_and_compare_on_ranks_stopped_in_a_background_cell(kernel):
     out = kernel.run("%distcomp wait dbg", ["p v", "c"])
     assert out.ok, out.text
     assert out.prompts == ["(Pdb ranks 1-2) "] * 2, out.text
-    assert "[ranks 1-2] stopped at cell line 5, in work" in out.text, out.text
+    assert f"[ranks 1-2] stopped at {started.cell}, line 5, in work" in out.text, out.text
     assert "[rank 1] 101" in out.text and "[rank 2] 102" in out.text, out.text
     assert "[rank 0] sum 303" in kernel.output_of(started.msg_id)
 
@@ -298,7 +354,7 @@ def test_a_step_into_print_goes_to_the_next_line_not_into_the_output_machinery(k
     threading code they call) is not the user's, so the step stops at the next line."""
     out = kernel.run(STEP_INTO_PRINT, ["s", "s", "c"])
     assert out.ok, out.text
-    assert "> cell line 5, in f()" in out.transcript, out.transcript
+    assert f"> {out.cell}, line 5, in f()" in out.transcript, out.transcript
     for foreign in ("flow.py", "threading.py", "ipykernel", "jupyter_distcomp", "<string>"):
         assert foreign not in out.transcript, out.transcript
 

@@ -99,7 +99,7 @@ print('result', work(mpi_rank * 10))
     assert out.ok, out.text
     assert out.prompts.count("(Pdb rank 1) ") == len(answers) - 2, out.prompts
     text = out.text
-    assert "[rank 1] stopped at cell line 8, in work" in text
+    assert f"[rank 1] stopped at {out.cell}, line 8, in work" in text
     assert "\n10\n" in text  # p x
     assert "{'twice': [10, 10], 'x': 10}" in text  # pp
     assert "def work(x):" in text and "8  ->\t    y = x + 1" in text  # ll, its arrow
@@ -147,7 +147,7 @@ print('went on', at(mpi_rank))
     assert out.prompts == [f"(Pdb rank {r}) " for r in (0, 0, 1, 1, 2, 2)]
     assert out.saw(0, "debugging") and out.saw(2, "debugging"), out.states  # for the panel
     assert out.states[-1] == {0: "idle", 1: "idle", 2: "idle"}
-    heads = [out.text.index(f"[rank {r}] stopped at cell line 6, in at") for r in range(3)]
+    heads = [out.text.index(f"[rank {r}] stopped at {out.cell}, line 6, in at") for r in range(3)]
     assert heads == sorted(heads)
     assert all(f"[rank {r}] went on {r}" in out.text for r in range(3))
 
@@ -204,7 +204,7 @@ def test_a_background_cell_says_a_rank_stopped_and_wait_opens_its_prompt(kernel)
     stopped = "rank 1 stopped at a breakpoint: `%distcomp wait dbg` opens its prompt"
     text = status_until(kernel, "dbg", stopped)
     assert stopped in text, text
-    told = "[rank 1] stopped at cell line 4, in <module>: `%distcomp wait dbg` opens its prompt."
+    told = f"[rank 1] stopped at {started.cell}, line 5, in <module>: `%distcomp wait dbg` opens its prompt."
     assert told in kernel.output_until(started.msg_id, told)
     time.sleep(11)  # longer than the cell's time-out, which waits while rank 1 is stopped
     out = kernel.run("%distcomp wait dbg", ["p x + 1", "c"])
@@ -273,10 +273,11 @@ def test_post_mortem_on_the_lowest_failed_rank_and_on_a_chosen_one(kernel):
         "pick(list(range(mpi_rank + 1)))"
     )
     assert not out.ok and "IndexError" in out.text
+    failed = out
     out = kernel.run("%distcomp debug dbg", ["p values", "p wanted", "c"])
     assert out.ok, out.text
     assert out.prompts == ["(Pdb rank 0) "] * 3
-    assert "[rank 0] stopped at cell line 4, in pick" in out.text
+    assert f"[rank 0] stopped at {failed.cell}, line 4, in pick" in out.text  # the failed cell
     assert "[0]\n2\n" in out.text
     out = kernel.run("%distcomp debug dbg --rank 1", ["p values", "c"])
     assert out.ok and "[0, 1]" in out.text and out.prompts[0] == "(Pdb rank 1) "
@@ -442,7 +443,7 @@ def test_breakpoint_on_a_rank_in_terminal_ipython(tmp_path):
         timeout=180,
     )
     try:
-        child.expect_exact("[ranks 0-1] stopped at cell line 4")  # one prompt for both
+        child.expect(r"\[ranks 0-1\] stopped at In \[\d+\], line 5")  # one prompt for both
         child.expect_exact("(Pdb ranks 0-1) ")
         child.sendline("p x * 2")
         child.expect_exact("[rank 0] 82")
@@ -473,7 +474,8 @@ def test_a_kernel_interrupt_while_ranks_wait_for_their_turn_leaves_no_rank_trace
     )
     assert out.reply["status"] == "error" and out.reply["ename"] == "RankInterrupt", out.text
     assert len(out.prompts) == 1, out.text
-    assert "after" not in out.text
+    assert "-> print('after', mpi_rank)" in out.text, out.text  # where they stopped
+    assert not any(f"after {rank}" in out.text for rank in range(3)), out.text
     ready(kernel, tries=3)
     out = kernel.run("%%distcomp run dbg\nimport sys\nprint('traced', sys.gettrace() is not None)")
     assert out.text.count("traced False") == 3, out.text

@@ -330,7 +330,7 @@ def test_a_breakpoint_on_the_second_host_prompts_in_the_notebook(debugged):
     )
     assert out.ok, out.text
     assert out.prompts == ["(Pdb rank 3) "] * 3, out.prompts
-    assert "rank 3] stopped at cell line 5" in out.text, out.text
+    assert f"rank 3] stopped at {out.cell}, line 5" in out.text, out.text
     assert "\n7\n" in out.text and "\n'node1'\n" in out.text, out.text
     assert "[node 1 rank 3] after node1 7" in out.text and "[node 0 rank 0] after node0 7" in (
         out.text
@@ -344,10 +344,11 @@ def test_post_mortem_of_a_rank_on_the_second_host(debugged):
         timeout=240,
     )
     assert not out.ok and "IndexError" in out.text, out.text
+    failed = out
     out = debugged.run("%distcomp debug hdbg", ["p values", "p socket.gethostname()", "c"])
     assert out.ok, out.text
     assert out.prompts == ["(Pdb rank 2) "] * 3, out.prompts
-    assert "rank 2] stopped at cell line 4, in pick" in out.text, out.text
+    assert f"rank 2] stopped at {failed.cell}, line 4, in pick" in out.text, out.text
     assert "\n[2]\n" in out.text and "\n'node1'\n" in out.text, out.text
 
 

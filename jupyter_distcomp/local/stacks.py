@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from ..core.ranges import format_ranks
 from ..machine.remote import on_hosts
 from ..rank_side.ledger import CELL_FILE, in_hooks
+from .cell_names import cell_of
+from .cell_names import where as cell_where
 
 __all__ = [
     "CELL_FILE",
@@ -48,20 +50,21 @@ STARTING = "starting up: the program's first line has not run yet"
 
 @dataclass(frozen=True)
 class Frame:
-    """One frame of a rank's stack, as shown: where (``Cell In[3], line 5, in f``) and its
-    source line."""
+    """One frame of a rank's stack, as shown: where (``Cell In[3], line 5, in f``, the cell
+    that defined ``f``) and its source line."""
 
     where: str
     source: str = ""
     cell_line: int | None = None  # the cell's line, for a frame in the cell
+    cell_place: str = ""  # ``In [5], line 7``, for a frame in a cell
 
     def lines(self) -> list[str]:
         return [self.where] + ([f"    {self.source}"] if self.source else [])
 
     def place(self) -> str:
-        """``cell line 5`` or ``train.py:12``."""
+        """``In [5], line 7`` or ``train.py:12``."""
         if self.cell_line is not None:
-            return f"cell line {self.cell_line}"
+            return self.cell_place or f"cell line {self.cell_line}"
         match = re.match(r'\s*File "(?P<file>[^"]+)", line (?P<line>\d+)', self.where)
         return f"{match['file']}:{match['line']}" if match else self.where.strip()
 
@@ -70,7 +73,8 @@ def stack_frames(stack: str, code: str, cell: str = "Cell") -> tuple[list[Frame]
     """A faulthandler stack (most recent call first) as the user's frames, outermost first,
     and whether the rank waits at a debugger prompt (the debugger's frames left out).
 
-    Frames in the cell show the cell's own line (the cell's file name is the rank's);
+    Frames in a cell show the cell's own line, named as the notebook names the cell that
+    ran that code (``cell``, with ``code``, when that is not known here);
     frames in files show the file's line, read here (same machine); the engine's frames
     below the cell are left out.
     """
@@ -93,9 +97,12 @@ def stack_frames(stack: str, code: str, cell: str = "Cell") -> tuple[list[Frame]
             debugger_at = len(frames)
         if CELL_FILE.search(path):
             outer_cell = len(frames)
-            where = f"  {cell}, line {number}, in {match['func']}"
-            source = code_lines[number - 1] if 0 < number <= len(code_lines) else ""
-            frames.append(Frame(where, source.strip(), number))
+            known = cell_of(path)  # the cell that ran this code: this one, or an earlier
+            name = f"Cell {known[0]}".replace(" [", "[") if known and known[0] else cell
+            lines = known[1].splitlines() if known else code_lines
+            where = f"  {name}, line {number}, in {match['func']}"
+            source = lines[number - 1] if 0 < number <= len(lines) else ""
+            frames.append(Frame(where, source.strip(), number, cell_where(path, number)))
         else:
             where = f'  File "{path}", line {number}, in {match["func"]}'
             frames.append(Frame(where, linecache.getline(path, number).strip()))

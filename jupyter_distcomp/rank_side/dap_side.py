@@ -21,6 +21,7 @@ import os
 import reprlib
 import signal
 import sys
+import warnings
 from typing import Any
 
 #: globals a user did not make (IPython's), hidden from the Variables panel
@@ -154,10 +155,15 @@ def _locals(pdb: Any, frame: Any) -> dict:
     return pdb.curframe_locals if frame is pdb.curframe else frame.f_locals
 
 
+#: values shown whole, with nothing to expand (as debugpy shows them)
+_PLAIN = (str, bytes, bytearray, int, float, complex, bool, type(None))
+CHILDREN = 300  # the most children listed of one value
+
+
 def _ref(value: Any) -> int:
-    if isinstance(value, (str, bytes, int, float, complex, bool, type(None))):
-        return 0
-    if not (isinstance(value, (dict, list, tuple, set, frozenset)) or hasattr(value, "__dict__")):
+    """A number to expand ``value`` by: every value but a plain one (a tensor, an array,
+    any object: its attributes, as a plain cell's debugger lists them)."""
+    if isinstance(value, _PLAIN) or type(value).__name__ == "module":
         return 0
     number = len(_refs) + 1
     _refs[number] = value
@@ -212,12 +218,47 @@ def _children(value: Any) -> list[tuple[str, Any]]:
             if not k.startswith("_") and k not in HIDDEN and type(v).__name__ != "module"
         ]
     if isinstance(value, dict):
-        return [(repr(k), v) for k, v in list(value.items())[:300]]
+        return [(repr(k), v) for k, v in list(value.items())[:CHILDREN]]
     if isinstance(value, (list, tuple)):
-        return [(str(i), v) for i, v in enumerate(value[:300])]
+        return [(str(i), v) for i, v in enumerate(value[:CHILDREN])]
     if isinstance(value, (set, frozenset)):
-        return [(str(i), v) for i, v in enumerate(list(value)[:300])]
-    return [(k, v) for k, v in vars(value).items() if not k.startswith("__")]
+        return [(str(i), v) for i, v in enumerate(list(value)[:CHILDREN])]
+    return _attributes(value) + _items(value)
+
+
+def _attributes(value: Any) -> list[tuple[str, Any]]:
+    """The public data attributes of ``value`` (a tensor's ``shape``, ``dtype``, ``grad``,
+    ...), not its methods; one that raises when read is left out."""
+    found: list[tuple[str, Any]] = []
+    try:
+        names = sorted(dir(value))
+    except Exception:
+        return found
+    for name in names:
+        if name.startswith("_") or len(found) >= CHILDREN:
+            continue
+        try:
+            with warnings.catch_warnings():  # a tensor's .grad or .T warns when read
+                warnings.simplefilter("ignore")
+                attribute = getattr(value, name)
+        except Exception:
+            continue
+        if callable(attribute) or type(attribute).__name__ == "module":
+            continue
+        found.append((name, attribute))
+    return found
+
+
+def _items(value: Any) -> list[tuple[str, Any]]:
+    """The first elements of a sized, indexable value (an array's or a tensor's rows) as
+    ``[0]``, ``[1]``, ...; none for a value that is not one."""
+    if not (hasattr(value, "__len__") and hasattr(value, "__getitem__")):
+        return []
+    try:
+        count = min(len(value), CHILDREN)
+        return [(f"[{index}]", value[index]) for index in range(count)]
+    except Exception:  # a mapping by other keys, a 0-d array, ...
+        return []
 
 
 def variables(pdb: Any, ref: int) -> list[dict]:

@@ -61,6 +61,7 @@ LIBRARY_ROOTS = tuple(
     if os.path.realpath(root) != os.path.sep
 )
 _library_files: dict[str, bool] = {}
+_last_lines: dict[str, int] = {}  # a cell's file: the first line of its last statement
 #: how a notebook (which has no Ctrl-D) leaves pdb's ``interact``
 LEAVE_INTERACT = ("exit()", "quit()", "EOF")
 #: seconds to connect to the kernel, pass the key challenge and hear whether to stop: a
@@ -248,6 +249,24 @@ class _Lines(list):
         self._set.discard(line)
 
 
+def _last_statement(frame) -> bool:
+    """``frame`` (a cell's top-level statement) runs the cell's last statement."""
+    import ast
+    import linecache
+
+    filename = frame.f_code.co_filename
+    last = _last_lines.get(filename)
+    if last is None:
+        try:
+            body = ast.parse("".join(linecache.getlines(filename))).body
+        except (SyntaxError, ValueError):
+            body = []
+        last = _last_lines[filename] = body[-1].lineno if body else 0
+        if len(_last_lines) > 1000:
+            _last_lines.clear()
+    return frame.f_lineno >= last
+
+
 class RankPdb(pdb.Pdb):
     """pdb whose prompt names the rank and whose terminal is the notebook."""
 
@@ -283,6 +302,33 @@ class RankPdb(pdb.Pdb):
         if side is not None and side.visual():
             return False
         return not self._under_machinery(frame)
+
+    def _cell_statement(self, frame) -> bool:
+        """``frame`` runs one top-level statement of a cell: IPython compiles each on its
+        own, so to the user they are lines of one frame, not calls and returns."""
+        back = frame.f_back
+        return (
+            frame.f_code.co_name == "<module>"
+            and back is not None
+            and self.is_skipped_module(back.f_globals.get("__name__", ""))
+        )
+
+    def user_call(self, frame, argument_list) -> None:
+        """No ``--Call--`` stop as a cell's next statement starts: a step goes on to its
+        first line."""
+        if not self._cell_statement(frame):
+            super().user_call(frame, argument_list)
+
+    def user_return(self, frame, return_value) -> None:
+        """No ``--Return--`` stop as a cell's statement ends (``breakpoint()`` on its own
+        line, ``n`` over a statement): the step goes on to the next statement's first line,
+        as in one frame. After the cell's last statement it stops, as pdb at the end of a
+        script, and leaves no ``__return__`` in the rank's globals."""
+        if not self._cell_statement(frame):
+            super().user_return(frame, return_value)
+        elif _last_statement(frame):
+            super().user_return(frame, return_value)
+            frame.f_globals.pop("__return__", None)
 
     def _under_machinery(self, frame) -> bool:
         while frame is not None and _is_library(frame.f_code.co_filename):

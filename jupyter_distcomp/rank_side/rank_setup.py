@@ -27,6 +27,10 @@ OPEN_MPI_WORLD_KEYS = (
 #: history, which nobody reads either (the notebook's kernel keeps what it shows) and
 #: which otherwise costs every write a third of its time and grows with every line
 LEAN_REQUEST = "distcomp_lean"
+#: the metadata key of the notebook's number for a ``%%distcomp run`` cell (``"12"`` for
+#: ``In[12]``): the rank's tracebacks name the cell so, and a function defined in it keeps
+#: that name while later cells call it
+CELL_LABEL = "distcomp_cell"
 #: what setup_rank uses of ipykernel and IPython beyond their public API (a test checks each
 #: exists)
 RELIES_ON = (
@@ -35,6 +39,7 @@ RELIES_ON = (
     "ipykernel.kernelbase.Kernel.get_parent",
     "ipykernel.kernelbase.Kernel.execute_request",
     "IPython.core.interactiveshell.InteractiveShell._tee",
+    "IPython.core.compilerop.CachingCompiler.cache",
 )
 
 
@@ -46,6 +51,7 @@ def setup_rank(
     flow: tuple[str, str] | None = None,
     lean: str = "",
     cwd: str = "",
+    cell_label: str = "",
 ) -> dict:
     """Apply this rank's variables, arm the stack dump and the collectives ledger, keep cells
     that follow a failed one (and give them a working stdout and stderr), and say who we are.
@@ -62,6 +68,9 @@ def setup_rank(
 
     ``cwd``: the rank's working directory from now on (its node's copy of the notebook's
     folder); empty: where the rank started.
+
+    ``cell_label`` is :data:`CELL_LABEL`: a request's cell is named by its value in the
+    rank's tracebacks (IPython's ``Cell In[12]``), not by the engine's own count.
 
     ``drop`` lists variables to remove unless ``env`` sets them. SIGUSR1 makes faulthandler
     write every thread's Python stack to ``stack_path`` even while the main thread is stuck
@@ -196,6 +205,18 @@ def setup_rank(
                         return tee(channel)
 
                     kernel.shell._tee = lean_tee
+            if cell_label:
+                compiler = get_ipython().compile
+                cache = compiler.cache
+
+                def labelled_cache(transformed_code, number=0, raw_code=None):
+                    name = cache(transformed_code, number, raw_code)
+                    metadata = (kernel.get_parent("shell") or {}).get("metadata") or {}
+                    if metadata.get(cell_label) is not None:
+                        compiler._filename_map[name] = metadata[cell_label]
+                    return name
+
+                compiler.cache = labelled_cache
     except Exception:  # not an ipykernel engine
         pass
 

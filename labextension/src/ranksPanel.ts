@@ -11,7 +11,7 @@ import { confirmation } from './confirm';
 import { RANK_ACTION, RANK_STATE } from './contracts';
 import { IWorld, RankAction } from './messages';
 import { KernelRanks, RanksService } from './ranks';
-import { stepOnlyNote, stepOnlyToggle } from './stepOnly';
+import { rankColumns, stepOnlyNote, stepOnlyToggle } from './stepOnly';
 
 const ICON_SVG =
   '<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" viewBox="0 0 16 16"><g class="jp-icon3" fill="#616161">' +
@@ -147,44 +147,46 @@ export class RanksPanel extends Widget {
     const table = element('table', 'distcomp-rank-table');
     const head = element('tr');
     const debugging = world.ranks.some(r => r.state === RANK_STATE.debugging);
+    const nodes = new Set(world.ranks.map(r => r.node)).size;
     // a GPU column where a rank holds GPU memory: its devices, memory in use and peak
     const gpu = world.ranks.some(r => r.gpu);
-    [
-      'rank',
-      'node',
-      'local',
-      'state',
-      'pid',
-      ...(gpu ? ['gpu'] : []),
-      ...(debugging ? ['step'] : [])
-    ].forEach(h => head.appendChild(element('th', '', h)));
+    const columns = rankColumns(debugging, nodes, gpu);
+    columns.forEach(h => head.appendChild(element('th', '', h)));
     table.appendChild(head);
     for (const rank of world.ranks) {
       const row = element('tr', 'distcomp-rank');
       row.dataset.rank = String(rank.rank);
       row.dataset.state = rank.state;
-      [rank.rank, rank.node, rank.local_rank].forEach(v =>
-        row.appendChild(element('td', '', String(v)))
-      );
-      row.appendChild(
-        element(
-          'td',
-          `distcomp-rank-state distcomp-state-${rank.state}`,
-          rank.state
-        )
-      );
-      row.appendChild(
-        element(
-          'td',
-          'distcomp-rank-pid',
-          rank.pid === null ? '' : String(rank.pid)
-        )
-      );
-      if (gpu) {
-        row.appendChild(element('td', 'distcomp-rank-gpu', rank.gpu ?? ''));
-      }
-      if (debugging) {
-        row.appendChild(this.stepOnlyCell(ranks, rank.rank, rank.state));
+      row.title = `rank ${rank.rank}: node ${rank.node}, local rank ${rank.local_rank}`;
+      for (const column of columns) {
+        if (column === 'step') {
+          row.appendChild(this.stepOnlyCell(ranks, rank.rank, rank.state));
+        } else if (column === 'state') {
+          row.appendChild(
+            element(
+              'td',
+              `distcomp-rank-state distcomp-state-${rank.state}`,
+              rank.state
+            )
+          );
+        } else if (column === 'pid') {
+          row.appendChild(
+            element(
+              'td',
+              'distcomp-rank-pid',
+              rank.pid === null ? '' : String(rank.pid)
+            )
+          );
+        } else if (column === 'gpu') {
+          row.appendChild(element('td', 'distcomp-rank-gpu', rank.gpu ?? ''));
+        } else {
+          const value = {
+            rank: rank.rank,
+            node: rank.node,
+            local: rank.local_rank
+          };
+          row.appendChild(element('td', '', String(value[column])));
+        }
       }
       table.appendChild(row);
     }

@@ -42,3 +42,27 @@ export function stepOnlyNote(only: number | null): string {
     ? ''
     : `Debugger steps go to rank ${only} only (the other stopped ranks stay).`;
 }
+
+/** A column of the ranks panel's table. */
+export type RankColumn =
+  'rank' | 'node' | 'local' | 'state' | 'pid' | 'gpu' | 'step';
+
+/**
+ * The rank table's columns (`gpu`: where a rank holds GPU memory). While ranks are stopped
+ * the "only" toggle needs a column: the local rank gives way (a row's tooltip says it), and
+ * so does the node on one node (every rank's is 0), so that the toggle fits the sidebar's
+ * default width.
+ */
+export function rankColumns(
+  debugging: boolean,
+  nodes: number,
+  gpu = false
+): RankColumn[] {
+  const gpus: RankColumn[] = gpu ? ['gpu'] : [];
+  if (!debugging) {
+    return ['rank', 'node', 'local', 'state', 'pid', ...gpus];
+  }
+  return nodes > 1
+    ? ['rank', 'node', 'state', 'pid', ...gpus, 'step']
+    : ['rank', 'state', 'pid', ...gpus, 'step'];
+}

@@ -1,4 +1,5 @@
 import {
+  rankColumns,
   stepOnlyNote,
   stepOnlyRequest,
   stepOnlyToggle,
@@ -35,5 +36,42 @@ describe("this rank only, for JupyterLab's debugger", () => {
       'Debugger steps go to rank 3 only (the other stopped ranks stay).'
     );
     expect(stepOnlyNote(null)).toBe('');
+  });
+});
+
+describe("the ranks panel's columns", () => {
+  it('while ranks are stopped, the toggle takes the place of what a row title says', () => {
+    expect(rankColumns(false, 1)).toEqual([
+      'rank',
+      'node',
+      'local',
+      'state',
+      'pid'
+    ]);
+    expect(rankColumns(true, 1)).toEqual(['rank', 'state', 'pid', 'step']);
+    expect(rankColumns(true, 2)).toEqual([
+      'rank',
+      'node',
+      'state',
+      'pid',
+      'step'
+    ]);
+  });
+  it('a GPU column where a rank holds GPU memory, before the toggle', () => {
+    expect(rankColumns(false, 1, true)).toEqual([
+      'rank',
+      'node',
+      'local',
+      'state',
+      'pid',
+      'gpu'
+    ]);
+    expect(rankColumns(true, 1, true)).toEqual([
+      'rank',
+      'state',
+      'pid',
+      'gpu',
+      'step'
+    ]);
   });
 });

@@ -211,7 +211,7 @@ class CellDebug:
         return self.held
 
     def interrupted_prompt(self) -> str:
-        """``the debugger prompt of ranks 0-2 at cell line 5, in work`` when an interrupt
+        """``the debugger prompt of ranks 0-2 at In [5], line 5, in work`` when an interrupt
         ended a prompt of this cell, else ''."""
         if not self.interrupted:
             return ""

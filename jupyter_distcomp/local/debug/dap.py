@@ -30,6 +30,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..cell_names import notebook_path
 from .refs import REF_BASE, Malformed, References, Stale, error_reply, number
 
 THREAD_BASE = 1_000_000_000  # a rank's thread: THREAD_BASE + world slot * SLOT + rank
@@ -347,7 +348,8 @@ class Adapter:
 
     def source_path(self, rank_path: str) -> str:
         """The notebook's path for a rank's file: its cell's, or the file itself."""
-        return self.rank_files.get(os.path.basename(rank_path), rank_path)
+        known = self.rank_files.get(os.path.basename(rank_path))
+        return known or notebook_path(rank_path) or rank_path
 
     # -- threads and events ----------------------------------------------------------------
     def slot(self, name: str, channel: Any) -> int:

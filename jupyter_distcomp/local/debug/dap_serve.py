@@ -21,12 +21,18 @@ from typing import Any
 
 from ...contracts import RankState
 from ...core.ranges import format_ranks
+from ..cell_names import cell_of
 from .channel import DebugChannel, RankSession
 from .dap import SLOT, STEPS, THREAD_BASE, Adapter, thread_of
 from .group import Group, Member, eval_seconds
 
 #: what a rank whose prompt is gone is sent in place of a step (answers, changes nothing)
 NOTHING = "distcomp_call noop"
+#: a frame's number (refs.give's) is ``evaluations * FRAME_IDS + index``: an Evaluate gives the
+#: frames new ids, so JupyterLab, which asks for the frames again after it, sees a new frame
+#: and asks for its Variables (with the same ids it would keep showing none)
+FRAME_IDS = 10_000
+GENERATIONS = (1 << 24) // FRAME_IDS
 POLL = 0.05
 
 
@@ -54,6 +60,7 @@ class Serving:
         self.version = adapter.ranks_version  # the adapter's breakpoints the ranks have
         self.group: Group | None = None
         self.open = True
+        self.evaluations = 0  # Evaluate requests answered: part of each frame's id
 
     # -- the adapter's side (control thread) --------------------------------------------
     def submit(self, command: str, args: dict) -> concurrent.futures.Future:
@@ -158,6 +165,8 @@ class Serving:
         if command == "stackTrace":
             return self._stack_trace(int(args["_thread"]))
         thread, number = int(args["_thread"]), int(args["_number"])
+        if command != "variables":  # a frame's number: the rank's index of the frame
+            number %= FRAME_IDS
         rank = thread - thread_of(self.slot, 0)
         if rank not in self._at_prompt():
             return f"rank {rank} is not stopped"
@@ -179,6 +188,7 @@ class Serving:
         expression = str(args.get("expression", "") if command == "evaluate" else "")
         if command == "evaluate":
             found = self._ask({rank}, "evaluate", [number, expression])[rank]
+            self.evaluations = (self.evaluations + 1) % GENERATIONS
             if "error" in found:
                 return str(found["error"]) + self._late(rank)
             ref = self._ref("variable", thread, found["ref"])
@@ -226,13 +236,21 @@ class Serving:
         for rank in order:
             for frame in self.stacks.get(rank, []):
                 path = self.adapter.source_path(frame["file"])
+                cell = cell_of(frame["file"])  # the cell that defined the frame's code
                 frames.append(
                     {
-                        "id": self._ref("frame", thread_of(self.slot, rank), frame["index"]),
+                        "id": self._ref(
+                            "frame",
+                            thread_of(self.slot, rank),
+                            self.evaluations * FRAME_IDS + frame["index"],
+                        ),
                         "name": f"rank {rank}: {frame['name']}",
                         "line": frame["line"],
                         "column": 1,
-                        "source": {"name": path.rsplit("/", 1)[-1], "path": path},
+                        "source": {
+                            "name": cell[0] if cell and cell[0] else path.rsplit("/", 1)[-1],
+                            "path": path,
+                        },
                     }
                 )
         return {"stackFrames": frames, "totalFrames": len(frames)}

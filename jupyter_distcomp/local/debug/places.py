@@ -1,32 +1,27 @@
-"""Where ranks stopped, as a person reads it: ``cell line 7, in step`` for the cell's own
-lines, ``train.py:12, in main`` for a file; ranks at the same place named once."""
+"""Where ranks stopped, as a person reads it: ``In [5], line 7, in step`` for a notebook
+cell's lines (the cell that defined the code), ``train.py:12, in main`` for a file; ranks at
+the same place named once."""
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 
 from ...core.ranges import format_ranks
+from ..cell_names import where as cell_where
 
 #: a rank's file for the cell, in pdb's location lines ``FILE(LINE)func()`` and ``FILE:LINE``
-_CELL_PAREN = re.compile(r"(?:\S*/ipykernel_\d+/\d+\.py|<ipython-input-[^>]+>)\((\d+)\)")
-_CELL_COLON = re.compile(r"(?:\S*/ipykernel_\d+/\d+\.py|<ipython-input-[^>]+>):(\d+)")
-
-
-def is_cell_file(path: str) -> bool:
-    return os.path.basename(os.path.dirname(path)).startswith("ipykernel_") or path.startswith(
-        "<ipython-input"
-    )
+_CELL_PAREN = re.compile(r"(\S*/ipykernel_\d+/\d+\.py|<ipython-input-[^>]+>)\((\d+)\)")
+_CELL_COLON = re.compile(r"(\S*/ipykernel_\d+/\d+\.py|<ipython-input-[^>]+>):(\d+)")
 
 
 def place(where: dict) -> str:
-    """``cell line 3, in <module>`` (a file: ``train.py:12, in main``); a rank in ``input()``:
-    ``input (Your name: )``."""
+    """``In [5], line 3, in <module>`` (a file: ``train.py:12, in main``); a rank in
+    ``input()``: ``input (Your name: )``."""
     if "ask" in where:
         return f"input ({str(where['ask'].get('prompt', '')).strip() or 'input()'})"
     path, line, func = str(where.get("file", "?")), where.get("line", 0), where.get("func", "?")
-    spot = f"cell line {line}" if is_cell_file(path) else f"{path}:{line}"
+    spot = cell_where(path, line) or f"{path}:{line}"
     return f"{spot}, in {func}"
 
 
@@ -38,7 +33,7 @@ def group_label(ranks: list[int], label: Callable[[int], str] | None = None) -> 
 
 
 def describe_stop(rank: int, where: dict, label: Callable[[int], str] | None = None) -> str:
-    """``[rank 1] stopped at cell line 3, in <module>``; ``[rank 1] waits for input (...)``."""
+    """``[rank 1] stopped at In [5], line 3, in <module>``; ``[rank 1] waits for input (...)``."""
     if "ask" in where:
         return f"{group_label([rank], label)} waits for {place(where)}"
     return f"{group_label([rank], label)} stopped at {place(where)}"
@@ -53,18 +48,19 @@ def by_place(wheres: dict[int, dict]) -> dict[str, list[int]]:
 
 
 def describe_stops(wheres: dict[int, dict], label: Callable[[int], str] | None = None) -> list[str]:
-    """One ``[ranks 0-3] stopped at cell line 7, in step`` line per distinct place."""
+    """One ``[ranks 0-3] stopped at In [5], line 7, in step`` line per distinct place."""
     return [
         f"{group_label(ranks, label)} stopped at {spot}" for spot, ranks in by_place(wheres).items()
     ]
 
 
 def summary(wheres: dict[int, dict]) -> str:
-    """``ranks 0-1, 3 at cell line 7, in step; rank 2 at cell line 9, in step``."""
+    """``ranks 0-1, 3 at In [5], line 7, in step; rank 2 at In [5], line 9, in step``."""
     return "; ".join(f"{format_ranks(r)} at {spot}" for spot, r in by_place(wheres).items())
 
 
 def cell_lines(text: str) -> str:
-    """pdb's text with the cell's file shown as ``cell line N``."""
-    text = _CELL_PAREN.sub(lambda m: f"cell line {m[1]}, in ", text)
-    return _CELL_COLON.sub(lambda m: f"cell line {m[1]}", text)
+    """pdb's text with a cell's file shown as ``In [5], line N`` (pdb's ``FILE(N)func()``
+    as ``In [5], line N, in func()``)."""
+    text = _CELL_PAREN.sub(lambda m: f"{cell_where(m[1], m[2])}, in ", text)
+    return _CELL_COLON.sub(lambda m: cell_where(m[1], m[2]), text)

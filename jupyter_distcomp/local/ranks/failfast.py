@@ -85,7 +85,7 @@ class FailFast:
         world.signal(busy, signal.SIGINT)
         self.settle(self.interrupt_grace, lambda: not (running & set(busy)))
         still = sorted(running & set(busy))
-        sections = error_sections(errors, self.cell, self._gpu)
+        sections = error_sections(errors, self._gpu)
         sections += world.node_notices([*errors, *busy])
         sections += ledgers.verdict_sections(world, busy, sorted(errors))
         sections += stack_sections(stacks, self.code, "still busy, waiting here", self.cell)

@@ -62,12 +62,12 @@ def group_errors(
 
 def error_sections(
     errors: Mapping[int, RemoteErrorLike],
-    cell: str | None = None,
     gpu: Callable[[int], list[str]] | None = None,
 ) -> list[tuple[str, list[str]]]:
-    """One section per distinct traceback; ``cell`` (``"Cell In[12]"``) renames the engine's
-    ``Cell In[2]`` after the notebook's cell; ``gpu(rank)``: the lines that say what a rank
-    that ran out of GPU memory held (local/ranks/gpu.py), under its error."""
+    """One section per distinct traceback. The ranks name each cell as the notebook does
+    (``Cell In[12]``, rank_setup's ``CELL_LABEL``): a function defined in an earlier cell
+    keeps that cell's name. ``gpu(rank)``: the lines that say what a rank that ran out of GPU
+    memory held (local/ranks/gpu.py), under its error."""
     sections = []
     for ranks, err in group_errors(errors):
         if _ename(err) == ABORTED:
@@ -79,8 +79,6 @@ def error_sections(
             continue
         body = _without_hook_frames((err.traceback or f"{err.ename}: {err.evalue}").splitlines())
         body = _without_padding(body)
-        if cell:
-            body = [_rename_cell(line, cell) for line in body]
         if not any(err.ename and err.ename in strip_ansi(line) for line in body):
             body.append(f"{err.ename}: {err.evalue}")
         if gpu is not None and is_out_of_memory(err.ename, err.evalue):
@@ -115,14 +113,6 @@ def _without_padding(lines: list[str]) -> list[str]:
         if not (in_cell and _PAD_LINE.match(plain)):
             kept.append(line)
     return kept
-
-
-def _rename_cell(line: str, cell: str) -> str:
-    """``Cell In[2], line 3`` (coloured or not) with the notebook's cell name."""
-    if not strip_ansi(line).startswith("Cell In["):
-        return line
-    number = cell[cell.find("[") :] if "[" in cell else "[]"
-    return re.sub(r"In\[\d*\]", lambda _: "In" + number, line, count=1)
 
 
 def death_reason(rank: int, mpiexec_text: str) -> str:

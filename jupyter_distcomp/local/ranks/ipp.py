@@ -24,7 +24,7 @@ from ...machine.hosts import Placement
 from ...machine.network import LOOPBACK
 from ...rank_side import reaper
 from ...rank_side.guard import GRACE
-from ...rank_side.rank_setup import LEAN_REQUEST
+from ...rank_side.rank_setup import CELL_LABEL, LEAN_REQUEST
 from ..debug import dap
 from . import rank_widgets
 
@@ -479,8 +479,12 @@ class Execution:
         code: str,
         on_message: Callable[[int, str, dict], None],
         on_reply: Callable[[int, RankReply], None],
+        cell: str | None = None,
     ):
         socket = _sender(client)._socket
+        metadata: dict[str, Any] = {LEAN_REQUEST: True}
+        if cell is not None:  # the notebook's number of the cell (rank_setup.CELL_LABEL)
+            metadata[CELL_LABEL] = cell
         idents, _ = client._build_targets(ids)
         self.replies: list[RankReply] = []
         self._error: BaseException | None = None
@@ -493,7 +497,7 @@ class Execution:
                         socket,
                         code,
                         silent=False,
-                        metadata={LEAN_REQUEST: True},
+                        metadata=metadata,
                         ident=ident,
                         message_future_hook=functools.partial(_listen, index, on_message),
                     )

@@ -21,7 +21,8 @@ from ...contracts import RankState
 from ...core.ranges import format_ranks
 from ...core.tf_config import empty_ps_hint
 from ...errors import RankError, RankInterrupt
-from ..debug.cells import CellDebug
+from .. import cell_names
+from ..debug.cells import CellDebug, cell_source
 from ..stacks import stack_sections
 from . import gpu, ipp, ledgers
 from .failfast import FailFast
@@ -99,6 +100,7 @@ class CellRun:
         self.code = "#\n" * pad + code
         #: how tracebacks name the cell: the notebook's own name for it
         self.cell = cell_name(shell, code)
+        cell_names.remember(self.code, self.cell, cell_source(shell, code))
         self.timeout = timeout
         self.flows = world.flows
         self.out = RankOutput(
@@ -174,6 +176,7 @@ class CellRun:
                 self.code,
                 self.feed.on_message,
                 self._replied,
+                cell=self.cell[self.cell.find("[") + 1 : -1] if "[" in self.cell else "",
             )
             if not execution.wait_sent(SEND_LIMIT):
                 raise RankError(
@@ -337,8 +340,7 @@ class CellRun:
                     if len(errors) < len(self.ranks)
                     else ""
                 ),
-                sections=error_sections(errors, self.cell, self._gpu)
-                + self.world.node_notices(list(errors)),
+                sections=error_sections(errors, self._gpu) + self.world.node_notices(list(errors)),
                 fix="Output printed before the error is kept above. The ranks keep their state "
                 "and are ready for the next cell.",
             )
@@ -414,7 +416,7 @@ class CellRun:
             sections.append(
                 (format_ranks(others), ["stopped by mpiexec because another rank died"])
             )
-        sections += error_sections(self._errors(), self.cell, self._gpu)
+        sections += error_sections(self._errors(), self._gpu)
         if said:
             sections.append(("what mpiexec printed", said.splitlines()))
         why = "; ".join(f"{format_ranks([r])} {reasons[r] or 'died'}" for r in culprits)
@@ -467,7 +469,7 @@ class CellRun:
         errors = self._errors(skip_interrupts=True)
         sections = ledgers.verdict_sections(world, busy, sorted(errors))
         sections += stack_sections(stacks, self.code, "busy, current stack", self.cell)
-        sections += error_sections(errors, self.cell, self._gpu)
+        sections += error_sections(errors, self._gpu)
         sections += world.node_notices(busy)
         if still:
             fix = ledgers.stuck_fix(world, still)

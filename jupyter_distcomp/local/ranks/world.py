@@ -25,7 +25,7 @@ from ...machine.hosts import Placement
 from ...machine.network import is_local_host
 from ...machine.node_disks import make_node_disks
 from ...rank_side import flow, reaper
-from ...rank_side.rank_setup import LEAN_REQUEST, OPEN_MPI_WORLD_KEYS, setup_rank
+from ...rank_side.rank_setup import CELL_LABEL, LEAN_REQUEST, OPEN_MPI_WORLD_KEYS, setup_rank
 from . import ipp, ledgers
 from .connection import Connection, connect_client
 from .flow import Flows
@@ -263,6 +263,7 @@ class World(WorldHealth):
                 (flow.__file__, flows.paths[info.rank]),
                 LEAN_REQUEST,
                 cwds[info.rank],
+                CELL_LABEL,
             ),
         )
         # on this machine the hooks need nothing the setup answers: their calls follow it
