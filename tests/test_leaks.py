@@ -120,7 +120,8 @@ def test_a_world_replaced_or_stopped_while_starting_leaves_nothing_behind(change
     procs: list[psutil.Process] = []
     try:
         kernel.run(
-            "%load_ext jupyter_distcomp\n%config DistComp.default_process_count_per_node = 2"
+            "%load_ext jupyter_distcomp\n%config DistComp.default_process_count_per_node = 2\n"
+            '%config DistComp.prestart = "always"'  # the definition starts the world
         )
         reply, text, _ = kernel.run(f"%%distcomp leaky\n{MPI_SPEC}")
         assert reply["status"] == "ok", text
