@@ -330,7 +330,8 @@ def test_a_breakpoint_on_the_second_host_prompts_in_the_notebook(debugged):
     )
     assert out.ok, out.text
     assert out.prompts == ["(Pdb rank 3) "] * 3, out.prompts
-    assert f"rank 3] stopped at {out.cell}, line 5" in out.text, out.text
+    # breakpoint() stops before the cell's next line, as in a plain cell
+    assert f"rank 3] stopped at {out.cell}, line 6" in out.text, out.text
     assert "\n7\n" in out.text and "\n'node1'\n" in out.text, out.text
     assert "[node 1 rank 3] after node1 7" in out.text and "[node 0 rank 0] after node0 7" in (
         out.text
