@@ -152,9 +152,7 @@ def kill_tree(
     left = members(roots, sessions, include_roots)
     segments = mapped_segments(left)
     if left and grace > 0:
-        for pid in reversed(left):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGTERM)
+        _signal(reversed(left), signal.SIGTERM)
         ends = time.monotonic() + grace
         while left and time.monotonic() < ends:
             time.sleep(0.02)
@@ -170,11 +168,18 @@ def kill_tree(
         if not left or time.monotonic() > deadline:
             unlink_unused(segments)
             return killed
-        for pid in reversed(left):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
+        killed += _signal(reversed(left), signal.SIGKILL)
         time.sleep(0.01)
+
+
+def _signal(pids: Iterable[int], sig: int) -> list[int]:
+    """Send ``sig`` to each of ``pids``, in order; those it reached."""
+    reached = []
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+            reached.append(pid)
+    return reached
 
 
 def end_gently(pids: Iterable[int], grace: float = TERM_GRACE) -> list[int]:
@@ -184,9 +189,7 @@ def end_gently(pids: Iterable[int], grace: float = TERM_GRACE) -> list[int]:
     pids = list(pids)
     table = processes()
     watched = [pid for pid in pids if pid in table] + descendants(pids, table)
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGTERM)
+    _signal(pids, signal.SIGTERM)
     ends = time.monotonic() + grace
     while True:
         table = processes()
