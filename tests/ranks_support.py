@@ -76,7 +76,9 @@ class Cell:
         return strip_ansi("\n".join(self.error._render_traceback_()))
 
 
-def run_cell(ip, source: str) -> Cell:
+def run_cell(ip, source: str, store_history: bool = False) -> Cell:
+    """``source`` run in the shell ``ip``; ``store_history``: as a notebook runs a cell,
+    which moves the shell's count on (the next cell gets the next ``In [N]``)."""
     from IPython.utils.capture import capture_output
 
     out, err = TimedText(), TimedText()
@@ -86,8 +88,14 @@ def run_cell(ip, source: str) -> Cell:
         redirect_stdout(out),
         redirect_stderr(err),
     ):
-        result = ip.run_cell(source)
+        result = ip.run_cell(source, store_history=store_history)
     return Cell(result, out, err, captured.outputs, time.monotonic() - tic)
+
+
+def label(ip) -> str:
+    """``In [7]``: the notebook's name of the cell :func:`run_cell` runs next in ``ip`` (cells
+    run without history all keep the shell's count)."""
+    return f"In [{ip.execution_count}]"
 
 
 def define(ip, name: str, spec: str, nodes: int, per_node: int) -> None:

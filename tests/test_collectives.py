@@ -7,9 +7,11 @@ through a real IPython shell; each test checks what the user sees.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from .ranks_support import MPI_SPEC, TORCH_SPEC, define, loaded_shell, run_cell
+from .ranks_support import MPI_SPEC, TORCH_SPEC, define, label, loaded_shell, run_cell
 
 pytestmark = pytest.mark.slow
 
@@ -45,6 +47,7 @@ def ready(ip, name: str = "t") -> None:
 
 def test_collectives_lists_each_groups_calls_aligned_across_ranks(ip):
     ready(ip)
+    here = label(ip)  # the notebook's name of the cells run here
     code = (
         "%%distcomp run t\n"
         "x = torch.ones(4)\n"
@@ -60,15 +63,16 @@ def test_collectives_lists_each_groups_calls_aligned_across_ranks(ip):
     assert cell.ok, cell.traceback_text()
     text = cell.stdout
     assert "every group's ranks agree on their calls" in text
-    assert "all_reduce ([4] float32, sum) at cell line 4: ranks 0-3 done" in text
-    assert "barrier at cell line 8: ranks 0-3 done" in text
+    assert f"all_reduce ([4] float32, sum) at {here}, line 4: ranks 0-3 done" in text
+    assert f"barrier at {here}, line 8: ranks 0-3 done" in text
     assert "--- group 1 (ranks 0, 2) ---" in text
-    assert "broadcast ([4] float32, root 0) at cell line 7: ranks 0, 2 done" in text
+    assert f"broadcast ([4] float32, root 0) at {here}, line 7: ranks 0, 2 done" in text
     assert text.count("all_reduce") == 2, "--last 3 shows the last three of the group"
 
 
 def test_a_comm_hook_the_user_registers_is_recorded_in_place_of_the_ledgers(ip):
     ready(ip)
+    here = label(ip)  # the notebook's name of the cells run here
     code = (
         "%%distcomp run t\n"
         "from torch.distributed.algorithms.ddp_comm_hooks import default_hooks\n"
@@ -80,11 +84,12 @@ def test_a_comm_hook_the_user_registers_is_recorded_in_place_of_the_ledgers(ip):
     cell = run_cell(ip, code)
     assert cell.ok, cell.traceback_text()
     text = run_cell(ip, "%distcomp collectives t --last 2").stdout
-    assert "all_reduce ([5] float32, sum) at cell line 6: ranks 0-3 done" in text, text
+    assert f"all_reduce ([5] float32, sum) at {here}, line 6: ranks 0-3 done" in text, text
 
 
 def test_ddp_gradient_buckets_are_recorded_without_a_comm_hook(ip):
     ready(ip)
+    here = label(ip)  # the notebook's name of the cells run here
     code = (
         "%%distcomp run t\n"
         "torch.manual_seed(0)\n"
@@ -96,11 +101,12 @@ def test_ddp_gradient_buckets_are_recorded_without_a_comm_hook(ip):
     assert cell.ok, cell.traceback_text()
     assert cell.stdout.count("grad [[5.0, 5.0, 5.0, 5.0]]") == 4, "DDP's mean of the gradients"
     text = run_cell(ip, "%distcomp collectives t --last 2").stdout
-    assert "all_reduce ([5] float32, sum) at cell line 4: ranks 0-3 done" in text, text
+    assert f"all_reduce ([5] float32, sum) at {here}, line 4: ranks 0-3 done" in text, text
 
 
 def test_a_rank_that_skips_ddp_backward_is_named_by_the_bucket_it_never_reduced(ip):
     ready(ip)
+    here = label(ip)  # the notebook's name of the cells run here
     code = (
         "%%distcomp run t --timeout 8\n"
         "import datetime\n"
@@ -117,19 +123,19 @@ def test_a_rank_that_skips_ddp_backward_is_named_by_the_bucket_it_never_reduced(
     text = cell.traceback_text()
     assert "all_reduce #" in text and "([5] float32, sum, group " in text, text
     assert "(ranks 0, 1, 2, 3)): ranks 0-1, 3 wait since" in text
-    assert "rank 2 has not called it: it is in barrier #" in text and "at cell line 8" in text
+    assert "rank 2 has not called it: it is in barrier #" in text and f"at {here}, line 8" in text
 
 
 def test_a_skipped_collective_is_named_in_the_time_out_with_who_is_missing(ip):
     ready(ip)
-    code = (
-        "%%distcomp run t --timeout 6\n"
-        "t = torch.ones(4)\n"
-        "if rank != 2:\n"
-        "    dist.all_reduce(t)\n"
-        "dist.barrier()"
-    )
-    cell = run_cell(ip, code)
+    # the calls are in a function of one cell, run by a later cell: each place names the
+    # cell that defined the function, as the notebook numbers it
+    defining = label(ip)
+    step = "%%distcomp run t\ndef step(t):\n    if rank != 2:\n        dist.all_reduce(t)\n    dist.barrier()"
+    assert run_cell(ip, step, store_history=True).ok
+    assert label(ip) != defining
+    code = "%%distcomp run t --timeout 6\nt = torch.ones(4)\nstep(t)"
+    cell = run_cell(ip, code, store_history=True)
     assert not cell.ok
     text = cell.traceback_text()
     assert "--- collectives ---" in text
@@ -137,12 +143,15 @@ def test_a_skipped_collective_is_named_in_the_time_out_with_who_is_missing(ip):
         "all_reduce #" in text
         and "([4] float32, sum, default group): ranks 0-1, 3 wait since" in text
     )
-    assert "rank 2 has not called it: it is in barrier #" in text and "at cell line 5" in text
+    skipped = rf"rank 2 has not called it: it is in barrier #\d+ at {re.escape(defining)}, line 5"
+    assert re.search(skipped, text), text
     assert "did not stop on SIGINT" in text and "`%distcomp restart t --replay`" in text
     listing = run_cell(ip, "%distcomp collectives t").stdout
-    assert "<-- diverges" in listing and "rank 2: barrier at cell line 5" in listing
+    assert re.search(skipped, listing), listing  # the verdict
+    assert "<-- diverges" in listing and f"rank 2: barrier at {defining}, line 5" in listing
+    assert f"all_reduce ([4] float32, sum) at {defining}, line 4, waiting" in listing, listing
     where = run_cell(ip, "%distcomp where t").stdout
-    assert "rank 2 has not called it: it is in barrier" in where
+    assert re.search(skipped, where), where
 
 
 def test_a_shape_mismatch_is_named_with_both_sides(ip):
@@ -184,16 +193,24 @@ def test_check_mode_raises_on_every_rank_before_a_wrong_result(ip):
 
 def test_check_mode_setting_catches_a_skipped_collective_on_gloo(ip):
     ready(ip)
+    # the calls are in a function of an earlier cell: the ranks name that cell
+    defining = label(ip)
+    step = (
+        "%%distcomp run t\ndef step():\n    if rank != 2:\n        dist.all_reduce(torch.ones(4))\n"
+        "    dist.barrier()"
+    )
+    assert run_cell(ip, step, store_history=True).ok
     ip.run_line_magic("config", "DistComp.check_collectives = True")
     try:
-        code = "%%distcomp run t\nif rank != 2:\n    dist.all_reduce(torch.ones(4))\ndist.barrier()"
-        cell = run_cell(ip, code)
+        cell = run_cell(ip, "%%distcomp run t\nstep()", store_history=True)
     finally:
         ip.run_line_magic("config", "DistComp.check_collectives = False")
     assert not cell.ok
     text = cell.traceback_text()
     assert "the cell failed on ranks 0-3" in text
-    assert "ranks 0-1, 3 call it; rank 2 has not called it: it is in barrier #" in text
+    said = rf"ranks 0-1, 3 call it; rank 2 has not called it: it is in barrier #\d+ at {re.escape(defining)}, line 5\."
+    assert re.search(said, text), text
+    assert text.count("CollectiveMismatch: check_collectives:") == 1, "alike on every rank"
 
 
 def test_check_mode_on_mpi4py_names_both_operations(ip):
@@ -350,6 +367,7 @@ def test_fail_fast_names_the_collective_the_failed_rank_never_entered(ip):
 
 def test_mpi4py_calls_are_recorded_upper_and_lower_case_and_point_to_point(ip):
     ready(ip, "m")
+    here = label(ip)  # the notebook's name of the cells run here
     code = (
         "%%distcomp run m\n"
         "comm = MPI.COMM_WORLD\n"
@@ -364,15 +382,16 @@ def test_mpi4py_calls_are_recorded_upper_and_lower_case_and_point_to_point(ip):
     )
     assert run_cell(ip, code).ok
     text = run_cell(ip, "%distcomp collectives m").stdout
-    assert "Allreduce ([3] float64, sum) at cell line 3: ranks 0-3 done" in text
-    assert "allreduce (int, sum) at cell line 4: ranks 0-3 done" in text
+    assert f"Allreduce ([3] float64, sum) at {here}, line 3: ranks 0-3 done" in text
+    assert f"allreduce (int, sum) at {here}, line 4: ranks 0-3 done" in text
     assert "rank 0: send #" in text and "to rank 1" in text
     assert "rank 1: recv #" in text and "from rank 0" in text
-    assert "(ranks 0, 2) ---" in text and "Barrier at cell line 10: ranks 0, 2 done" in text
+    assert "(ranks 0, 2) ---" in text and f"Barrier at {here}, line 10: ranks 0, 2 done" in text
 
 
 def test_mpi4py_communicators_each_have_their_own_group(ip):
     ready(ip, "m")
+    here = label(ip)  # the notebook's name of the cells run here
     code = (
         "%%distcomp run m\n"
         "comm = MPI.COMM_WORLD\n"
@@ -396,21 +415,25 @@ def test_mpi4py_communicators_each_have_their_own_group(ip):
     for pair in ("0, 2", "1, 3"):
         head = next(line for line in text.splitlines() if f"(ranks {pair}) ---" in line)
         assert head.startswith("--- comm ") and "." not in head, head
-        assert f"Barrier at cell line 4: ranks {pair} done" in text
+        assert f"Barrier at {here}, line 4: ranks {pair} done" in text
         twin = next(
             line for line in text.splitlines() if f"(ranks {pair}) ---" in line and "." in line
         )
         assert twin.startswith("--- comm ") and ".1 (" in twin, twin
-    assert "#1     Allreduce ([2] float64, sum) at cell line 6: ranks 0, 2 done" in text
+    assert f"#1     Allreduce ([2] float64, sum) at {here}, line 6: ranks 0, 2 done" in text
     assert "(ranks 0, 1, 2, 3) ---" in text
-    assert "#1     Barrier at cell line 8: ranks 0-3 done" in text
+    assert f"#1     Barrier at {here}, line 8: ranks 0-3 done" in text
     assert "--- comm g1 (ranks 0, 1) ---" in text
-    assert "#1     Bcast ([1] float64, root 1) at cell line 11: ranks 0-1 done" in text
-    assert "Split at cell line 3: ranks 0-3 done" in text and "Create_cart at cell line 7" in text
+    assert f"#1     Bcast ([1] float64, root 1) at {here}, line 11: ranks 0-1 done" in text
+    assert (
+        f"Split at {here}, line 3: ranks 0-3 done" in text
+        and f"Create_cart at {here}, line 7" in text
+    )
 
 
 def test_mpi4py_non_blocking_calls_end_when_their_request_completes(ip):
     ready(ip, "m")
+    here = label(ip)  # the notebook's name of the cells run here
     code = (
         "%%distcomp run m\n"
         "comm = MPI.COMM_WORLD\n"
@@ -426,13 +449,13 @@ def test_mpi4py_non_blocking_calls_end_when_their_request_completes(ip):
     assert cell.ok, cell.traceback_text()
     assert cell.stdout.count("request True True") == 4
     text = run_cell(ip, "%distcomp collectives m").stdout
-    assert "Iallreduce ([3] float64, sum) at cell line 3: ranks 0-3 done" in text, text
-    assert "rank 0: Isend #" in text and "to rank 1, COMM_WORLD) at cell line 6, done" in text
-    assert "rank 0: Irecv #" in text and "from rank 3, COMM_WORLD) at cell line 6, done" in text
-    assert "Ibarrier at cell line 8: ranks 0-3 not complete, posted" in text
+    assert f"Iallreduce ([3] float64, sum) at {here}, line 3: ranks 0-3 done" in text, text
+    assert "rank 0: Isend #" in text and f"to rank 1, COMM_WORLD) at {here}, line 6, done" in text
+    assert "rank 0: Irecv #" in text and f"from rank 3, COMM_WORLD) at {here}, line 6, done" in text
+    assert f"Ibarrier at {here}, line 8: ranks 0-3 not complete, posted" in text
     assert run_cell(ip, "%%distcomp run m\npending.Wait()").ok
     text = run_cell(ip, "%distcomp collectives m").stdout
-    assert "Ibarrier at cell line 8: ranks 0-3 done" in text, text
+    assert f"Ibarrier at {here}, line 8: ranks 0-3 done" in text, text
 
 
 def test_a_skipped_call_on_a_sub_communicator_is_named_with_its_group(ip):

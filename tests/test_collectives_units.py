@@ -3,7 +3,9 @@ writer wrote, and the words each kind of divergence gets."""
 
 from __future__ import annotations
 
+import os
 import time
+from dataclasses import replace
 
 from jupyter_distcomp.rank_side import ledger
 from jupyter_distcomp.rank_side.ledger import COLLECTIVE, Entry, Ring, read_ring
@@ -56,6 +58,36 @@ def test_a_skipped_collective_names_who_waits_and_where_the_other_rank_is():
         "all_reduce #2 ([4] float32, sum, default group): ranks 0-1, 3 wait since 12 s; "
         "rank 2 has not called it: it is in barrier #2 at cell line 5"
     )
+
+
+def test_the_kernel_names_a_call_site_by_the_cell_that_defined_it():
+    from ipykernel.compiler import get_file_name
+
+    from jupyter_distcomp.local import cell_names
+    from jupyter_distcomp.local.ranks import ledgers  # noqa: F401  (the kernel's cell names)
+
+    defining = "%%distcomp run t\ndef step():\n    dist.barrier()\n"
+    cell_names.remember(defining, "Cell In[5]")
+    cell_names.remember("%%distcomp run t\nstep()\n", "Cell In[9]")  # the cell that calls it
+    rank_file = f"/tmp/ipykernel_42/{os.path.basename(get_file_name(defining))}"
+    calls = {r: [call(1, running=True)] for r in (0, 1)}
+    barrier = call(1, op="barrier", data="", reduce="", running=True)
+    calls[2] = [replace(barrier, file=rank_file)]
+    (verdict,) = ledger.verdicts(calls, 3)
+    assert verdict.text().endswith(
+        "rank 2 has not called it: it is in barrier #1 at In [5], line 3"
+    )
+    assert calls[0][0].site() == "cell line 3", "a cell the kernel did not send"
+
+
+def test_a_rank_names_call_sites_by_the_labels_its_ipython_ran_the_cells_under():
+    from jupyter_distcomp.rank_side.ledger_hooks import cell_namer
+
+    named = cell_namer({"3266.py": "5", "1177.py": ""})
+    assert named("/tmp/x/tmp/ipykernel_8/3266.py", 7) == "In [5], line 7"
+    assert named("/tmp/ipykernel_9/3266.py", 2) == "In [5], line 2", "another rank's file"
+    assert named("/tmp/ipykernel_8/1177.py", 7) == "", "a cell without the notebook's number"
+    assert named("/tmp/ipykernel_8/99.py", 7) == ""
 
 
 def test_a_shape_mismatch_names_both_sides_and_who_went_on():

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from .ranks_support import MPI_SPEC, TORCH_SPEC, define, loaded_shell, run_cell
+from .ranks_support import MPI_SPEC, TORCH_SPEC, define, label, loaded_shell, run_cell
 
 pytestmark = pytest.mark.slow
 
@@ -73,13 +73,17 @@ def release(ip, name: str, flag) -> None:
 
 def test_send_send_of_large_messages_is_named_in_collectives_where_compare_interrupt(ip, tmp_path):
     flag = tmp_path / "go"
+    # the sends are in a function of an earlier cell: the chain names that cell
+    defining = label(ip)
+    send = "%%distcomp run w\ndef send_big(peer):\n    comm.Send(np.ones(4_000_000), dest=peer)"
+    assert run_cell(ip, send, store_history=True).ok
     hang(
         ip,
         "w",
         f"if rank < 2:\n"
         f"    peer = 1 - rank\n"
         f"    rescue(lambda: Recv(comm, np.empty(4_000_000), source=peer), flag={str(flag)!r})\n"
-        f"    comm.Send(np.ones(4_000_000), dest=peer)\n"
+        f"    send_big(peer)\n"
         f"while rank == 2 and not os.path.exists({str(flag)!r}):\n"
         f"    MPI.COMM_SELF.Barrier()\n"
         f"    time.sleep(0.01)",
@@ -90,10 +94,11 @@ def test_send_send_of_large_messages_is_named_in_collectives_where_compare_inter
             "deadlock: rank 0 waits to send to rank 1, which waits to send to rank 0 (COMM_WORLD)"
         )
         assert chain in text, text
-        assert "ranks 0-1 in Send ([4000000] float64) at cell line 5, since" in text
+        sends = f"ranks 0-1 in Send ([4000000] float64) at {defining}, line 3, since"
+        assert sends in text, text
         assert "agree" not in text
         where = run_cell(ip, "%distcomp where w").stdout
-        assert chain in where, where
+        assert chain in where and sends in where, where
         time.sleep(0.5)
         again = run_cell(ip, "%distcomp where w").stdout
         assert "--- since the last look, " in again, again
@@ -144,7 +149,8 @@ def test_recv_recv_and_an_object_receive_whose_peer_ended_its_cell(ip, tmp_path)
             text
         )
         assert (
-            "rank 0: recv #" in text and "(object, from rank 1, COMM_WORLD) at cell line 5" in text
+            "rank 0: recv #" in text
+            and f"(object, from rank 1, COMM_WORLD) at {label(ip)}, line 5" in text
         )
     finally:
         release(ip, "w", flag)
@@ -220,7 +226,7 @@ def test_torch_recv_on_both_sides(ip, tmp_path):
         text = run_cell(ip, "%distcomp collectives g").stdout
         assert (
             "deadlock: rank 0 waits to receive from rank 1, which waits to receive from rank 0 "
-            "(default group); ranks 0-1 in recv ([4] float32) at cell line 5" in text
+            f"(default group); ranks 0-1 in recv ([4] float32) at {label(ip)}, line 5" in text
         ), text
         assert "dist.batch_isend_irecv" in text
     finally:

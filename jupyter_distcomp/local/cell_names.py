@@ -13,6 +13,8 @@ import os
 import re
 from collections import OrderedDict
 
+from ..rank_side.ledger import cell_place
+
 KEPT = 2000  # cells remembered (a long session: the oldest go)
 #: a rank's file name -> (label, code, the notebook cell's path as JupyterLab's debugger
 #: names it, '' if not known)
@@ -78,9 +80,7 @@ def where(path: str, line: int | str) -> str:
     if not is_cell_file(path):
         return ""
     known = cell_of(path)
-    if known and known[0]:
-        return f"{known[0]}, line {line}"
-    return f"cell line {line}"
+    return cell_place(known[0] if known else "", line)
 
 
 def source_line(path: str, line: int) -> str | None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ..core.ranges import format_ranks
 from ..machine.remote import on_hosts
-from ..rank_side.ledger import CELL_FILE, in_hooks
+from ..rank_side.ledger import CELL_FILE, cell_place, in_hooks
 from .cell_names import cell_of
 from .cell_names import where as cell_where
 
@@ -64,7 +64,7 @@ class Frame:
     def place(self) -> str:
         """``In [5], line 7`` or ``train.py:12``."""
         if self.cell_line is not None:
-            return self.cell_place or f"cell line {self.cell_line}"
+            return self.cell_place or cell_place("", self.cell_line)
         match = re.match(r'\s*File "(?P<file>[^"]+)", line (?P<line>\d+)', self.where)
         return f"{match['file']}:{match['line']}" if match else self.where.strip()
 

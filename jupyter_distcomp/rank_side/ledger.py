@@ -21,7 +21,7 @@ import stat
 import struct
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 MAGIC = b"DCL1"
@@ -47,6 +47,30 @@ def in_hooks(text: str) -> bool:
 #: the file a rank's IPython runs a cell as
 CELL_FILE = re.compile(r"(/tmp/ipykernel_\d+/\d+\.py|<ipython-input-[^>]+>)")
 COLLECTIVE, P2P = "c", "p"
+
+
+def cell_place(label: str, line: int | str) -> str:
+    """``In [5], line 7`` for a line of the notebook's cell ``In [5]``; ``cell line 7`` for a
+    cell whose label is not known."""
+    return f"{label}, line {line}" if label else f"cell line {line}"
+
+
+def _unlabelled(file: str, line: int) -> str:
+    return ""
+
+
+#: ``(cell file, line) -> "In [5], line 7"`` ('' for a cell it does not know): how
+#: :meth:`Entry.site` names a call site in a cell (see :func:`name_cells`)
+_cell_namer: Callable[[str, int], str] = _unlabelled
+
+
+def name_cells(namer: Callable[[str, int], str]) -> None:
+    """Name call sites in cells with ``namer(cell file, line)`` from now on: the kernel
+    with the notebook's labels of the cells it sent (local/ranks/ledgers.py), a rank with
+    the labels its IPython ran them under (ledger_hooks.install); a cell ``namer`` does not
+    know (it returns '') is ``cell line 7``."""
+    global _cell_namer
+    _cell_namer = namer
 
 
 #: collectives whose data may differ between the ranks of one call, by MPI's and torch's
@@ -142,9 +166,10 @@ class Entry:
         return (self.op, self.data, self.reduce, self.root)
 
     def site(self) -> str:
-        """``cell line 5``, or ``train.py:12 in step``."""
+        """``In [5], line 7`` (the cell that defined the code; ``cell line 7`` where that
+        cell is not known), or ``train.py:12 in step``."""
         if CELL_FILE.search(self.file):
-            return f"cell line {self.line}"
+            return _cell_namer(self.file, self.line) or cell_place("", self.line)
         if not self.file:  # a call of torch's record without its stack
             return "a call site torch's record does not give"
         return f"{os.path.basename(self.file)}:{self.line} in {self.function}"
@@ -526,7 +551,7 @@ def verdict_text(
 ) -> str:
     """The one wording of a verdict, e.g. ``all_reduce #37 ([4] float32, sum, default
     group): ranks 0-1, 3 wait since 12 s; rank 2 has not called it: it is in barrier #37 at
-    cell line 5``, or for a mismatch of data ``all_reduce #12: ranks 0-1 [4] float32, ranks
+    In [5], line 7``, or for a mismatch of data ``all_reduce #12: ranks 0-1 [4] float32, ranks
     2-3 [5] float32``. ``besides``: what ranks out of the call did, as the caller knows it
     (``{2: "raised an error"}``)."""
     besides = besides or {}

@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -192,8 +193,26 @@ def _after_import(name: str, wrap):
     return after
 
 
-def install(path: str, rank: int = 0, check: bool = False) -> None:
-    """Record this process's calls in the ledger file ``path`` (idempotent)."""
+def cell_namer(cells: dict[str, str]) -> Callable[[str, int], str]:
+    """``(cell file, line) -> "In [12], line 7"`` by ``cells``, the notebook's number of each
+    cell by the name of the file IPython ran it as; '' for a cell not in ``cells``."""
+
+    def in_cell(file: str, line: int) -> str:
+        number = cells.get(os.path.basename(file))
+        return ledger.cell_place(f"In [{number}]", line) if number else ""
+
+    return in_cell
+
+
+def install(
+    path: str, rank: int = 0, check: bool = False, cells: dict[str, str] | None = None
+) -> None:
+    """Record this process's calls in the ledger file ``path`` (idempotent). ``cells``:
+    the notebook's number of each cell the rank ran (``"12"``), by the name of the file
+    IPython ran it as, kept up to date by the rank's IPython (rank_setup.py): call sites in
+    those cells, this rank's and the others', are named ``In [12], line 7``."""
+    if cells is not None:
+        ledger.name_cells(cell_namer(cells))
     if STATE.ring is None:
         try:
             STATE.ring = ledger.Ring(path)

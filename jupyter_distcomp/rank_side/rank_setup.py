@@ -70,7 +70,8 @@ def setup_rank(
     folder); empty: where the rank started.
 
     ``cell_label`` is :data:`CELL_LABEL`: a request's cell is named by its value in the
-    rank's tracebacks (IPython's ``Cell In[12]``), not by the engine's own count.
+    rank's tracebacks (IPython's ``Cell In[12]``), not by the engine's own count, and in
+    the ledger's call sites (``In [12], line 7``, in check mode's errors).
 
     ``drop`` lists variables to remove unless ``env`` sets them. SIGUSR1 makes faulthandler
     write every thread's Python stack to ``stack_path`` even while the main thread is stuck
@@ -84,6 +85,10 @@ def setup_rank(
     import sys
     import threading
 
+    # the notebook's number of each cell this rank ran ("12" for In [12]), by the name of
+    # the file IPython ran it as (the code's hash: the same on every rank): the ledger's
+    # call sites are named by it, also those of other ranks
+    cell_numbers: dict[str, str] = {}
     for key in drop:
         if key not in env:
             os.environ.pop(key, None)
@@ -213,7 +218,8 @@ def setup_rank(
                     name = cache(transformed_code, number, raw_code)
                     metadata = (kernel.get_parent("shell") or {}).get("metadata") or {}
                     if metadata.get(cell_label) is not None:
-                        compiler._filename_map[name] = metadata[cell_label]
+                        label = compiler._filename_map[name] = metadata[cell_label]
+                        cell_numbers[os.path.basename(name)] = label
                     return name
 
                 compiler.cache = labelled_cache
@@ -235,7 +241,7 @@ def setup_rank(
 
     if ledger is not None and os.path.exists(ledger[0]):
         try:
-            by_path("distcomp_ledger_hooks", ledger[0]).install(ledger[1])
+            by_path("distcomp_ledger_hooks", ledger[0]).install(ledger[1], cells=cell_numbers)
         except Exception as exc:
             print(f"distcomp: no collectives ledger on this rank: {exc!r}", file=sys.stderr)
     if flow is not None and os.path.exists(flow[0]) and os.path.exists(flow[1]):

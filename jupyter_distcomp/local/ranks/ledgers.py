@@ -18,11 +18,15 @@ from ...core.waitfor import deadlock_lines
 from ...machine.network import is_local_host
 from ...rank_side import ledger
 from ...rank_side.rank_setup import check_collectives
+from ..cell_names import where as cell_where
 
 if TYPE_CHECKING:
     from .world import World
 
 HOOKS_FILE = str(Path(ledger.__file__).with_name("ledger_hooks.py"))
+# the kernel names the ledger's call sites in cells as the notebook does: ``In [5], line 7``,
+# the cell that defined the code
+ledger.name_cells(cell_where)
 HANG_CHECK = 1.0  # seconds between reads of the ledgers while a cell may hang
 RECENT = 64  # the newest calls of each rank that show a point-to-point deadlock
 
