@@ -209,8 +209,8 @@ def test_check_mode_setting_catches_a_skipped_collective_on_gloo(ip):
     text = cell.traceback_text()
     assert "the cell failed on ranks 0-3" in text
     said = rf"ranks 0-1, 3 call it; rank 2 has not called it: it is in barrier #\d+ at {re.escape(defining)}, line 5\."
-    assert re.search(said, text), text
-    assert text.count("CollectiveMismatch: check_collectives:") == 1, "alike on every rank"
+    # ranks 0-1, 3 (at the all_reduce) name rank 2's place as rank 2 (at the barrier) does
+    assert len(re.findall(said, text)) == 2, text
 
 
 def test_check_mode_on_mpi4py_names_both_operations(ip):

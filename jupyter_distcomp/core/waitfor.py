@@ -219,7 +219,7 @@ def chains(found: dict[int, Wait], gone: dict[int, str]) -> list[Chain]:
 
 
 def _sites(links: list[tuple[Wait, Piece, int | None]]) -> str:
-    """``ranks 0-1 in Send ([4000000] float64) at cell line 3``: the calls, alike ones once."""
+    """``ranks 0-1 in Send ([4000000] float64) at In [4], line 3``: the calls, alike ones once."""
     alike: dict[str, list[int]] = {}
     for wait, _, _ in links:
         e = wait.entry
