@@ -1,6 +1,7 @@
 /**
  * jupyter-distcomp for JupyterLab: one plugin per feature.
- *  - jupyter-distcomp:plugin     spec cells as YAML, live diagnostics (settings: schema/plugin.json)
+ *  - jupyter-distcomp:plugin     spec cells as YAML, live diagnostics (settings: schema/plugin.json),
+ *                                Tab offering the kernel's spec keys without the cell's words
  *  - jupyter-distcomp:ranks      the ranks sidebar, the status bar item, "Show ranks panel"
  *  - jupyter-distcomp:templates  "Insert %%distcomp template" commands for each launcher
  *  - jupyter-distcomp:rank-view  run cells' output read merged or one rank at a time
@@ -29,6 +30,7 @@ import {
   SpecHighlighter
 } from './editor';
 import { RanksService } from './ranks';
+import { leaveCellWordsOutOfSpecCompletion } from './specCompletion';
 import { RanksPanel, RanksStatus } from './ranksPanel';
 import { templateSource, TEMPLATES } from './templates';
 
@@ -64,6 +66,7 @@ const editorPlugin: JupyterFrontEndPlugin<void> = {
       diagnosticsDelay: 300
     };
     registerDiagnostics(extensions, settings);
+    leaveCellWordsOutOfSpecCompletion();
     const highlighter = new SpecHighlighter(tracker, languages, settings);
     if (settingRegistry) {
       settingRegistry
