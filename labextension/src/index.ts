@@ -26,11 +26,11 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 
 import {
   IEditorSettings,
+  leaveCellWordsOutOfSpecCompletion,
   registerDiagnostics,
   SpecHighlighter
 } from './editor';
 import { RanksService } from './ranks';
-import { leaveCellWordsOutOfSpecCompletion } from './specCompletion';
 import { RanksPanel, RanksStatus } from './ranksPanel';
 import { templateSource, TEMPLATES } from './templates';
 
