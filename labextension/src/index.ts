@@ -2,7 +2,8 @@
  * jupyter-distcomp for JupyterLab: one plugin per feature.
  *  - jupyter-distcomp:plugin     spec cells as YAML, live diagnostics (settings: schema/plugin.json),
  *                                Tab offering the kernel's spec keys without the cell's words
- *  - jupyter-distcomp:ranks      the ranks sidebar, the status bar item, "Show ranks panel"
+ *  - jupyter-distcomp:ranks      the ranks sidebar, the status bar item, "Show ranks panel",
+ *                                the debugger's rich view of the selected rank's variable
  *  - jupyter-distcomp:templates  "Insert %%distcomp template" commands for each launcher
  *  - jupyter-distcomp:rank-view  run cells' output read merged or one rank at a time
  */
@@ -108,6 +109,9 @@ const ranksPlugin: JupyterFrontEndPlugin<void> = {
   ) => {
     const service = new RanksService(tracker);
     const panel = new RanksPanel(service);
+    void import('./richView').then(view =>
+      view.followSelectedRank(app, tracker)
+    );
     // the left area: the debugger's sidebar opens on the right and would hide it there
     app.shell.add(panel, 'left', { rank: 900 });
     app.commands.addCommand(CommandIDs.showRanks, {
