@@ -163,7 +163,7 @@ def test_a_ranks_variable_in_the_rich_view_and_copied_to_the_ranks_globals(debug
     )
     assert copied["success"], copied
     # a name the frame lacks: nothing to show ("undefined in the active context")
-    rich = dap.request("richInspectVariables", variableName="total", frameId=by_rank[2]["id"])
+    rich = dap.request("richInspectVariables", variableName="nowhere", frameId=by_rank[2]["id"])
     assert rich["success"] and rich["body"]["data"] == {}, rich
     # after a step, JupyterLab refreshes an open rich view with the frame it was opened at:
     # the view shows the variable in that rank's frame now
