@@ -140,6 +140,11 @@ def test_step_in_stops_in_the_users_code_only(debugger):
     assert (lines, files) == ({6}, {path}), dap.output(msg_id)
     thread, lines, files = lines_after(dap, "stepIn", thread)  # into double, not allreduce
     assert (lines, files) == ({4}, {path}), dap.output(msg_id)
+    # the rich view of a local of the function's frame, on rank 3
+    frames = dap.request("stackTrace", threadId=thread)["body"]["stackFrames"]
+    inner = next(f for f in frames if f["name"] == "rank 3: double")
+    rich = dap.request("richInspectVariables", variableName="v", frameId=inner["id"])
+    assert rich["success"] and rich["body"]["data"]["text/plain"] == "3", rich
     dap.request("continue", threadId=1)
     reply = dap.wait_reply(msg_id)
     assert reply["status"] == "ok", dap.output(msg_id)
