@@ -17,6 +17,7 @@ from .browser_support import (
     command,
     languages,
     open_notebook,
+    run_cell_at,
     screenshot,
     wait_kernel_idle,
     wait_language,
@@ -118,6 +119,59 @@ def test_misspelt_keys_get_marks_at_their_lines(lab, page):
     tooltip.wait_for(timeout=10_000)
     assert "unknown key 'defualt' in inputs.n. Did you mean 'default'?" in tooltip.inner_text()
     screenshot(page, "diagnostics-hover")
+
+
+def completer_offers(page) -> list[str]:
+    """What JupyterLab's completer popup offers, once it shows (the kernel's and the
+    context completer's offers merged)."""
+    items = page.locator(".jp-Completer .jp-Completer-item")
+    items.first.wait_for(timeout=30_000)
+    return [
+        text.strip() for text in page.locator(".jp-Completer .jp-Completer-match").all_inner_texts()
+    ]
+
+
+def test_tab_in_a_spec_cell_offers_launcher_types_and_spec_keys(lab, page):
+    url = lab.write_notebook(
+        "complete.ipynb",
+        [
+            "%load_ext jupyter_distcomp",
+            "%%distcomp t\nname: x\nversion: 0.0.1\n$schema: http://x\nlauncher:\n  type: torch.d",
+            "print(zebra_word)\nzeb",
+        ],
+    )
+    open_notebook(page, url)
+    run_cell_at(page, 0)
+    page.wait_for_function(
+        "el => el.textContent.includes('[1]')",
+        arg=cell(page, 0).locator(".jp-InputPrompt").element_handle(),
+        timeout=60_000,
+    )
+    editor = cell(page, 1).locator(".cm-content")
+    editor.click()
+    page.keyboard.press("Control+End")
+    page.keyboard.press("Tab")
+    # the launcher types, not the words of the cell (`name`, `:`, `0.0.1`, `$schema`)
+    assert completer_offers(page) == ["torch.distributed"]
+    screenshot(page, "complete-launcher-type")
+    page.keyboard.press("Enter")
+    page.wait_for_function(
+        "el => el.textContent.endsWith('type: torch.distributed')", arg=editor.element_handle()
+    )
+    page.keyboard.press("Enter")  # a new key of the launcher, indented under it
+    page.keyboard.type("ad")
+    page.keyboard.press("Tab")
+    assert completer_offers(page) == ["additional_arguments"]
+    page.keyboard.press("Enter")
+    lines = editor.locator(".cm-line").all_inner_texts()
+    assert lines[-2:] == ["  type: torch.distributed", "  additional_arguments"], lines
+
+    # a Python cell keeps its own words among the offers (the context completer)
+    page.keyboard.press("Escape")
+    cell(page, 2).locator(".cm-content").click()
+    page.keyboard.press("Control+End")
+    page.keyboard.press("Tab")
+    assert "zebra_word" in completer_offers(page)
 
 
 def _rank_rows(page):

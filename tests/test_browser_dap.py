@@ -24,6 +24,7 @@ from .debug_support import MPI_SPEC
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 RANKS = 3
+NB = "visual_debugger.ipynb"
 DEBUG_CELL = """%%distcomp run dbg
 x = comm.rank * 10
 total = comm.allreduce(x)
@@ -77,15 +78,38 @@ def wait_variable(page, name: str, value: str, timeout: float = 30_000) -> None:
     )
 
 
+def open_rich_view(page, name: str, notebook: str):
+    """Click the magnifier of the variable ``name`` (of the selected frame): its rich view
+    (JupyterLab keeps one per name and notebook)."""
+    row_name = page.locator(".jp-DebuggerVariables-name", has_text=re.compile(f"^{name}$")).first
+    row_name.hover()
+    row = page.locator(".jp-TreeItem", has=row_name).first
+    row.locator(".jp-DebuggerVariables-renderVariable").first.click()
+    view = page.locator(
+        f'.jp-DebuggerRichVariable[id="jp-debugger-variable-mime-{name}-{notebook}"]'
+    )
+    view.wait_for(timeout=30_000)
+    return view
+
+
+def wait_text(page, locator, pattern: str, timeout: float = 30_000) -> None:
+    page.wait_for_function(
+        "([el, pattern]) => new RegExp(pattern).test(el.textContent)",
+        arg=[locator.element_handle(), pattern],
+        timeout=timeout,
+    )
+
+
 def test_gutter_breakpoint_stops_every_rank_and_next_continue_act_on_all(lab, page):
     url = lab.write_notebook(
-        "visual_debugger.ipynb",
+        NB,
         [
             "%load_ext jupyter_distcomp",
             f"%%distcomp dbg\n{MPI_SPEC}",
             "dbg.runsettings.resource_layout.configure("
             f"instance_count=1, process_count_per_node={RANKS})",
-            "%%distcomp run dbg\nfrom mpi4py import MPI\ncomm = MPI.COMM_WORLD",
+            "%%distcomp run dbg\nfrom mpi4py import MPI\nimport numpy as np\n"
+            "comm = MPI.COMM_WORLD\narr = np.arange(3) * comm.rank",
             DEBUG_CELL,
             ONLY_CELL,
         ],
@@ -106,17 +130,12 @@ def test_gutter_breakpoint_stops_every_rank_and_next_continue_act_on_all(lab, pa
     wait_frames(page, expected)
     page.locator(".jp-DebuggerCallstackFrame-name", has_text="rank 2: <module>").click()
     wait_variable(page, "x", "20")
-    # the magnifier of rank 2's x opens its rich view
-    name = page.locator(".jp-DebuggerVariables-name", has_text=re.compile(r"^x$")).first
-    name.hover()
-    row = page.locator(".jp-TreeItem", has=name).first
-    row.locator(".jp-DebuggerVariables-renderVariable").first.click()
-    rich = page.locator(".jp-DebuggerRichVariable").first
-    rich.wait_for(timeout=30_000)
-    page.wait_for_function("el => /\\b20\\b/.test(el.textContent)", arg=rich.element_handle())
+    # the magnifier of rank 2's x opens its rich view, and so does that of an array
+    wait_text(page, open_rich_view(page, "x", NB), "\\b20\\b")
     screenshot(page, "visual-debugger-stopped")
     DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(DOCS_SCREENSHOTS / "visual-debugger.png"))
+    wait_text(page, open_rich_view(page, "arr", NB), "array\\(\\[0, 2, 4\\]\\)")
 
     command(page, "debugger:next")  # over the collective, on every rank
     page.wait_for_function(
@@ -128,6 +147,13 @@ def test_gutter_breakpoint_stops_every_rank_and_next_continue_act_on_all(lab, pa
     wait_frames(page, expected)
     page.locator(".jp-DebuggerCallstackFrame-name", has_text="rank 1: <module>").click()
     wait_variable(page, "total", str(sum(10 * r for r in range(RANKS))))
+    # rank 1's x after rank 2's: the one view of x shows rank 1's, and says so
+    wait_text(page, open_rich_view(page, "x", NB), "^\\s*10\\s*$")
+    assert page.locator(".jp-DebuggerRichVariable").count() == 2  # x and arr
+    page.locator(".lm-TabBar-tab", has_text="x (rank 1)").wait_for(timeout=10_000)
+    for tab in ("x (rank 1)", "arr"):  # closed: the notebook gets its width back
+        page.locator(".lm-TabBar-tab", has_text=tab).locator(".lm-TabBar-tabCloseIcon").click()
+    page.locator(".jp-DebuggerRichVariable").first.wait_for(state="detached", timeout=10_000)
     screenshot(page, "visual-debugger-next")
 
     command(page, "debugger:continue")

@@ -140,6 +140,11 @@ def test_step_in_stops_in_the_users_code_only(debugger):
     assert (lines, files) == ({6}, {path}), dap.output(msg_id)
     thread, lines, files = lines_after(dap, "stepIn", thread)  # into double, not allreduce
     assert (lines, files) == ({4}, {path}), dap.output(msg_id)
+    # the rich view of a local of the function's frame, on rank 3
+    frames = dap.request("stackTrace", threadId=thread)["body"]["stackFrames"]
+    inner = next(f for f in frames if f["name"] == "rank 3: double")
+    rich = dap.request("richInspectVariables", variableName="v", frameId=inner["id"])
+    assert rich["success"] and rich["body"]["data"]["text/plain"] == "3", rich
     dap.request("continue", threadId=1)
     reply = dap.wait_reply(msg_id)
     assert reply["status"] == "ok", dap.output(msg_id)
@@ -162,6 +167,18 @@ def test_a_ranks_variable_in_the_rich_view_and_copied_to_the_ranks_globals(debug
         "copyToGlobals", srcVariableName="x", dstVariableName="x_seen", srcFrameId=by_rank[1]["id"]
     )
     assert copied["success"], copied
+    # a name the frame lacks: nothing to show ("undefined in the active context")
+    rich = dap.request("richInspectVariables", variableName="nowhere", frameId=by_rank[2]["id"])
+    assert rich["success"] and rich["body"]["data"] == {}, rich
+    # after a step, JupyterLab refreshes an open rich view with the frame it was opened at:
+    # the view shows the variable in that rank's frame now
+    since = len(dap.events)
+    assert dap.request("next", threadId=thread)["success"]
+    dap.wait_events("stopped", RANKS, since, reason="step")
+    rich = dap.request("richInspectVariables", variableName="total", frameId=by_rank[2]["id"])
+    assert rich["success"] and rich["body"]["data"]["text/plain"] == "60", rich
+    stale = dap.request("scopes", frameId=by_rank[2]["id"])  # other requests: stale
+    assert not stale["success"] and "is stale" in stale["message"], stale
     dap.request("continue", threadId=1)
     assert dap.wait_reply(msg_id)["status"] == "ok", dap.output(msg_id)
     reply, text = dap.run("%%distcomp run dbg --ranks 1\nprint('seen', x_seen)")

@@ -293,11 +293,18 @@ def _variable(pdb: Any, index: int, name: str) -> Any:
 
 def rich(pdb: Any, index: int, name: str) -> dict:
     """The variable ``name`` of frame ``index`` as the notebook displays it (every format
-    IPython's formatter gives: JupyterLab's rich view of a variable)."""
+    IPython's formatter gives: JupyterLab's rich view of a variable). Nothing for a name the
+    frame lacks, or a frame that returned (an open view refreshed after a step): JupyterLab
+    says "undefined in the active context", as for a plain cell."""
     if not name.isidentifier():
         return {"data": {}, "metadata": {}}
     try:
         value = _variable(pdb, index, name)
+    except (NameError, IndexError):
+        return {"data": {}, "metadata": {}}
+    except BaseException as exc:  # interrupted at the time limit
+        return {"error": failure(exc)}
+    try:
         from IPython import get_ipython
 
         data, metadata = get_ipython().display_formatter.format(value)

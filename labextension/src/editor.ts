@@ -12,11 +12,17 @@
  * editor-extension registry; it returns nothing unless the editor holds a spec cell. Each
  * marked line gets a sign in a lint gutter (shown only while it holds one, style/base.css)
  * and a line under the editor counts them ("2 errors, 1 warning in this spec").
+ *
+ * Tab in a spec cell offers what the kernel offers there: the spec's keys and the allowed
+ * `type:` values (jupyter_distcomp/notebook/completion.py). JupyterLab merges those with
+ * its context completer's offers, the words of the cell (`name`, `:`, `0.0.1`), which it
+ * takes from the editor's getTokens(), its only caller: a spec cell's editor reports none.
  */
 import { forEachDiagnostic, lintGutter, linter } from '@codemirror/lint';
 import { EditorState } from '@codemirror/state';
 import { EditorView, Panel, showPanel } from '@codemirror/view';
 import {
+  CodeMirrorEditor,
   EditorExtensionRegistry,
   IEditorExtensionRegistry,
   IEditorLanguageRegistry
@@ -62,6 +68,22 @@ export function registerDiagnostics(
         )
       ])
   });
+}
+
+let tokensLeftOut = false;
+
+/** Make spec cells' editors report no tokens to the context completer (once). */
+export function leaveCellWordsOutOfSpecCompletion(): void {
+  if (tokensLeftOut) {
+    return;
+  }
+  tokensLeftOut = true;
+  const getTokens = CodeMirrorEditor.prototype.getTokens;
+  CodeMirrorEditor.prototype.getTokens = function (this: CodeMirrorEditor) {
+    return isSpecCell(this.model.sharedModel.getSource())
+      ? []
+      : getTokens.call(this);
+  };
 }
 
 /** The line under a spec cell's editor that counts its errors and warnings. */

@@ -1,7 +1,9 @@
 /**
  * jupyter-distcomp for JupyterLab: one plugin per feature.
- *  - jupyter-distcomp:plugin     spec cells as YAML, live diagnostics (settings: schema/plugin.json)
- *  - jupyter-distcomp:ranks      the ranks sidebar, the status bar item, "Show ranks panel"
+ *  - jupyter-distcomp:plugin     spec cells as YAML, live diagnostics (settings: schema/plugin.json),
+ *                                Tab offering the kernel's spec keys without the cell's words
+ *  - jupyter-distcomp:ranks      the ranks sidebar, the status bar item, "Show ranks panel",
+ *                                the debugger's rich view of the selected rank's variable
  *  - jupyter-distcomp:templates  "Insert %%distcomp template" commands for each launcher
  *  - jupyter-distcomp:rank-view  run cells' output read merged or one rank at a time
  */
@@ -25,6 +27,7 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 
 import {
   IEditorSettings,
+  leaveCellWordsOutOfSpecCompletion,
   registerDiagnostics,
   SpecHighlighter
 } from './editor';
@@ -64,6 +67,7 @@ const editorPlugin: JupyterFrontEndPlugin<void> = {
       diagnosticsDelay: 300
     };
     registerDiagnostics(extensions, settings);
+    leaveCellWordsOutOfSpecCompletion();
     const highlighter = new SpecHighlighter(tracker, languages, settings);
     if (settingRegistry) {
       settingRegistry
@@ -105,6 +109,9 @@ const ranksPlugin: JupyterFrontEndPlugin<void> = {
   ) => {
     const service = new RanksService(tracker);
     const panel = new RanksPanel(service);
+    void import('./richView').then(view =>
+      view.followSelectedRank(app, tracker)
+    );
     // the left area: the debugger's sidebar opens on the right and would hide it there
     app.shell.add(panel, 'left', { rank: 900 });
     app.commands.addCommand(CommandIDs.showRanks, {

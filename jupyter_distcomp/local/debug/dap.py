@@ -278,7 +278,15 @@ class Adapter:
             "variables": ("variablesReference", "variable"),
             "copyToGlobals": ("srcFrameId", "frame"),
         }.get(command, ("frameId", "frame"))
-        thread, found = self.refs.resolve(kind, number(args, key), key)
+        try:
+            thread, found = self.refs.resolve(kind, number(args, key), key)
+        except Stale:
+            # an open rich view, which JupyterLab refreshes after a step with the frame it
+            # was opened at: the variable in its rank's frame at the same depth now
+            past = self.refs.past_frame(number(args, key))
+            if command != "richInspectVariables" or past is None:
+                raise
+            thread, found = past
         return {**args, "_thread": thread, "_number": found}
 
     def _record_breakpoints(self, args: dict) -> None:

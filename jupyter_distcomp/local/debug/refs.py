@@ -8,7 +8,9 @@ debugpy answers, never none.
 A frame or variable of a rank gets a number of its own (:class:`References`), counted up
 from :data:`REF_BASE` and never reused. It belongs to the rank's stop it was given at: once
 that rank steps, continues, restarts or stops, the number is stale, and a request naming it
-is refused as such, never answered from the rank's next stop.
+is refused as such, never answered from the rank's next stop. One exception: an open rich
+view of a variable, which JupyterLab refreshes after each step with the frame it was opened
+at, follows its rank's frame at the same depth (:meth:`References.past_frame`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import threading
 from typing import Any
 
 REF_BASE = 1 << 40  # a rank's frame or variable: REF_BASE and above
+PAST_FRAMES = 4096  # the stale frames remembered for rich views: the newest ones
 
 
 class Malformed(ValueError):
@@ -60,6 +63,7 @@ class References:
         self._next = REF_BASE + 1
         self._live: dict[int, tuple[str, int, int]] = {}  # ref -> (kind, thread, number)
         self._given: dict[tuple[str, int, int], int] = {}
+        self._past: dict[int, tuple[int, int]] = {}  # a stale frame -> (thread, number)
         self._lock = threading.Lock()
 
     def give(self, kind: str, thread: int, number: int) -> int:
@@ -95,4 +99,15 @@ class References:
         """``thread``'s rank runs on: its frames and variables are stale from now on."""
         with self._lock:
             for key in [k for k in self._given if k[1] == thread]:
-                del self._live[self._given.pop(key)]
+                ref = self._given.pop(key)
+                del self._live[ref]
+                if key[0] == "frame":
+                    self._past[ref] = (key[1], key[2])
+            while len(self._past) > PAST_FRAMES:
+                del self._past[next(iter(self._past))]
+
+    def past_frame(self, ref: int) -> tuple[int, int] | None:
+        """``(thread, number)`` of the stale frame ``ref`` when it was given; None for a
+        live one, a variable or one too old to be remembered."""
+        with self._lock:
+            return self._past.get(ref)
