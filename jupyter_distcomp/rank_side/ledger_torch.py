@@ -1,6 +1,6 @@
 """The ledger's wrappers of ``torch.distributed`` (see ledger_hooks.py): each collective and
-point-to-point function records its call, and in check mode posts its signature in the
-process group's store (gloo and NCCL alike) and compares before the call runs. torch's own
+point-to-point function records its call, and in check mode posts its signature in check
+mode's own store (check_exchange.py; gloo and NCCL alike) and compares before the call runs. torch's own
 record of each call (its Flight Recorder) is read beside the ledger by torch_record.py.
 
 A collective on a group whose backend is NCCL, outside check mode, is not recorded here: torch's
@@ -139,6 +139,7 @@ class _Torch:
         self.groups: dict[int, tuple[Any, str, tuple[int, ...]]] = {}
         self.made = 0
         self.posted: dict[str, list[int]] = {}  # check mode's rounds whose keys are kept
+        self.store: Any = None  # check mode's own store (check_exchange.TorchStore)
         self.ops: dict = {}
         #: id(group) -> (a weak reference to it, whether its collectives are left to torch's
         #: record: see :meth:`skips`); asked once per group object (get_backend is slow)
@@ -330,31 +331,26 @@ class _Torch:
         False: post only, as an ``async_op`` call must not wait for the group, which may
         first need what this rank does next; the ranks that wait compare)."""
         __tracebackhide__ = True
-        import datetime
-
         code, line = where
         sig = (*sig, code.co_filename, line, code.co_name)
 
         dist = self.dist
         seq = core.STATE.seqs.get(label, 0) + 1
-        round_ = core.next_seq(label + "\x00check")  # one per exchange, failed ones too
+        epoch, round_ = core.check_round(label)  # one per exchange, failed ones too
         me = dist.get_rank()
         ranks = members or tuple(range(dist.get_world_size()))
-        store = dist.distributed_c10d._get_default_store()
-        prefix = f"distcomp-check/{label}/"
+        exchange = core._sibling("check_exchange")
+        if self.store is None:
+            self.store = exchange.TorchStore()
+        store = self.store.get(dist)
+        prefix = f"distcomp-check/{epoch}/{label}/"
         store.set(f"{prefix}{round_}/{me}", core.ledger.SEP.join(map(str, sig)))
         keys = [f"{prefix}{round_}/{r}" for r in ranks]
         posted = self.posted.setdefault(prefix, [])
         posted.append(round_)
         if not wait:
             return
-        while True:  # in steps, so that an interrupt (SIGINT) gets through
-            try:
-                store.wait(keys, datetime.timedelta(seconds=1))
-                break
-            except RuntimeError as exc:
-                if "timeout" not in str(exc).lower() and "timed out" not in str(exc).lower():
-                    raise
+        exchange.wait_keys(store, keys)
         # every member posted this round, so those that compared the earlier rounds have
         # read them: this rank's keys of those rounds go (the store keeps this round's)
         for earlier in posted[:-1]:
