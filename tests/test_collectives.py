@@ -272,10 +272,8 @@ def test_an_mpi4py_check_exchange_that_waits_for_ranks_that_never_come_stops_on_
     assert "sent SIGINT to ranks 0-3 of 'm'; ranks 0-3 stopped." in text, text
     assert "The ranks are ready for the next cell." in text, text
     # the half-done exchanges are void: the next checked calls compare with each other
-    after = run_cell(
-        ip,
-        "%%distcomp run m --check-collectives\nprint('after', comm.allreduce(1), twin.allreduce(2))",
-    )
+    both = "print('after', comm.allreduce(1), twin.allreduce(2))"
+    after = run_cell(ip, f"%%distcomp run m --check-collectives\n{both}")
     assert after.ok, after.traceback_text()
     assert after.stdout.count("after 4 8") == 4, after.stdout
 

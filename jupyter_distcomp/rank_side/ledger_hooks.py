@@ -13,8 +13,9 @@ per distinct call and reused.
 
 Check mode (:func:`configure`) adds one exchange before each collective: each rank posts
 the call's signature on check mode's own channel (check_exchange.py: for torch a store
-beside the process group's, so gloo and NCCL alike; for mpi4py a duplicate of COMM_WORLD), and when the signatures differ every rank
-raises :class:`CollectiveMismatch` at the call, before it runs, with the ledger's verdict.
+beside the process group's, so gloo and NCCL alike; for mpi4py a duplicate of COMM_WORLD),
+and when the signatures differ every rank raises :class:`CollectiveMismatch` at the call,
+before it runs, with the ledger's verdict.
 
 Standard library only; loaded by path (``distcomp_ledger_hooks``), so a rank needs no
 installed package.
@@ -235,3 +236,8 @@ def configure(check: bool, epoch: int | None = None) -> None:
     if epoch is not None and epoch != STATE.epoch:
         STATE.epoch = epoch
         STATE.rounds = {}
+    if check and "torch.distributed" in sys.modules:
+        try:
+            _sibling("ledger_torch").connect_check_store()
+        except Exception as exc:  # its first checked call tries again, and says why
+            print(f"distcomp: check mode's store not connected: {exc!r}", file=sys.stderr)

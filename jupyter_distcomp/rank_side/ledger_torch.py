@@ -1,7 +1,8 @@
 """The ledger's wrappers of ``torch.distributed`` (see ledger_hooks.py): each collective and
 point-to-point function records its call, and in check mode posts its signature in check
-mode's own store (check_exchange.py; gloo and NCCL alike) and compares before the call runs. torch's own
-record of each call (its Flight Recorder) is read beside the ledger by torch_record.py.
+mode's own store (check_exchange.py; gloo and NCCL alike) and compares before the call
+runs. torch's own record of each call (its Flight Recorder) is read beside the ledger by
+torch_record.py.
 
 A collective on a group whose backend is NCCL, outside check mode, is not recorded here: torch's
 record has it already (with its GPU-side state, which the ledger cannot see), and recording it
@@ -22,6 +23,16 @@ import weakref
 from typing import Any
 
 core: Any = None  # ledger_hooks (loaded by path on a rank, so not imported here)
+WRAPPED: Any = None  # the _Torch that wraps torch.distributed
+
+
+def connect_check_store() -> None:
+    """Check mode's store, connected now where the default group exists: the ranks turn
+    check mode on together, so every one connects and the user's store soon loses the two
+    keys that pass on its address (see check_exchange.TorchStore)."""
+    torch = WRAPPED
+    if torch is not None and torch.dist.is_initialized():
+        torch.check_store()
 
 
 #: function -> the parameter that carries the data described, "" for none
@@ -324,6 +335,12 @@ class _Torch:
         call.__distcomp_skips__ = nccl  # type: ignore[attr-defined]  # the bench's way in
         return call
 
+    def check_store(self) -> Any:
+        """Check mode's own store, connected at the first need."""
+        if self.store is None:
+            self.store = core._sibling("check_exchange").TorchStore()
+        return self.store.get(self.dist)
+
     def check(
         self, label: str, members: tuple[int, ...], sig: tuple, where, wait: bool = True
     ) -> None:
@@ -340,9 +357,7 @@ class _Torch:
         me = dist.get_rank()
         ranks = members or tuple(range(dist.get_world_size()))
         exchange = core._sibling("check_exchange")
-        if self.store is None:
-            self.store = exchange.TorchStore()
-        store = self.store.get(dist)
+        store = self.check_store()
         prefix = f"distcomp-check/{epoch}/{label}/"
         store.set(f"{prefix}{round_}/{me}", core.ledger.SEP.join(map(str, sig)))
         keys = [f"{prefix}{round_}/{r}" for r in ranks]
@@ -373,7 +388,8 @@ def wrap(dist) -> None:
         return
     if not dist.is_available():
         return
-    torch = _Torch(dist)
+    global WRAPPED
+    torch = WRAPPED = _Torch(dist)
     core.skip_files(os.path.dirname(os.path.dirname(dist.__file__)) + os.sep)
     for table, kind in (
         (_TORCH_COLLECTIVES, core.ledger.COLLECTIVE),
