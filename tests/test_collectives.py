@@ -170,6 +170,33 @@ def test_a_shape_mismatch_is_named_with_both_sides(ip):
     assert "ranks 2-3 wait since" in text
 
 
+STORE_KEYS = """
+for _ in range(3):
+    dist.all_reduce(torch.ones(2))
+if rank < 2:
+    dist.broadcast(torch.ones(2), src=0, group=pair)
+dist.barrier()
+print('keys', store.num_keys() - before)
+"""
+
+
+def test_check_mode_keeps_its_keys_out_of_the_users_store(ip):
+    ready(ip)
+    made = "%%distcomp run t\nstore = dist.distributed_c10d._get_default_store()\n"
+    made += "pair = dist.new_group([0, 1])\ndist.barrier()\nbefore = store.num_keys()"
+    assert run_cell(ip, made).ok
+    plain = run_cell(ip, f"%%distcomp run t{STORE_KEYS}")
+    assert plain.ok, plain.traceback_text()
+    assert plain.stdout.count("keys 0") == 4, plain.stdout
+    checked = run_cell(ip, f"%%distcomp run t --check-collectives{STORE_KEYS}")
+    assert checked.ok, checked.traceback_text()
+    # the store counts the same keys after the program as it does without check mode
+    assert sorted(checked.stdout.splitlines()) == sorted(plain.stdout.splitlines()), (
+        plain.stdout,
+        checked.stdout,
+    )
+
+
 def test_check_mode_raises_on_every_rank_before_a_wrong_result(ip):
     ready(ip)
     code = (
@@ -228,6 +255,44 @@ def test_check_mode_on_mpi4py_names_both_operations(ip):
     assert "the cell failed on ranks 0-3" in text
     assert "Allreduce #" in text and "([3] float64, sum, COMM_WORLD)" in text
     assert "rank 1 has not called it: it is in Barrier #" in text
+
+
+def test_an_mpi4py_check_exchange_that_waits_for_ranks_that_never_come_stops_on_interrupt(ip):
+    """Rank 0 calls bcast on COMM_WORLD, the others Barrier on its duplicate: each waits in
+    check mode's exchange for signatures that never come."""
+    import os
+    import signal
+    import threading
+
+    ready(ip, "m")
+    assert run_cell(ip, "%%distcomp run m\ncomm = MPI.COMM_WORLD\ntwin = comm.Dup()").ok
+    code = (
+        "%%distcomp run m --check-collectives\n"
+        "print('calling', flush=True)\n"
+        "if comm.rank == 0:\n"
+        "    comm.bcast('x', root=0)\n"
+        "else:\n"
+        "    twin.Barrier()\n"
+        "print('went on')"
+    )
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a kernel
+    timer = threading.Timer(4, os.kill, (os.getpid(), signal.SIGINT))  # the notebook's stop
+    timer.start()
+    try:
+        cell = run_cell(ip, code)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
+    assert not cell.ok and "went on" not in cell.stdout
+    assert cell.stdout.count("calling") == 4, "every rank reached its call before the interrupt"
+    text = cell.traceback_text()
+    assert "sent SIGINT to ranks 0-3 of 'm'; ranks 0-3 stopped." in text, text
+    assert "The ranks are ready for the next cell." in text, text
+    # the half-done exchanges are void: the next checked calls compare with each other
+    both = "print('after', comm.allreduce(1), twin.allreduce(2))"
+    after = run_cell(ip, f"%%distcomp run m --check-collectives\n{both}")
+    assert after.ok, after.traceback_text()
+    assert after.stdout.count("after 4 8") == 4, after.stdout
 
 
 MPI_RIGHT = """%%distcomp run m --check-collectives

@@ -92,6 +92,12 @@ def test_an_allreduce_runs_across_two_hosts_each_rank_on_its_node(kernel, hosts)
         "[node 1 rank 2]": f"node1 10 {master}",
         "[node 1 rank 3]": f"node1 10 {master}",
     }
+    # check mode's own channel (a duplicate of COMM_WORLD) reaches across the hosts
+    reply, text, _ = kernel.run(
+        "%%distcomp run across --check-collectives\nc.bcast(c.rank, root=0 if c.rank < 3 else 1)"
+    )
+    assert reply["status"] == "error", text
+    assert "bcast #" in text and "ranks 0-2 root 0, rank 3 root 1" in text, text
 
 
 def test_the_kernel_side_listens_only_on_the_address_that_reaches_the_hosts(kernel, hosts):

@@ -35,7 +35,13 @@ SEP = "\x1f"
 #: around print and display (their frames are not the user's)
 HOOK_FILES = tuple(
     os.path.join("rank_side", name)
-    for name in ("ledger_hooks.py", "ledger_torch.py", "ledger_mpi.py", "flow.py")
+    for name in (
+        "ledger_hooks.py",
+        "ledger_torch.py",
+        "ledger_mpi.py",
+        "check_exchange.py",
+        "flow.py",
+    )
 )
 
 

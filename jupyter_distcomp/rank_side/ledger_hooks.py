@@ -12,9 +12,10 @@ looked at once; the texts describing a call (shapes, ops, the slot's bytes) are 
 per distinct call and reused.
 
 Check mode (:func:`configure`) adds one exchange before each collective: each rank posts
-the call's signature (for torch through the process group's store, so gloo and NCCL alike;
-for mpi4py through the communicator itself), and when the signatures differ every rank
-raises :class:`CollectiveMismatch` at the call, before it runs, with the ledger's verdict.
+the call's signature on check mode's own channel (check_exchange.py: for torch a store
+beside the process group's, so gloo and NCCL alike; for mpi4py a duplicate of COMM_WORLD),
+and when the signatures differ every rank raises :class:`CollectiveMismatch` at the call,
+before it runs, with the ledger's verdict.
 
 Standard library only; loaded by path (``distcomp_ledger_hooks``), so a rank needs no
 installed package.
@@ -64,6 +65,11 @@ class _State:
     #: torch's record is read beside the ledger (torch_record.py): its thread started and
     #: its last dump worked; NCCL's collectives are then left to it (ledger_torch.py)
     torch_record = False
+    #: check mode's epoch: the kernel moves it on after a checked cell that did not end
+    #: well (an interrupt may leave a rank's exchange half done); exchanges of an older
+    #: epoch are void, and the rounds of each group count again from 1
+    epoch = 0
+    rounds: dict = {}  # group -> check mode's exchanges on it in this epoch
 
 
 STATE = _State()
@@ -99,6 +105,13 @@ def site() -> tuple[Any, int]:
             return code, frame.f_lineno
         frame = frame.f_back
     return _NOWHERE, 0
+
+
+def check_round(group: str) -> tuple[int, int]:
+    """Check mode's next exchange on ``group``: ``(epoch, round)``, alike on its ranks."""
+    rounds = STATE.rounds
+    round_ = rounds[group] = rounds.get(group, 0) + 1
+    return STATE.epoch, round_
 
 
 def next_seq(key: str) -> int:
@@ -235,6 +248,15 @@ def install(
             after_import.when_imported(name, _after_import(name, wrap))
 
 
-def configure(check: bool) -> None:
-    """Check mode on or off for the calls that follow."""
+def configure(check: bool, epoch: int | None = None) -> None:
+    """Check mode on or off for the calls that follow; a new ``epoch`` voids the exchanges
+    of the earlier ones (see ``_State.epoch``)."""
     STATE.check = bool(check)
+    if epoch is not None and epoch != STATE.epoch:
+        STATE.epoch = epoch
+        STATE.rounds = {}
+    if check and "torch.distributed" in sys.modules:
+        try:
+            _sibling("ledger_torch").connect_check_store()
+        except Exception as exc:  # its first checked call tries again, and says why
+            print(f"distcomp: check mode's store not connected: {exc!r}", file=sys.stderr)

@@ -28,6 +28,7 @@ import ctypes
 import functools
 import gc
 import os
+import sys
 from typing import Any
 
 core: Any = None  # ledger_hooks (loaded by path on a rank, so not imported here)
@@ -160,6 +161,7 @@ class _Mpi:
         self.marks: dict[int, tuple] = {}  # pending request's handle -> (ring, slot, seq, it)
         # mpi4py's own allgather, for check mode's exchange (never recorded)
         self.allgather = vars(MPI.Comm)["allgather"]
+        self.exchange: Any = None  # check mode's own channel (check_exchange.py), or None
 
     # -- describing a call ------------------------------------------------------------------
     def buffer_text(self, value) -> str:
@@ -427,13 +429,42 @@ class _Mpi:
         self.marks[handle] = (ring, slot, seq, handle)
         return request
 
+    def open_exchange(self) -> None:
+        """Check mode's channel (check_exchange.py): a duplicate of COMM_WORLD, made now,
+        while every rank wraps mpi4py (at the rank's set-up, or where the program imports
+        it, as MPI_Init waits for every rank there anyway); none for one rank."""
+        MPI = self.MPI
+        if not MPI.Is_initialized() or MPI.Is_finalized() or MPI.COMM_WORLD.Get_size() < 2:
+            return
+        comm = vars(MPI.Comm)
+        shadow = comm["Dup"](MPI.COMM_WORLD)
+        shadow.Set_name("distcomp check mode")
+        self.exchange = core._sibling("check_exchange").MpiExchange(
+            MPI, shadow, comm["isend"], comm["improbe"]
+        )
+
     def check(self, comm, label: str, sig: tuple, where) -> None:
-        """Exchange signatures with the communicator's own (unrecorded) allgather."""
+        """Exchange signatures with the group's members: on check mode's own channel,
+        which an interrupt gets through; else with the communicator's own (unrecorded,
+        uninterruptible) allgather, where its members may name it otherwise."""
         __tracebackhide__ = True
         code, line = where
         seq = core.STATE.seqs.get(label, 0) + 1
-        posted = self.allgather(comm, (*sig, code.co_filename, line, code.co_name))
-        members = self.label(comm)[1] or tuple(range(len(posted)))
+        sig = (*sig, code.co_filename, line, code.co_name)
+        members = self.label(comm)[1]
+        exchange = self.exchange
+        if (
+            exchange is not None
+            and not label.startswith("comm ?")  # labelled here only: maybe not alike
+            and not isinstance(comm, self.MPI.Intercomm)
+            and all(m >= 0 for m in members)  # every member in COMM_WORLD
+        ):
+            members = members or tuple(range(self.MPI.COMM_WORLD.Get_size()))
+            sigs = exchange.run(members, (label, *core.check_round(label)), sig)
+            core.mismatch(label, seq, sigs, exchange.me)
+            return
+        posted = self.allgather(comm, sig)
+        members = members or tuple(range(len(posted)))
         core.mismatch(label, seq, dict(zip(members, posted, strict=False)), comm.Get_rank())
 
     # -- classes ----------------------------------------------------------------------------
@@ -545,6 +576,10 @@ def wrap(MPI) -> None:
     if hasattr(vars(MPI.Comm).get("Barrier"), "__wrapped__"):
         return  # wrapped already (mpi4py's own methods have no __wrapped__)
     mpi = _Mpi(MPI)
+    try:
+        mpi.open_exchange()
+    except Exception as exc:  # check mode exchanges through each communicator instead
+        print(f"distcomp: check mode's channel not opened: {exc!r}", file=sys.stderr)
     for name in _COMM_CLASSES:
         base = getattr(MPI, name, None)
         if base is not None:

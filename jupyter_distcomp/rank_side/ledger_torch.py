@@ -1,7 +1,8 @@
 """The ledger's wrappers of ``torch.distributed`` (see ledger_hooks.py): each collective and
-point-to-point function records its call, and in check mode posts its signature in the
-process group's store (gloo and NCCL alike) and compares before the call runs. torch's own
-record of each call (its Flight Recorder) is read beside the ledger by torch_record.py.
+point-to-point function records its call, and in check mode posts its signature in check
+mode's own store (check_exchange.py; gloo and NCCL alike) and compares before the call
+runs. torch's own record of each call (its Flight Recorder) is read beside the ledger by
+torch_record.py.
 
 A collective on a group whose backend is NCCL, outside check mode, is not recorded here: torch's
 record has it already (with its GPU-side state, which the ledger cannot see), and recording it
@@ -22,6 +23,16 @@ import weakref
 from typing import Any
 
 core: Any = None  # ledger_hooks (loaded by path on a rank, so not imported here)
+WRAPPED: Any = None  # the _Torch that wraps torch.distributed
+
+
+def connect_check_store() -> None:
+    """Check mode's store, connected now where the default group exists: the ranks turn
+    check mode on together, so every one connects and the user's store soon loses the two
+    keys that pass on its address (see check_exchange.TorchStore)."""
+    torch = WRAPPED
+    if torch is not None and torch.dist.is_initialized():
+        torch.check_store()
 
 
 #: function -> the parameter that carries the data described, "" for none
@@ -139,6 +150,7 @@ class _Torch:
         self.groups: dict[int, tuple[Any, str, tuple[int, ...]]] = {}
         self.made = 0
         self.posted: dict[str, list[int]] = {}  # check mode's rounds whose keys are kept
+        self.store: Any = None  # check mode's own store (check_exchange.TorchStore)
         self.ops: dict = {}
         #: id(group) -> (a weak reference to it, whether its collectives are left to torch's
         #: record: see :meth:`skips`); asked once per group object (get_backend is slow)
@@ -323,6 +335,12 @@ class _Torch:
         call.__distcomp_skips__ = nccl  # type: ignore[attr-defined]  # the bench's way in
         return call
 
+    def check_store(self) -> Any:
+        """Check mode's own store, connected at the first need."""
+        if self.store is None:
+            self.store = core._sibling("check_exchange").TorchStore()
+        return self.store.get(self.dist)
+
     def check(
         self, label: str, members: tuple[int, ...], sig: tuple, where, wait: bool = True
     ) -> None:
@@ -330,31 +348,24 @@ class _Torch:
         False: post only, as an ``async_op`` call must not wait for the group, which may
         first need what this rank does next; the ranks that wait compare)."""
         __tracebackhide__ = True
-        import datetime
-
         code, line = where
         sig = (*sig, code.co_filename, line, code.co_name)
 
         dist = self.dist
         seq = core.STATE.seqs.get(label, 0) + 1
-        round_ = core.next_seq(label + "\x00check")  # one per exchange, failed ones too
+        epoch, round_ = core.check_round(label)  # one per exchange, failed ones too
         me = dist.get_rank()
         ranks = members or tuple(range(dist.get_world_size()))
-        store = dist.distributed_c10d._get_default_store()
-        prefix = f"distcomp-check/{label}/"
+        exchange = core._sibling("check_exchange")
+        store = self.check_store()
+        prefix = f"distcomp-check/{epoch}/{label}/"
         store.set(f"{prefix}{round_}/{me}", core.ledger.SEP.join(map(str, sig)))
         keys = [f"{prefix}{round_}/{r}" for r in ranks]
         posted = self.posted.setdefault(prefix, [])
         posted.append(round_)
         if not wait:
             return
-        while True:  # in steps, so that an interrupt (SIGINT) gets through
-            try:
-                store.wait(keys, datetime.timedelta(seconds=1))
-                break
-            except RuntimeError as exc:
-                if "timeout" not in str(exc).lower() and "timed out" not in str(exc).lower():
-                    raise
+        exchange.wait_keys(store, keys)
         # every member posted this round, so those that compared the earlier rounds have
         # read them: this rank's keys of those rounds go (the store keeps this round's)
         for earlier in posted[:-1]:
@@ -377,7 +388,8 @@ def wrap(dist) -> None:
         return
     if not dist.is_available():
         return
-    torch = _Torch(dist)
+    global WRAPPED
+    torch = WRAPPED = _Torch(dist)
     core.skip_files(os.path.dirname(os.path.dirname(dist.__file__)) + os.sep)
     for table, kind in (
         (_TORCH_COLLECTIVES, core.ledger.COLLECTIVE),

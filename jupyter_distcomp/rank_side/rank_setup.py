@@ -283,10 +283,11 @@ def arm_rank(code: str | None, cells: dict, files: dict) -> str:
     return str(sys.modules["distcomp_dap_side"].arm(code, cells, files))
 
 
-def check_collectives(on: bool) -> None:
-    """Check mode of this rank's ledger on or off (nothing without a ledger)."""
+def check_collectives(on: bool, epoch: int = 0) -> None:
+    """Check mode of this rank's ledger on or off, in its ``epoch`` (nothing without a
+    ledger)."""
     import sys
 
     hooks = sys.modules.get("distcomp_ledger_hooks")
     if hooks is not None:
-        hooks.configure(on)
+        hooks.configure(on, epoch)

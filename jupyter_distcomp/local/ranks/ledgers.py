@@ -89,11 +89,21 @@ def blocked_ranks(world: World, ranks: list[int]) -> list[int]:
 
 
 def set_check(world: World, on: bool) -> None:
-    """Check mode on the ranks of ``world`` (one message, only when it changes)."""
+    """Check mode on the ranks of ``world``, in its epoch (one message, only when either
+    changes)."""
     if world.checking == on:
         return
-    world.call_each(list(range(world.world_size)), check_collectives, lambda info: (on,))
+    epoch = world.check_epoch
+    world.call_each(list(range(world.world_size)), check_collectives, lambda info: (on, epoch))
     world.checking = on
+
+
+def void_checks(world: World) -> None:
+    """After a checked cell that did not end well: the ranks' next checked cell starts a
+    new epoch, which voids what an interrupted exchange left behind (a signature one rank
+    posted that the others never read) and counts each group's exchanges from 1 again."""
+    world.check_epoch += 1
+    world.checking = None
 
 
 class HangWatch:

@@ -133,6 +133,14 @@ class CellRun:
     # -- main ---------------------------------------------------------------------------
     def run(self) -> None:
         """Run the cell (its output is written as it arrives; its errors are raised)."""
+        try:
+            self._run()
+        except BaseException:
+            if self.check_collectives:  # a rank may have left an exchange half done
+                ledgers.void_checks(self.world)
+            raise
+
+    def _run(self) -> None:
         world = self.world
         self.log_offset = world.output_size()
         world.cell_code = self.code

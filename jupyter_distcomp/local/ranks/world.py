@@ -116,7 +116,9 @@ class World(WorldHealth):
         self.debugger: DebugChannel | None = None
         self.failed_ranks: list[int] = []  # ranks whose last cell failed (post-mortem)
         self.dap_armed = False  # its ranks hold JupyterLab's breakpoints (debug/dap.py)
-        self.checking = False  # the ranks compare each collective before it runs
+        #: the ranks compare each collective before it runs (None: to be told again)
+        self.checking: bool | None = False
+        self.check_epoch = 0  # check mode's epoch on the ranks (ledgers.void_checks)
         #: the ranks' flow files: their output waits while the notebook is behind
         self.flows: Flows | None = None
 
