@@ -65,6 +65,9 @@ class _State:
     #: torch's record is read beside the ledger (torch_record.py): its thread started and
     #: its last dump worked; NCCL's collectives are then left to it (ledger_torch.py)
     torch_record = False
+    #: a live rank (set up by rank_setup, before any code of the user's runs): check mode's
+    #: own MPI channel is made at its set-up, whether check mode is on yet or not
+    live = False
     #: check mode's epoch: the kernel moves it on after a checked cell that did not end
     #: well (an interrupt may leave a rank's exchange half done); exchanges of an older
     #: epoch are void, and the rounds of each group count again from 1
@@ -226,6 +229,7 @@ def install(
     those cells, this rank's and the others', are named ``In [12], line 7``."""
     if cells is not None:
         ledger.name_cells(cell_namer(cells))
+        STATE.live = True
     if STATE.ring is None:
         try:
             STATE.ring = ledger.Ring(path)

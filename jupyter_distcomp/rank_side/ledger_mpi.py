@@ -576,10 +576,13 @@ def wrap(MPI) -> None:
     if hasattr(vars(MPI.Comm).get("Barrier"), "__wrapped__"):
         return  # wrapped already (mpi4py's own methods have no __wrapped__)
     mpi = _Mpi(MPI)
-    try:
-        mpi.open_exchange()
-    except Exception as exc:  # check mode exchanges through each communicator instead
-        print(f"distcomp: check mode's channel not opened: {exc!r}", file=sys.stderr)
+    # a program of its own (``%distcomp command``) gets the extra communicator only when
+    # it runs checked: unchecked, it runs exactly as under a bare mpiexec
+    if core.STATE.check or core.STATE.live:
+        try:
+            mpi.open_exchange()
+        except Exception as exc:  # check mode exchanges through each communicator instead
+            print(f"distcomp: check mode's channel not opened: {exc!r}", file=sys.stderr)
     for name in _COMM_CLASSES:
         base = getattr(MPI, name, None)
         if base is not None:
