@@ -653,3 +653,30 @@ def test_command_processes_keep_a_ledger_too(ip, tmp_path):
     finally:
         run_cell(ip, "%distcomp interrupt stuck")
         run_cell(ip, "%distcomp wait stuck --timeout 60")
+
+
+CHECKED_TRAIN = """\
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+if comm.rank == 1:
+    comm.Barrier()
+else:
+    comm.bcast(comm.rank, root=0)
+print("not reached", flush=True)
+"""
+
+
+def test_a_program_of_its_own_runs_checked_with_the_variable_set(ip, tmp_path):
+    (tmp_path / "train.py").write_text(CHECKED_TRAIN)
+    spec = COMMAND_SPEC.format(code=tmp_path).replace("name: stuck", "name: checked")
+    spec += "environment_variables:\n  DISTCOMP_CHECK_COLLECTIVES: '1'\n"
+    assert run_cell(ip, f"%%distcomp checked\n{spec}").ok
+    ip.user_ns["checked"].runsettings.resource_layout.configure(
+        instance_count=1, process_count_per_node=3
+    )
+    cell = run_cell(ip, "%distcomp command checked --timeout 120")
+    text = cell.stdout + cell.stderr
+    assert not cell.ok, text  # every rank raises before the call, none hangs in it
+    assert "CollectiveMismatch" in text, text
+    assert "Barrier" in text and "bcast" in text, text
+    assert "not reached" not in text, text
