@@ -280,6 +280,7 @@ class RankPdb(pdb.Pdb):
         self.channel = channel
         self.prompt = f"(Pdb rank {channel.rank}) "
         self._ending = ""
+        self._cell_goal: int | None = None  # r / unt at a cell's top level: the line to reach
 
     def _add_to_breaks(self, filename, lineno) -> None:
         """bdb's, in constant time (:class:`_Lines`)."""
@@ -315,9 +316,11 @@ class RankPdb(pdb.Pdb):
 
     def user_call(self, frame, argument_list) -> None:
         """No ``--Call--`` stop as a cell's next statement starts: a step goes on to its
-        first line."""
+        first line, and ``r`` / ``unt`` go on towards their line (:meth:`_to_cell_line`)."""
         if not self._cell_statement(frame):
             super().user_call(frame, argument_list)
+        elif self._cell_goal is not None:
+            self._set_stopinfo(frame, frame, self._cell_goal)
 
     def user_return(self, frame, return_value) -> None:
         """No ``--Return--`` stop as a cell's statement ends (``breakpoint()`` on its own
@@ -330,6 +333,39 @@ class RankPdb(pdb.Pdb):
             super().user_return(frame, return_value)
             frame.f_globals.pop("__return__", None)
 
+    def user_exception(self, frame, exc_info) -> None:
+        """pdb's, never in the machinery that runs a cell (bdb stops at a coroutine's
+        internal StopIteration after a step where it stops nowhere else)."""
+        if not self.is_skipped_module(frame.f_globals.get("__name__", "")):
+            super().user_exception(frame, exc_info)
+
+    def set_return(self, frame) -> None:
+        """``r`` at a cell's top level runs to the cell's end, as pdb's ``r`` at a script's
+        top level: its ``--Return--`` after the last statement."""
+        if self._cell_statement(frame):
+            self._to_cell_line(frame, sys.maxsize)
+        else:
+            super().set_return(frame)
+
+    def set_until(self, frame, lineno=None) -> None:
+        """``unt [LINE]`` at a cell's top level runs to that line of the cell (default: a
+        line past this one), also in a later top-level statement, or to the cell's end."""
+        if self._cell_statement(frame):
+            self._to_cell_line(frame, lineno or frame.f_lineno + 1)
+        else:
+            super().set_until(frame, lineno)
+
+    def _to_cell_line(self, frame, line: int) -> None:
+        """Run on to ``line`` of the cell, as in one frame: each top-level statement is a
+        frame of its own, so :meth:`user_call` hands the goal on to the next one. At the
+        cell's end (its ``--Return--``): on past it, as ``n`` there (pdb would stop in the
+        machinery that runs cells)."""
+        if frame is self.frame_returning:
+            self.set_next(frame)
+        else:
+            self._cell_goal = line
+            self._set_stopinfo(frame, frame, line)
+
     def _under_machinery(self, frame) -> bool:
         while frame is not None and _is_library(frame.f_code.co_filename):
             frame = frame.f_back
@@ -337,7 +373,18 @@ class RankPdb(pdb.Pdb):
                 return True
         return False
 
+    def get_stack(self, frame, traceback):
+        """bdb's, without the frames of the machinery below the user's code: ``w`` starts
+        at the cell, ``u`` at its top level says ``Oldest frame`` as at a script's."""
+        stack, index = super().get_stack(frame, traceback)
+        start = 0
+        for at, (each, _) in enumerate(stack[:index]):
+            if self.is_skipped_module(each.f_globals.get("__name__", "")):
+                start = at + 1
+        return stack[start:], index - start
+
     def interaction(self, frame, traceback) -> None:
+        self._cell_goal = None
         side = sys.modules.get("distcomp_dap_side")
         if side is not None and side.steps_on(self, frame):
             return
@@ -411,15 +458,6 @@ class RankPdb(pdb.Pdb):
         self.set_continue()
         if not self.breaks:
             sys.settrace(None)
-
-    def print_stack_trace(self, *args) -> None:
-        """``w`` without the frames of the machinery that runs a cell (below the cell)."""
-        start = 0
-        for index, (frame, _) in enumerate(self.stack):
-            if self.is_skipped_module(frame.f_globals.get("__name__", "")):
-                start = index + 1
-        for entry in self.stack[start:]:
-            self.print_stack_entry(entry)
 
     def do_continue(self, arg):
         self._ending = "continue"
