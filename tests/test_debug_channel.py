@@ -39,6 +39,32 @@ def _stops_and_goes(channel: DebugChannel, rank: int = 3) -> None:
         conn.close()
 
 
+@pytest.mark.parametrize(
+    "message", [b"{" + bytes(19), b"{sha256}" + bytes(12)], ids=["brace", "sha256-prefix"]
+)
+def test_a_python_3_11_challenge_that_starts_with_a_brace_is_answered(channel, message):
+    """Python 3.11 challenges with 20 random bytes, one in 256 of them starting with ``{``
+    as a later version's ``{digest}`` prefix does: such a rank still gets its prompt."""
+    import hmac
+    from multiprocessing.connection import CHALLENGE, WELCOME, Connection, answer_challenge
+
+    sock = socket.create_connection((channel.host, channel.port), timeout=10)
+    sock.settimeout(None)
+    conn = Connection(sock.detach())
+    try:
+        answer_challenge(conn, channel.key)
+        conn.send_bytes(CHALLENGE + message)  # Python 3.11's deliver_challenge
+        assert conn.poll(10), "the channel did not answer the challenge"
+        assert conn.recv_bytes(256) == hmac.new(channel.key, message, "md5").digest()
+        conn.send_bytes(WELCOME)
+        conn.send_bytes(json.dumps({"hello": 1}).encode())
+        conn.send_bytes(json.dumps({"stop": {"file": "t.py", "line": 1, "func": "f"}}).encode())
+        assert conn.poll(10) and json.loads(conn.recv_bytes()) == {"go": True}
+    finally:
+        conn.close()
+    assert channel.refused == 0
+
+
 def test_the_channel_survives_running_out_of_file_descriptors(channel):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     clients = [socket.socket() for _ in range(20)]  # their descriptors taken before

@@ -67,7 +67,7 @@ def test_four_gloo_ranks_share_one_prompt_and_step_over_all_reduce_together(kern
     answers = ["p t", "n", "p t", "rank", "n", "c"]
     out = kernel.run(STEP_CELL, answers)
     assert out.ok, out.text
-    assert out.prompts == ["(Pdb ranks 0-3) "] * len(answers), out.prompts
+    assert out.prompts == ["(Pdb ranks 0-3) "] * len(answers), f"{out.prompts}\n{out.text}"
     text = out.text
     assert f"[ranks 0-3] stopped at {out.cell}, line 4, in step" in text  # every stopped rank named
     for rank in range(4):  # different replies, each with its rank
@@ -322,7 +322,7 @@ def test_compare_at_the_prompt_evaluates_in_each_ranks_frame(kernel):
     ]
     out = kernel.run(STEP_CELL, answers)
     assert out.ok, out.text
-    assert out.prompts == ["(Pdb ranks 0-3) "] * len(answers), out.prompts
+    assert out.prompts == ["(Pdb ranks 0-3) "] * len(answers), f"{out.prompts}\n{out.text}"
     tables = out.text.split("ddp: compare ")[1:]
     assert len(tables) == 6, out.text
     assert tables[0].startswith("`t` on 4 rank(s)") and "DIFFERS" in tables[0], tables[0]

@@ -32,6 +32,7 @@ import pdb
 import socket
 import sys
 from collections.abc import Iterator
+from types import FrameType
 from typing import Any, cast
 
 ENV_ADDRESS = "DISTCOMP_DEBUG"
@@ -90,6 +91,24 @@ class _Channel:
             message = {"out": "".join(self.output), **message}
             self.output = []
         self.conn.send_bytes(json.dumps(message).encode())
+
+    def request(self, timeout: float | None, **message) -> dict:
+        """Send ``message`` (a stop, a question) and return the kernel's answer, within
+        ``timeout`` s of each try. The connection of an earlier stop, which the kernel
+        closed after its cell, is replaced by a new one; a new connection that fails is
+        tried once more. Raises OSError / EOFError saying why (a time-out at once)."""
+        fresh_tries = 2
+        while True:
+            reused = self.conn is not None
+            try:
+                self.send(connect=True, **message)
+                return self.recv(timeout)
+            except (OSError, EOFError) as exc:
+                self.close()
+                if not reused:
+                    fresh_tries -= 1
+                if not fresh_tries or isinstance(exc, TimeoutError):
+                    raise
 
     def recv(self, timeout: float | None = None) -> dict:
         """The kernel's next message; with ``timeout``, a TimeoutError after that long."""
@@ -320,7 +339,7 @@ class RankPdb(pdb.Pdb):
         if not self._cell_statement(frame):
             super().user_call(frame, argument_list)
         elif self._cell_goal is not None:
-            self._set_stopinfo(frame, frame, self._cell_goal)
+            self._stop_in(frame, self._cell_goal)
 
     def user_return(self, frame, return_value) -> None:
         """No ``--Return--`` stop as a cell's statement ends (``breakpoint()`` on its own
@@ -355,7 +374,7 @@ class RankPdb(pdb.Pdb):
         else:
             super().set_until(frame, lineno)
 
-    def _to_cell_line(self, frame, line: int) -> None:
+    def _to_cell_line(self, frame: FrameType, line: int) -> None:
         """Run on to ``line`` of the cell, as in one frame: each top-level statement is a
         frame of its own, so :meth:`user_call` hands the goal on to the next one. At the
         cell's end (its ``--Return--``): on past it, as ``n`` there (pdb would stop in the
@@ -364,7 +383,12 @@ class RankPdb(pdb.Pdb):
             self.set_next(frame)
         else:
             self._cell_goal = line
-            self._set_stopinfo(frame, frame, line)
+            self._stop_in(frame, line)
+
+    def _stop_in(self, frame: FrameType, line: int) -> None:
+        """Stop in ``frame`` at its first line from ``line`` on, or as it returns (bdb's
+        ``until``)."""
+        cast(Any, self)._set_stopinfo(frame, frame, line)
 
     def _under_machinery(self, frame) -> bool:
         while frame is not None and _is_library(frame.f_code.co_filename):
@@ -422,21 +446,16 @@ class RankPdb(pdb.Pdb):
             "line": line,
             "func": code.co_name if code else "?",
         }
-        for attempt in (1, 2):  # a connection the kernel closed since is opened again
-            try:
-                self.channel.send(connect=True, stop=stop)
-                reply = self.channel.recv(timeout=HANDSHAKE_SECONDS)
-                break
-            except (OSError, EOFError) as exc:
-                self.channel.close()
-                if attempt == 2 or isinstance(exc, TimeoutError):
-                    print(
-                        f"distcomp: rank {self.channel.rank}: breakpoint() skipped, the rank "
-                        f"runs on: {exc}",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                    return False
+        try:
+            reply = self.channel.request(HANDSHAKE_SECONDS, stop=stop)
+        except (OSError, EOFError) as exc:
+            print(
+                f"distcomp: rank {self.channel.rank}: breakpoint() skipped, the rank runs on: "
+                f"{exc}",
+                file=sys.stderr,
+                flush=True,
+            )
+            return False
         if "interrupt" in reply:  # the cell was interrupted before this rank stopped
             self._stop_tracing()
             raise KeyboardInterrupt(f"the notebook interrupted the cell ({reply['interrupt']})")
@@ -576,15 +595,10 @@ def ask(prompt: object = "", password: bool = False) -> str:
     channel = _channel
     if channel is None:
         raise EOFError("input() on a rank needs the notebook's debugger channel")
-    for attempt in (1, 2):  # a connection the kernel closed since is opened again
-        try:
-            channel.send(connect=True, ask={"prompt": str(prompt), "password": password})
-            reply = channel.recv()
-            break
-        except (OSError, EOFError) as exc:
-            channel.close()
-            if attempt == 2:
-                raise EOFError(f"input() on rank {channel.rank}: no notebook to ask ({exc})")
+    try:
+        reply = channel.request(None, ask={"prompt": str(prompt), "password": password})
+    except (OSError, EOFError) as exc:
+        raise EOFError(f"input() on rank {channel.rank}: no notebook to ask ({exc})") from None
     if "interrupt" in reply:
         raise KeyboardInterrupt(f"the notebook interrupted the cell ({reply['interrupt']})")
     if "error" in reply:
