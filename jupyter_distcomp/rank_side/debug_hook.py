@@ -96,7 +96,8 @@ class _Channel:
         """Send ``message`` (a stop, a question) and return the kernel's answer, within
         ``timeout`` s of each try. The connection of an earlier stop, which the kernel
         closed after its cell, is replaced by a new one; a new connection that fails is
-        tried once more. Raises OSError / EOFError saying why (a time-out at once)."""
+        tried once more, unless the kernel did not answer it in time. Raises OSError /
+        EOFError saying why."""
         fresh_tries = 2
         while True:
             reused = self.conn is not None
@@ -105,8 +106,9 @@ class _Channel:
                 return self.recv(timeout)
             except (OSError, EOFError) as exc:
                 self.close()
-                if not reused:
-                    fresh_tries -= 1
+                if reused:
+                    continue
+                fresh_tries -= 1
                 if not fresh_tries or isinstance(exc, TimeoutError):
                     raise
 
