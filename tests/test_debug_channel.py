@@ -39,6 +39,32 @@ def _stops_and_goes(channel: DebugChannel, rank: int = 3) -> None:
         conn.close()
 
 
+@pytest.mark.parametrize(
+    "message", [b"{" + bytes(19), b"{sha256}" + bytes(12)], ids=["brace", "sha256-prefix"]
+)
+def test_a_python_3_11_challenge_that_starts_with_a_brace_is_answered(channel, message):
+    """Python 3.11 challenges with 20 random bytes, one in 256 of them starting with ``{``
+    as a later version's ``{digest}`` prefix does: such a rank still gets its prompt."""
+    import hmac
+    from multiprocessing.connection import CHALLENGE, WELCOME, Connection, answer_challenge
+
+    sock = socket.create_connection((channel.host, channel.port), timeout=10)
+    sock.settimeout(None)
+    conn = Connection(sock.detach())
+    try:
+        answer_challenge(conn, channel.key)
+        conn.send_bytes(CHALLENGE + message)  # Python 3.11's deliver_challenge
+        assert conn.poll(10), "the channel did not answer the challenge"
+        assert conn.recv_bytes(256) == hmac.new(channel.key, message, "md5").digest()
+        conn.send_bytes(WELCOME)
+        conn.send_bytes(json.dumps({"hello": 1}).encode())
+        conn.send_bytes(json.dumps({"stop": {"file": "t.py", "line": 1, "func": "f"}}).encode())
+        assert conn.poll(10) and json.loads(conn.recv_bytes()) == {"go": True}
+    finally:
+        conn.close()
+    assert channel.refused == 0
+
+
 def test_the_channel_survives_running_out_of_file_descriptors(channel):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     clients = [socket.socket() for _ in range(20)]  # their descriptors taken before
@@ -174,3 +200,108 @@ def test_a_rank_with_no_channel_at_all_says_so_and_runs_on():
     done = _rank_process(port)
     assert done.returncode == 0 and "ran on" in done.stdout, done.stderr
     assert "cannot connect to the notebook's debugger" in done.stderr, done.stderr
+
+
+def _pipe(source: socket.socket, target: socket.socket) -> None:
+    try:
+        while data := source.recv(65536):
+            target.sendall(data)
+    except OSError:
+        pass
+    for sock in (source, target):
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+class _Relay:
+    """A TCP relay to the channel that closes its ``drop``-th connection (from 1) at once,
+    as a kernel that refuses a handshake does."""
+
+    def __init__(self, channel: DebugChannel, drop: int):
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.target, self.drop, self.count = (channel.host, channel.port), drop, 0
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            self.count += 1
+            if self.count == self.drop:
+                client.close()
+                continue
+            upstream = socket.create_connection(self.target)
+            for pair in ((client, upstream), (upstream, client)):
+                threading.Thread(target=_pipe, args=pair, daemon=True).start()
+
+
+def _serve_one_stop(channel: DebugChannel) -> None:
+    """As the kernel serves a stop: ``c`` at its prompt, until the rank says it ran on."""
+    deadline = time.monotonic() + 30
+    while (stop := channel.take()) is None:
+        assert time.monotonic() < deadline, "the rank did not stop"
+        time.sleep(0.05)
+    session, _ = stop
+    session.send(line="c")
+    while "end" not in session.messages.get(timeout=30):
+        pass
+
+
+def _stop_in_cells(channel: DebugChannel, port: int, cells: int) -> tuple[str, str]:
+    """A rank process that stops once in each of ``cells`` cells, connecting to ``port``:
+    each stop served as the kernel serves it, then the cell's sessions ended (the rank's
+    connection closed) before the rank goes on. The rank's stdout and stderr."""
+    program = f"import sys\nfor _ in range({cells}):\n    breakpoint()\n    sys.stdin.readline()\n"
+    env = {
+        **os.environ,
+        "PYTHONBREAKPOINT": debug_hook.HOOK,
+        debug_hook.ENV_ADDRESS: f"127.0.0.1:{port}:0",
+        debug_hook.ENV_KEY: channel.key_hex,
+    }
+    rank = subprocess.Popen(
+        [sys.executable, "-c", program + "print('ran on')\n"],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert rank.stdin is not None
+        for _ in range(cells):
+            _serve_one_stop(channel)
+            channel.end_sessions()  # the cell ended
+            rank.stdin.write("\n")
+            rank.stdin.flush()
+        return rank.communicate(timeout=30)
+    except AssertionError as exc:  # with what the rank said
+        rank.kill()
+        raise AssertionError(f"{exc}\n{rank.communicate()}") from None
+    finally:
+        rank.kill()
+
+
+def test_a_rank_that_stops_in_cell_after_cell_gets_every_prompt(channel):
+    """The kernel ends each cell's sessions as the rank goes on to its next stop: every
+    stop gets its prompt over a new connection (an ended session's reader thread, about to
+    read when its session ended, must not read the new connection's bytes)."""
+    out, err = _stop_in_cells(channel, channel.port, cells=20)
+    assert "ran on" in out and "skipped" not in err, err
+    assert channel.refused == 0
+
+
+def test_a_refused_handshake_after_an_earlier_stop_costs_a_retry_not_the_breakpoint(channel):
+    """The rank's second stop finds its first connection closed (the kernel ended the
+    cell's sessions), then the new connection refused in its handshake: a third one stops."""
+    relay = _Relay(channel, drop=2)
+    try:
+        out, err = _stop_in_cells(channel, relay.port, cells=2)
+    finally:
+        relay.server.close()
+    assert "ran on" in out and "skipped" not in err, err
+    assert relay.count == 3, relay.count

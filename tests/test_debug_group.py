@@ -67,7 +67,7 @@ def test_four_gloo_ranks_share_one_prompt_and_step_over_all_reduce_together(kern
     answers = ["p t", "n", "p t", "rank", "n", "c"]
     out = kernel.run(STEP_CELL, answers)
     assert out.ok, out.text
-    assert out.prompts == ["(Pdb ranks 0-3) "] * len(answers), out.prompts
+    assert out.prompts == ["(Pdb ranks 0-3) "] * len(answers), f"{out.prompts}\n{out.text}"
     text = out.text
     assert f"[ranks 0-3] stopped at {out.cell}, line 4, in step" in text  # every stopped rank named
     for rank in range(4):  # different replies, each with its rank
@@ -110,6 +110,38 @@ def test_a_top_level_breakpoint_stops_at_the_next_line_and_one_n_steps_over_all_
     for pdb_event in ("--Return--", "--Call--", ", line 0", "->None"):
         assert pdb_event not in text, (pdb_event, text)
     assert all(f"[rank {r}] total 20.0" in text for r in range(4)), text
+
+
+MOVES_CELL = """%%distcomp run dbg
+x = 1
+breakpoint()
+y = x + 1
+z = y + 1
+v = z + 1
+print('end', v)
+"""
+
+
+@pytest.mark.slow
+def test_up_until_and_return_at_a_cell_top_level_move_as_in_one_frame(kernel):
+    """The cell's top level is the oldest frame (``u``); ``unt 6`` runs on to line 6 across
+    top-level statements; ``r`` runs to the cell's end, as pdb's ``r`` at a script's top
+    level, and at that ``--Return--`` on past the cell: never into the machinery."""
+    answers = ["u", "w", "d", "unt 6", "p z", "r", "p v", "r"]
+    out = kernel.run(MOVES_CELL, answers)
+    assert out.ok, out.text
+    assert out.prompts == ["(Pdb ranks 0-2) "] * len(answers), out.transcript
+    text = out.text
+    assert "[ranks 0-2] *** Oldest frame" in text, text
+    assert "[ranks 0-2] *** Newest frame" in text, text
+    assert f"ranks 0-2 at {out.cell}, line 6, in <module>" in text, text  # unt 6
+    assert "line 5, in <module>" not in text, text  # line 5 ran without a stop
+    assert "[ranks 0-2] 3" in text, text  # p z
+    assert f"--Return--\n> {out.cell}, line 7, in <module>()->None" in text, text  # r
+    assert "[ranks 0-2] 4" in text, text  # p v
+    for machinery in ("interactiveshell", "StopIteration", "async_helpers"):
+        assert machinery not in text, (machinery, text)
+    assert all(f"[rank {r}] end 4" in text for r in range(3)), text
 
 
 @pytest.mark.slow
@@ -290,7 +322,7 @@ def test_compare_at_the_prompt_evaluates_in_each_ranks_frame(kernel):
     ]
     out = kernel.run(STEP_CELL, answers)
     assert out.ok, out.text
-    assert out.prompts == ["(Pdb ranks 0-3) "] * len(answers), out.prompts
+    assert out.prompts == ["(Pdb ranks 0-3) "] * len(answers), f"{out.prompts}\n{out.text}"
     tables = out.text.split("ddp: compare ")[1:]
     assert len(tables) == 6, out.text
     assert tables[0].startswith("`t` on 4 rank(s)") and "DIFFERS" in tables[0], tables[0]

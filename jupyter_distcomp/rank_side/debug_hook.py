@@ -32,6 +32,7 @@ import pdb
 import socket
 import sys
 from collections.abc import Iterator
+from types import FrameType
 from typing import Any, cast
 
 ENV_ADDRESS = "DISTCOMP_DEBUG"
@@ -90,6 +91,26 @@ class _Channel:
             message = {"out": "".join(self.output), **message}
             self.output = []
         self.conn.send_bytes(json.dumps(message).encode())
+
+    def request(self, timeout: float | None, **message) -> dict:
+        """Send ``message`` (a stop, a question) and return the kernel's answer, within
+        ``timeout`` s of each try. The connection of an earlier stop, which the kernel
+        closed after its cell, is replaced by a new one; a new connection that fails is
+        tried once more, unless the kernel did not answer it in time. Raises OSError /
+        EOFError saying why."""
+        fresh_tries = 2
+        while True:
+            reused = self.conn is not None
+            try:
+                self.send(connect=True, **message)
+                return self.recv(timeout)
+            except (OSError, EOFError) as exc:
+                self.close()
+                if reused:
+                    continue
+                fresh_tries -= 1
+                if not fresh_tries or isinstance(exc, TimeoutError):
+                    raise
 
     def recv(self, timeout: float | None = None) -> dict:
         """The kernel's next message; with ``timeout``, a TimeoutError after that long."""
@@ -280,6 +301,7 @@ class RankPdb(pdb.Pdb):
         self.channel = channel
         self.prompt = f"(Pdb rank {channel.rank}) "
         self._ending = ""
+        self._cell_goal: int | None = None  # r / unt at a cell's top level: the line to reach
 
     def _add_to_breaks(self, filename, lineno) -> None:
         """bdb's, in constant time (:class:`_Lines`)."""
@@ -315,9 +337,11 @@ class RankPdb(pdb.Pdb):
 
     def user_call(self, frame, argument_list) -> None:
         """No ``--Call--`` stop as a cell's next statement starts: a step goes on to its
-        first line."""
+        first line, and ``r`` / ``unt`` go on towards their line (:meth:`_to_cell_line`)."""
         if not self._cell_statement(frame):
             super().user_call(frame, argument_list)
+        elif self._cell_goal is not None:
+            self._stop_in(frame, self._cell_goal)
 
     def user_return(self, frame, return_value) -> None:
         """No ``--Return--`` stop as a cell's statement ends (``breakpoint()`` on its own
@@ -330,6 +354,44 @@ class RankPdb(pdb.Pdb):
             super().user_return(frame, return_value)
             frame.f_globals.pop("__return__", None)
 
+    def user_exception(self, frame, exc_info) -> None:
+        """pdb's, never in the machinery that runs a cell (bdb stops at a coroutine's
+        internal StopIteration after a step where it stops nowhere else)."""
+        if not self.is_skipped_module(frame.f_globals.get("__name__", "")):
+            super().user_exception(frame, exc_info)
+
+    def set_return(self, frame) -> None:
+        """``r`` at a cell's top level runs to the cell's end, as pdb's ``r`` at a script's
+        top level: its ``--Return--`` after the last statement."""
+        if self._cell_statement(frame):
+            self._to_cell_line(frame, sys.maxsize)
+        else:
+            super().set_return(frame)
+
+    def set_until(self, frame, lineno=None) -> None:
+        """``unt [LINE]`` at a cell's top level runs to that line of the cell (default: a
+        line past this one), also in a later top-level statement, or to the cell's end."""
+        if self._cell_statement(frame):
+            self._to_cell_line(frame, lineno or frame.f_lineno + 1)
+        else:
+            super().set_until(frame, lineno)
+
+    def _to_cell_line(self, frame: FrameType, line: int) -> None:
+        """Run on to ``line`` of the cell, as in one frame: each top-level statement is a
+        frame of its own, so :meth:`user_call` hands the goal on to the next one. At the
+        cell's end (its ``--Return--``): on past it, as ``n`` there (pdb would stop in the
+        machinery that runs cells)."""
+        if frame is self.frame_returning:
+            self.set_next(frame)
+        else:
+            self._cell_goal = line
+            self._stop_in(frame, line)
+
+    def _stop_in(self, frame: FrameType, line: int) -> None:
+        """Stop in ``frame`` at its first line from ``line`` on, or as it returns (bdb's
+        ``until``)."""
+        cast(Any, self)._set_stopinfo(frame, frame, line)
+
     def _under_machinery(self, frame) -> bool:
         while frame is not None and _is_library(frame.f_code.co_filename):
             frame = frame.f_back
@@ -337,7 +399,18 @@ class RankPdb(pdb.Pdb):
                 return True
         return False
 
+    def get_stack(self, frame, traceback):
+        """bdb's, without the frames of the machinery below the user's code: ``w`` starts
+        at the cell, ``u`` at its top level says ``Oldest frame`` as at a script's."""
+        stack, index = super().get_stack(frame, traceback)
+        start = 0
+        for at, (each, _) in enumerate(stack[:index]):
+            if self.is_skipped_module(each.f_globals.get("__name__", "")):
+                start = at + 1
+        return stack[start:], index - start
+
     def interaction(self, frame, traceback) -> None:
+        self._cell_goal = None
         side = sys.modules.get("distcomp_dap_side")
         if side is not None and side.steps_on(self, frame):
             return
@@ -375,21 +448,16 @@ class RankPdb(pdb.Pdb):
             "line": line,
             "func": code.co_name if code else "?",
         }
-        for attempt in (1, 2):  # a connection the kernel closed since is opened again
-            try:
-                self.channel.send(connect=True, stop=stop)
-                reply = self.channel.recv(timeout=HANDSHAKE_SECONDS)
-                break
-            except (OSError, EOFError) as exc:
-                self.channel.close()
-                if attempt == 2 or isinstance(exc, TimeoutError):
-                    print(
-                        f"distcomp: rank {self.channel.rank}: breakpoint() skipped, the rank "
-                        f"runs on: {exc}",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                    return False
+        try:
+            reply = self.channel.request(HANDSHAKE_SECONDS, stop=stop)
+        except (OSError, EOFError) as exc:
+            print(
+                f"distcomp: rank {self.channel.rank}: breakpoint() skipped, the rank runs on: "
+                f"{exc}",
+                file=sys.stderr,
+                flush=True,
+            )
+            return False
         if "interrupt" in reply:  # the cell was interrupted before this rank stopped
             self._stop_tracing()
             raise KeyboardInterrupt(f"the notebook interrupted the cell ({reply['interrupt']})")
@@ -411,15 +479,6 @@ class RankPdb(pdb.Pdb):
         self.set_continue()
         if not self.breaks:
             sys.settrace(None)
-
-    def print_stack_trace(self, *args) -> None:
-        """``w`` without the frames of the machinery that runs a cell (below the cell)."""
-        start = 0
-        for index, (frame, _) in enumerate(self.stack):
-            if self.is_skipped_module(frame.f_globals.get("__name__", "")):
-                start = index + 1
-        for entry in self.stack[start:]:
-            self.print_stack_entry(entry)
 
     def do_continue(self, arg):
         self._ending = "continue"
@@ -538,15 +597,10 @@ def ask(prompt: object = "", password: bool = False) -> str:
     channel = _channel
     if channel is None:
         raise EOFError("input() on a rank needs the notebook's debugger channel")
-    for attempt in (1, 2):  # a connection the kernel closed since is opened again
-        try:
-            channel.send(connect=True, ask={"prompt": str(prompt), "password": password})
-            reply = channel.recv()
-            break
-        except (OSError, EOFError) as exc:
-            channel.close()
-            if attempt == 2:
-                raise EOFError(f"input() on rank {channel.rank}: no notebook to ask ({exc})")
+    try:
+        reply = channel.request(None, ask={"prompt": str(prompt), "password": password})
+    except (OSError, EOFError) as exc:
+        raise EOFError(f"input() on rank {channel.rank}: no notebook to ask ({exc})") from None
     if "interrupt" in reply:
         raise KeyboardInterrupt(f"the notebook interrupted the cell ({reply['interrupt']})")
     if "error" in reply:

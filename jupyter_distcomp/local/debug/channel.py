@@ -41,6 +41,8 @@ class RankSession:
         self.rank = -1
         self.messages: queue.Queue[dict] = queue.Queue()
         self.closed = False
+        self._lock = threading.Lock()  # shutdown and close of the descriptor, one at a time
+        self._released = False
 
     def send(self, **message: Any) -> None:
         try:
@@ -49,13 +51,23 @@ class RankSession:
             self.closed = True
 
     def close(self) -> None:
-        """Shut the connection down (which wakes the reader thread), then close it."""
-        self.closed = True
-        _shutdown(self.conn)
-        try:
-            self.conn.close()
-        except OSError:
-            pass
+        """Shut the connection down: the reader thread wakes (or, about to read, reads)
+        EOF and releases it. Closing it here could free its descriptor for the next rank's
+        connection while the reader thread is about to read: that thread would read the
+        new connection's bytes (its handshake, its stop)."""
+        with self._lock:
+            self.closed = True
+            if not self._released:
+                _shutdown(self.conn)
+
+    def release(self) -> None:
+        """Close the connection: by its reader thread once done, or where it has none."""
+        with self._lock:
+            self.closed = self._released = True
+            try:
+                self.conn.close()
+            except OSError:
+                pass
 
     def read_loop(self) -> None:
         """Reader thread: answer stops, queue everything else for the main thread."""
@@ -75,7 +87,7 @@ class RankSession:
                     self.channel.changed()
         except (OSError, EOFError, ValueError, TypeError):  # TypeError: closed under us
             pass
-        self.closed = True
+        self.release()
         self.messages.put({"end": "closed"})
         self.channel.changed()
 
@@ -134,13 +146,13 @@ class DebugChannel:
         session = RankSession(Connection(sock.detach()), self)
         with self._cond:
             if self._closed:
-                session.close()
+                session.release()
                 return
             self._sessions.append(session)
         try:
             threading.Thread(target=session.read_loop, daemon=True).start()
         except RuntimeError:  # no thread to be had: this rank gets no prompt
-            session.close()
+            session.release()
 
     # -- stops --------------------------------------------------------------------------
     def stopped(self, session: RankSession, where: dict) -> None:

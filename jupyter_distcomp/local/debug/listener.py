@@ -39,13 +39,17 @@ ACCEPT_BACKOFF = 0.5
 CHALLENGE = b"#CHALLENGE#"
 WELCOME = b"#WELCOME#"
 FAILURE = b"#FAILURE#"
+#: the lengths of Python 3.11's challenge (20 random bytes) and answer (an MD5 digest)
+LEGACY_LENGTHS = (20, 16)
 DIGESTS = {"md5", "sha256", "sha384", "sha512", "sha3_256", "sha3_384", "sha3_512"}
 
 
 def respond(key: bytes, message: bytes) -> bytes:
     """The answer to a peer's challenge ``message`` (after ``#CHALLENGE#``), as
-    ``answer_challenge`` of the peer's Python expects it."""
-    if message.startswith(b"{"):
+    ``answer_challenge`` of the peer's Python expects it. Python 3.11 sends 20 random bytes
+    (one in 256 of them starts with ``{``), later versions ``{digest}`` and more: told apart
+    by length, as ``multiprocessing.connection`` does."""
+    if len(message) not in LEGACY_LENGTHS:
         name = message[1 : message.find(b"}", 1, 20)].decode("ascii", "replace")
         if name not in DIGESTS:
             raise ValueError(f"unsupported digest {name!r}")
@@ -54,9 +58,10 @@ def respond(key: bytes, message: bytes) -> bytes:
 
 
 def verified(key: bytes, message: bytes, response: bytes) -> bool:
-    """Whether ``response`` answers our challenge ``message`` with ``key``."""
+    """Whether ``response`` answers our challenge ``message`` with ``key``: Python 3.11's
+    raw HMAC-MD5 (16 bytes), or a later version's ``{sha256}`` HMAC-SHA256."""
     prefix = b"{sha256}"
-    if response.startswith(prefix):
+    if len(response) not in LEGACY_LENGTHS and response.startswith(prefix):
         expected = hmac.new(key, message, "sha256").digest()
         return hmac.compare_digest(expected, response[len(prefix) :])
     return hmac.compare_digest(hmac.new(key, message, "md5").digest(), response)
