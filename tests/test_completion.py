@@ -60,6 +60,12 @@ def test_the_shells_completer_offers_them_instead_of_the_cells_tokens():
         cell = "%%distcomp t\nname: x\nversion: 0.0.1\nla"
         (only,) = list(shell.Completer.completions(cell, len(cell)))
         assert (only.text, only.start, only.end) == ("launcher", len(cell) - 2, len(cell))
+        # a value of the user's own: nothing to offer, and no Python names either
+        shell.user_ns["print_me"] = 1
+        for cell in ("%%distcomp t\nname: pr", "%%distcomp t\nname: x\ncommand: python pr"):
+            assert list(shell.Completer.completions(cell, len(cell))) == []
+        cell = "%%distcomp run t\npr"  # a run cell's body is Python
+        assert "print_me" in [c.text for c in shell.Completer.completions(cell, len(cell))]
     with provisionalcompleter():  # unloaded: the matcher is gone
         found = [c.text for c in shell.Completer.completions(cell, len(cell))]
         assert "launcher" not in found

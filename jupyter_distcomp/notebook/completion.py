@@ -126,14 +126,40 @@ spec_matcher.matcher_identifier = MATCHER_ID  # type: ignore[attr-defined]
 spec_matcher.matcher_priority = 100  # type: ignore[attr-defined]
 
 
+def in_spec_body(cell: str, offset: int) -> bool:
+    """Whether character ``offset`` of ``cell`` is in the spec of a ``%%distcomp NAME``
+    cell (after its first line)."""
+    header = _HEADER.match(cell)
+    return header is not None and header[1] not in SUBCOMMANDS and "\n" in cell[:offset]
+
+
+def _spec_only(completions: Any) -> Any:
+    """``completer.completions`` that offers nothing of Python's in a spec: where the spec
+    has nothing to offer (a value of the user's own), IPython's matchers would offer the
+    names of the kernel's namespace (a matcher suppresses the others only when it offers
+    something)."""
+
+    def spec_completions_only(text: str, offset: int) -> Any:
+        if in_spec_body(text, offset):
+            return (c for c in completions(text, offset) if c.type == "distcomp spec")
+        return completions(text, offset)
+
+    spec_completions_only.distcomp_wraps = completions  # type: ignore[attr-defined]
+    return spec_completions_only
+
+
 def install(shell: Any) -> None:
     """Add the matcher to ``shell``'s completer (once)."""
     completer = getattr(shell, "Completer", None)
     if completer is not None and spec_matcher not in completer.custom_matchers:
         completer.custom_matchers.append(spec_matcher)
+        completer.completions = _spec_only(completer.completions)
 
 
 def uninstall(shell: Any) -> None:
     completer = getattr(shell, "Completer", None)
     if completer is not None and spec_matcher in completer.custom_matchers:
         completer.custom_matchers.remove(spec_matcher)
+        wrapped = getattr(completer.completions, "distcomp_wraps", None)
+        if wrapped is not None:
+            completer.completions = wrapped
