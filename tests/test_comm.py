@@ -119,7 +119,7 @@ def test_kernel_announces_streams_states_and_obeys_a_reloaded_page(kernel):
         "action": "stop",
         "name": "chan",
         "ok": True,
-        "message": "chan: ranks stopped.",
+        "message": "Stopped the ranks of chan.",  # as `%distcomp stop chan` says
     }
     assert not [pid for pid in pids if _alive(pid)]
 

@@ -65,8 +65,13 @@ def result_message(action: Any, name: Any, ok: bool, message: str) -> dict:
 class RanksChannel:
     """Every open ``jupyter_distcomp`` comm of this kernel, fed by the rank backend."""
 
-    def __init__(self, backend: RankBackend) -> None:
+    def __init__(
+        self, backend: RankBackend, stop: Callable[[str], list[str]] | None = None
+    ) -> None:
         self.backend = backend
+        #: the Stop button's action, the magic's own (`%distcomp stop NAME`: the ranks and a
+        #: background command; what it stopped, one phrase each); None: the ranks only
+        self.stop = stop
         self.comms: dict[str, Any] = {}
         self._lock = threading.Lock()
 
@@ -151,8 +156,11 @@ class RanksChannel:
         if action == "restart":
             world = self.backend.restart(name)
             return f"{name}: {world.world_size} rank(s) restarted."
-        self.backend.stop(name)
-        return f"{name}: ranks stopped."
+        if self.stop is None:
+            self.backend.stop(name)
+            return f"{name}: ranks stopped."
+        stopped = self.stop(name)
+        return f"Stopped {'; '.join(stopped)}." if stopped else f"Nothing of {name} was running."
 
     def _result(self, action: Any, name: Any, ok: bool, message: str) -> None:
         self.broadcast(result_message(action, name, ok, message))
@@ -173,7 +181,11 @@ class RanksChannel:
             pass
 
 
-def install(shell: InteractiveShell | None, backend: RankBackend) -> RanksChannel | None:
+def install(
+    shell: InteractiveShell | None,
+    backend: RankBackend,
+    stop: Callable[[str], list[str]] | None = None,
+) -> RanksChannel | None:
     """Set up the channel in a kernel (``%load_ext``); ``None`` in a terminal IPython.
 
     Costs a comm-target registration and one comm open; the backend's module is stdlib
@@ -181,7 +193,7 @@ def install(shell: InteractiveShell | None, backend: RankBackend) -> RanksChanne
     """
     if getattr(shell, "kernel", None) is None:
         return None
-    channel = RanksChannel(backend)
+    channel = RanksChannel(backend, stop)
     channel.register()
     channel.announce()
     return channel

@@ -716,7 +716,7 @@ class Session:
         if self._channel is None and self.in_kernel:
             from .comm import install
 
-            self._channel = install(self.shell, self.backend)
+            self._channel = install(self.shell, self.backend, self.stop)
             from ..local.debug import dap
 
             backend = self.backend
