@@ -39,12 +39,12 @@ __all__ = ["START_TIMEOUT", "RankInfo", "World"]
 
 START_TIMEOUT = 120.0
 SETUP_TIMEOUT = 60.0  # seconds the ranks have to answer a call of the start (or call_each)
-#: seconds a stop waits at most for output on its way to the cell on show (it waits only
-#: while that output keeps arriving: a window of 512 K characters a rank takes over a second
-#: to arrive on 2 loaded cores)
-STOP_SETTLE = 5.0
+#: seconds a stop waits at most for output on its way to the cell on show; it waits only
+#: while that output keeps arriving, and a rank has at most its flow window (512 K
+#: characters) on its way, which takes seconds to show on 2 loaded cores
+STOP_SETTLE = 30.0
 #: ... and gives up once none has arrived for this long (a loaded kernel pauses for as much)
-STOP_STALL = 1.0
+STOP_STALL = 3.0
 
 #: run once the ranks are set up, before the world counts as started (its start fails if
 #: one raises); on this machine, as soon as the setup is sent: each rank runs the hook's
