@@ -306,11 +306,11 @@ def test_stop_from_another_thread_says_the_ranks_were_stopped(ip, tmp_path):
     from .ranks_support import MPI_SPEC, define, run_cell
 
     define(ip, "stoppee", MPI_SPEC, nodes=1, per_node=2)
-    flag = tmp_path / "busy"
+    flags = [tmp_path / f"busy-{rank}" for rank in range(2)]
 
-    def stop_once_busy() -> None:
+    def stop_once_busy() -> None:  # once every rank has printed all and sleeps
         deadline = time.monotonic() + 120
-        while not flag.exists() and time.monotonic() < deadline:
+        while not all(f.exists() for f in flags) and time.monotonic() < deadline:
             time.sleep(0.001)
         ip.run_line_magic("distcomp", "stop stoppee")
 
@@ -319,9 +319,11 @@ def test_stop_from_another_thread_says_the_ranks_were_stopped(ip, tmp_path):
     try:
         cell = run_cell(
             ip,
-            "%%distcomp run stoppee\nimport pathlib, sys, time\n"
+            "%%distcomp run stoppee\nimport os, pathlib, sys, time\n"
             "for i in range(20000):\n    print('working', i)\n"
-            f"sys.stdout.flush()\npathlib.Path({str(flag)!r}).touch()\ntime.sleep(120)",
+            "sys.stdout.flush()\n"
+            f"pathlib.Path({str(tmp_path)!r}, 'busy-' + os.environ['OMPI_COMM_WORLD_RANK']).touch()\n"
+            "time.sleep(120)",
         )
     finally:
         stopper.join()
