@@ -33,7 +33,9 @@ READY = b"\x04\x19\x05READY\x0bSocket-Type\x00\x00\x00\x06ROUTER"
 def ip():
     with loaded_shell() as shell:
         define(shell, "ports", MPI_SPEC, nodes=1, per_node=RANKS)
-        cell = run_cell(shell, "%%distcomp run ports\nfrom mpi4py import MPI\nr = MPI.COMM_WORLD.rank")
+        cell = run_cell(
+            shell, "%%distcomp run ports\nfrom mpi4py import MPI\nr = MPI.COMM_WORLD.rank"
+        )
         assert cell.ok, cell.stdout
         yield shell
         run_cell(shell, "%distcomp stop ports")
