@@ -4,13 +4,15 @@ every world starts) and one without, the same cells alternated between them.
 Run: .venv/bin/python bench/bench_curve.py [--quick]   (not a test; prints its figures)
 
 1. a warm ``%%distcomp run`` round trip (x = 1) on 4 ranks, curve against plain
-2. 10,000 printed lines per rank on 4 ranks (every line arrives), curve against plain
+2. 10,000 and 200,000 printed lines per rank on 4 ranks (every line arrives; the second
+   about 1.3 MB per rank, many messages through the controller), curve against plain
 3. start-up of 4 ranks, curve against plain
 Each figure is the median of ratios of runs taken side by side, which one first alternating.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import sys
@@ -21,7 +23,7 @@ from common import SPEC, alternated, figure, load, quiet, stop_and_settle
 
 QUICK = "--quick" in sys.argv
 RANKS = 4
-LINES = 10_000
+LINES = (10_000, 200_000)
 TRIPS = 30 if QUICK else 100
 STREAMS = 3 if QUICK else 8
 STARTS = 2 if QUICK else 5
@@ -54,10 +56,13 @@ def cell(shell, name: str, code: str) -> str:
     return out
 
 
-def stream(shell, name: str) -> None:
-    out = cell(shell, name, f"for i in range({LINES}):\n    print(i)")
-    got = sum(1 for line in out.splitlines() if line.startswith("[rank"))
-    assert got == RANKS * LINES, f"{name}: {got} of {RANKS * LINES} lines"
+def stream(shell, name: str, lines: int) -> list[str]:
+    """The cell's lines that are not what it printed (notices of ours)."""
+    out = cell(shell, name, f"for i in range({lines}):\n    print(i)")
+    got = [line for line in out.splitlines() if line.startswith("[rank")]
+    printed = sum(1 for line in got if line.rpartition(" ")[2].isdigit())
+    assert printed == RANKS * lines, f"{name}: {printed} of {RANKS * lines} lines"
+    return [line for line in got if not line.rpartition(" ")[2].isdigit()]
 
 
 def timed_start(backend, shell, name: str, curve: bool) -> float:
@@ -94,18 +99,22 @@ def main() -> None:
             f"curve {curve_s * 1000:.1f} ms, plain {plain_s * 1000:.1f} ms, {TRIPS} pairs",
         )
     )
-    ratio, curve_s, plain_s = alternated(
-        lambda: stream(shell, "curve"), lambda: stream(shell, "plain"), STREAMS, warm=1
-    )
-    print(
-        figure(
-            f"{LINES:,} lines x {RANKS} ranks: curve",
-            ratio,
-            "plain",
-            "",
-            f"curve {curve_s:.2f} s, plain {plain_s:.2f} s, {STREAMS} pairs",
+    for lines in LINES:
+        ratio, curve_s, plain_s = alternated(
+            functools.partial(stream, shell, "curve", lines),
+            functools.partial(stream, shell, "plain", lines),
+            STREAMS,
+            warm=1,
         )
-    )
+        print(
+            figure(
+                f"{lines:,} lines x {RANKS} ranks: curve",
+                ratio,
+                "plain",
+                "",
+                f"curve {curve_s:.2f} s, plain {plain_s:.2f} s, {STREAMS} pairs",
+            )
+        )
     for name in ("curve", "plain"):
         stop_and_settle(backend.stop, name)
 
