@@ -309,6 +309,9 @@ def test_a_run_cells_ranks_publish_only_output_and_idle_while_px_gets_its_usual_
     session = Session(key=client.session.key, signature_scheme=client.session.signature_scheme)
     sub = zmq.Context.instance().socket(zmq.SUB)
     sub.setsockopt(zmq.SUBSCRIBE, b"")
+    # the controller speaks CurveZMQ: a peer needs its public key, and a key pair of its own
+    sub.curve_serverkey = client.curve_serverkey
+    sub.curve_publickey, sub.curve_secretkey = zmq.curve_keypair()
     sub.connect(client._config["iopub"])
     try:
         time.sleep(0.5)  # the subscription reaches the controller

@@ -89,6 +89,7 @@ RELIES_ON = (
     "ipyparallel.cluster.launcher.BaseLauncher.connection_files",
     "ipyparallel.engine.app.IPEngine.max_heartbeat_misses",
     "ipyparallel.engine.app.IPEngine.enable_nanny",
+    "ipyparallel.controller.app.IPController.enable_curve",
     "ipyparallel.controller.heartmonitor.HeartMonitor.period",
     "ipyparallel.controller.heartmonitor.HeartMonitor.max_heartmonitor_misses",
 )
@@ -120,6 +121,13 @@ ENGINE_START = [sys.executable, "-m", "jupyter_distcomp.rank_side.engine_start"]
 #: lost their parent), is what ends a controller or mpiexec slow to stop. A SIGKILLed guard
 #: would leave the controller's schedulers and mpiexec's ranks to PID 1.
 STOP_SECONDS = int(GRACE) + 5
+#: CurveZMQ on every socket of the controller: a peer completes a handshake only with the
+#: controller's public key, which is in the connection files alone (mode 0600), so bytes from
+#: anyone else never reach ipyparallel's message parsing (without it, random bytes sent to
+#: its ports lose requests); across hosts it also encrypts cells and output. ipyparallel then
+#: drops its HMAC signatures (CurveZMQ authenticates each message). The engines and clients
+#: read the key from the connection files. False: bench/bench_curve.py's comparison only.
+CURVE = True
 
 
 # -- the event loop ---------------------------------------------------------------------
@@ -225,7 +233,16 @@ def cluster_config(
         f"--HeartMonitor.max_heartmonitor_misses={HUB_MISSES}",
         f"--ip={listen}",
     ]
+    if CURVE and curve_available():
+        config.LocalControllerLauncher.controller_args.append("--IPController.enable_curve=True")
     return config
+
+
+def curve_available() -> bool:
+    """Whether this libzmq has CurveZMQ (pyzmq's wheels do; a libzmq built without it not)."""
+    import zmq
+
+    return bool(zmq.has("curve"))
 
 
 class LocalCluster:
