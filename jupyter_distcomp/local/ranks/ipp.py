@@ -11,7 +11,9 @@ thread (``distcomp-ipyparallel``) started on first use and shared by every world
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import logging
 import os
 import sys
 import threading
@@ -238,6 +240,33 @@ def cluster_config(
     return config
 
 
+#: what jupyter_client's Session logs when it has no key, as every client of a controller
+#: with CurveZMQ has (CurveZMQ authenticates each message in place of the signatures)
+_NO_SIGNING = "Message signing is disabled"
+
+
+class _KeepSigningNoteOut(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return _NO_SIGNING not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _quiet_about_signing() -> Any:
+    """While a client connects: the kernel's log leaves out jupyter_client's warning that
+    message signing is disabled, which is untrue of a CurveZMQ controller (ipyparallel's
+    own advice is to ignore it) and would show in the notebook's log at every world start."""
+    from traitlets.log import get_logger
+
+    log = get_logger()
+    logger = log.logger if isinstance(log, logging.LoggerAdapter) else log
+    keep_out = _KeepSigningNoteOut()
+    logger.addFilter(keep_out)
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep_out)
+
+
 def curve_available() -> bool:
     """Whether this libzmq has CurveZMQ (pyzmq's wheels do; a libzmq built without it not)."""
     import zmq
@@ -305,7 +334,9 @@ class LocalCluster:
         await self._cluster.start_controller()
 
     def connect(self) -> Client:
-        return ready_client(run(self._cluster.connect_client()))
+        with _quiet_about_signing():
+            client = run(self._cluster.connect_client())
+        return ready_client(client)
 
     def stop(self) -> None:
         """Stop the controller and mpiexec; SIGKILL whatever outlives that. Idempotent."""
@@ -366,7 +397,9 @@ def connect(timeout: float, **connection: str) -> Client:
     """A client of a running cluster (``profile``, ``profile_dir``, ``cluster_id``)."""
     import ipyparallel
 
-    return ready_client(ipyparallel.Client(**connection, timeout=timeout))
+    with _quiet_about_signing():
+        client = ipyparallel.Client(**connection, timeout=timeout)
+    return ready_client(client)
 
 
 _canning_lock = threading.Lock()
