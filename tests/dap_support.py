@@ -38,18 +38,7 @@ class DapClient:
     def request(self, command: str, timeout: float = 60, **arguments: Any) -> dict:
         self.seq += 1
         content = {"type": "request", "seq": self.seq, "command": command, "arguments": arguments}
-        msg = self.kc.session.msg("debug_request", content)
-        self.kc.control_channel.send(msg)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self.pump()
-            try:
-                reply = self.kc.control_channel.get_msg(timeout=0.02)
-            except queue.Empty:
-                continue
-            if reply["parent_header"].get("msg_id") == msg["header"]["msg_id"]:
-                return reply["content"]
-        raise AssertionError(f"no reply to {command} within {timeout} s")
+        return self.raw(content, timeout)
 
     def raw(self, content: dict, timeout: float = 30) -> dict:
         """Send ``content`` as the debug request, whatever its shape; the reply's content."""

@@ -50,6 +50,11 @@ def rank_of(thread: int) -> int:
     return (thread - RANK_THREADS) % 100_000
 
 
+def by_rank(frames: list[dict]) -> dict[int, dict]:
+    """Each rank's frame of a stackTrace (its frames are named ``rank N: function``)."""
+    return {int(f["name"].split(":")[0].split()[1]): f for f in frames}
+
+
 def variables_of(dap: DapClient, frame: dict) -> dict[str, str]:
     scopes = dap.request("scopes", frameId=frame["id"])["body"]["scopes"]
     assert scopes, frame
@@ -79,12 +84,10 @@ def test_gutter_breakpoint_stops_every_rank_at_the_cell_line_and_next_steps_over
     assert frames[0]["name"] == f"rank {rank_of(current)}: <module>"
     assert sorted(f["name"] for f in frames) == [f"rank {r}: <module>" for r in range(RANKS)]
     assert {(f["line"], f["source"]["path"]) for f in frames} == {(3, path)}
-    by_rank = {int(f["name"].split(":")[0].split()[1]): f for f in frames}
-    assert variables_of(dap, by_rank[2])["x"] == "20"
-    assert "total" not in variables_of(dap, by_rank[2])  # not yet computed
-    evaluated = dap.request(
-        "evaluate", expression="x + 1", frameId=by_rank[1]["id"], context="repl"
-    )
+    ranks = by_rank(frames)
+    assert variables_of(dap, ranks[2])["x"] == "20"
+    assert "total" not in variables_of(dap, ranks[2])  # not yet computed
+    evaluated = dap.request("evaluate", expression="x + 1", frameId=ranks[1]["id"], context="repl")
     assert evaluated["success"] and evaluated["body"]["result"] == "11", evaluated
 
     since = len(dap.events)
@@ -160,24 +163,24 @@ def test_a_ranks_variable_in_the_rich_view_and_copied_to_the_ranks_globals(debug
     msg_id = dap.execute(CELL)
     thread = dap.wait_events("stopped", RANKS, since)[-1]["body"]["threadId"]
     frames = dap.request("stackTrace", threadId=thread)["body"]["stackFrames"]
-    by_rank = {int(f["name"].split(":")[0].split()[1]): f for f in frames}
-    rich = dap.request("richInspectVariables", variableName="x", frameId=by_rank[2]["id"])
+    ranks = by_rank(frames)
+    rich = dap.request("richInspectVariables", variableName="x", frameId=ranks[2]["id"])
     assert rich["success"] and rich["body"]["data"]["text/plain"] == "20", rich
     copied = dap.request(
-        "copyToGlobals", srcVariableName="x", dstVariableName="x_seen", srcFrameId=by_rank[1]["id"]
+        "copyToGlobals", srcVariableName="x", dstVariableName="x_seen", srcFrameId=ranks[1]["id"]
     )
     assert copied["success"], copied
     # a name the frame lacks: nothing to show ("undefined in the active context")
-    rich = dap.request("richInspectVariables", variableName="nowhere", frameId=by_rank[2]["id"])
+    rich = dap.request("richInspectVariables", variableName="nowhere", frameId=ranks[2]["id"])
     assert rich["success"] and rich["body"]["data"] == {}, rich
     # after a step, JupyterLab refreshes an open rich view with the frame it was opened at:
     # the view shows the variable in that rank's frame now
     since = len(dap.events)
     assert dap.request("next", threadId=thread)["success"]
     dap.wait_events("stopped", RANKS, since, reason="step")
-    rich = dap.request("richInspectVariables", variableName="total", frameId=by_rank[2]["id"])
+    rich = dap.request("richInspectVariables", variableName="total", frameId=ranks[2]["id"])
     assert rich["success"] and rich["body"]["data"]["text/plain"] == "60", rich
-    stale = dap.request("scopes", frameId=by_rank[2]["id"])  # other requests: stale
+    stale = dap.request("scopes", frameId=ranks[2]["id"])  # other requests: stale
     assert not stale["success"] and "is stale" in stale["message"], stale
     dap.request("continue", threadId=1)
     assert dap.wait_reply(msg_id)["status"] == "ok", dap.output(msg_id)
@@ -205,8 +208,8 @@ def test_a_ranks_tensor_expands_and_its_variables_follow_an_evaluate(debugger):
     msg_id = dap.execute(EXPAND_CELL)
     thread = dap.wait_events("stopped", RANKS, since)[-1]["body"]["threadId"]
     frames = dap.request("stackTrace", threadId=thread)["body"]["stackFrames"]
-    by_rank = {int(f["name"].split(":")[0].split()[1]): f for f in frames}
-    scopes = dap.request("scopes", frameId=by_rank[1]["id"])["body"]["scopes"]
+    ranks = by_rank(frames)
+    scopes = dap.request("scopes", frameId=ranks[1]["id"])["body"]["scopes"]
     found = dap.request("variables", variablesReference=scopes[0]["variablesReference"])
     tensor = next(v for v in found["body"]["variables"] if v["name"] == "t")
     assert tensor["type"] == "Tensor" and tensor["variablesReference"] > 0, tensor
@@ -216,7 +219,7 @@ def test_a_ranks_tensor_expands_and_its_variables_follow_an_evaluate(debugger):
     assert named["dtype"]["value"] == "torch.float32", named["dtype"]
     assert named["[2]"]["value"] == "tensor(3.)", named["[2]"]  # rank 1: [1., 2., 3.]
     assert "add" not in named and "__class__" not in named  # data, not methods
-    rich = dap.request("richInspectVariables", variableName="t", frameId=by_rank[1]["id"])
+    rich = dap.request("richInspectVariables", variableName="t", frameId=ranks[1]["id"])
     assert rich["success"], rich
     assert rich["body"]["data"]["text/plain"] == "tensor([1., 2., 3.])", rich
     box = next(v for v in found["body"]["variables"] if v["name"] == "box")
@@ -224,14 +227,14 @@ def test_a_ranks_tensor_expands_and_its_variables_follow_an_evaluate(debugger):
     assert {v["name"] for v in inner["body"]["variables"]} == {"'t'", "'n'"}, inner
 
     evaluated = dap.request(
-        "evaluate", expression="evaluated_here = 41", frameId=by_rank[1]["id"], context="repl"
+        "evaluate", expression="evaluated_here = 41", frameId=ranks[1]["id"], context="repl"
     )
     assert evaluated["success"], evaluated
     again = dap.request("stackTrace", threadId=thread)["body"]["stackFrames"]
     assert not {f["id"] for f in again} & {f["id"] for f in frames}, (frames, again)
-    by_rank = {int(f["name"].split(":")[0].split()[1]): f for f in again}
-    assert variables_of(dap, by_rank[1])["evaluated_here"] == "41"
-    assert "evaluated_here" not in variables_of(dap, by_rank[2])  # on rank 1 only
+    ranks = by_rank(again)
+    assert variables_of(dap, ranks[1])["evaluated_here"] == "41"
+    assert "evaluated_here" not in variables_of(dap, ranks[2])  # on rank 1 only
     dap.request("continue", threadId=1)
     assert dap.wait_reply(msg_id)["status"] == "ok", dap.output(msg_id)
 

@@ -28,6 +28,17 @@ def channel():
     made.close()
 
 
+def _read_until_dropped(client: socket.socket, seconds: float) -> None:
+    """Read ``client`` until the channel closes it (TimeoutError after ``seconds``)."""
+    client.settimeout(seconds)
+    try:
+        while client.recv(1024):
+            pass
+    except ConnectionResetError:
+        pass
+    client.close()
+
+
 def _stops_and_goes(channel: DebugChannel, rank: int = 3) -> None:
     """A rank-side connection (the hook's own handshake) stops and is told to go."""
     conn = debug_hook._connect((channel.host, channel.port), channel.key)
@@ -101,13 +112,7 @@ def test_idle_and_half_open_clients_are_dropped_and_do_not_block_a_rank(channel)
     _stops_and_goes(channel)
     assert time.monotonic() - tic < 3, "idle clients held up a rank's handshake"
     for client in [*idle, half]:
-        client.settimeout(AUTH_SECONDS + 5)
-        try:
-            while client.recv(1024):
-                pass
-        except ConnectionResetError:
-            pass
-        client.close()
+        _read_until_dropped(client, AUTH_SECONDS + 5)
     assert time.monotonic() - tic <= AUTH_SECONDS + 3
     deadline = time.monotonic() + 5
     while channel.refused < 41 and time.monotonic() < deadline:
@@ -149,13 +154,7 @@ def test_a_client_that_sends_a_huge_frame_or_a_wrong_answer_is_dropped_at_once(c
     wrong.recv(1024)  # the challenge
     wrong.sendall(b"\x00\x00\x00\x10" + b"0" * 16)  # an answer without the key
     for client in (huge, wrong):
-        client.settimeout(AUTH_SECONDS)
-        try:
-            while client.recv(1024):
-                pass
-        except ConnectionResetError:
-            pass
-        client.close()
+        _read_until_dropped(client, AUTH_SECONDS)
     assert time.monotonic() - tic < 1, "a bad client was kept until its deadline"
     deadline = time.monotonic() + 2
     while channel.refused < 2 and time.monotonic() < deadline:
