@@ -22,7 +22,6 @@ from ..core.ranges import format_ranks
 from ..machine.remote import on_hosts
 from ..rank_side.ledger import CELL_FILE, cell_place, in_hooks
 from .cell_names import cell_of
-from .cell_names import where as cell_where
 
 __all__ = [
     "CELL_FILE",
@@ -102,7 +101,8 @@ def stack_frames(stack: str, code: str, cell: str = "Cell") -> tuple[list[Frame]
             lines = known[1].splitlines() if known else code_lines
             where = f"  {name}, line {number}, in {match['func']}"
             source = lines[number - 1] if 0 < number <= len(lines) else ""
-            frames.append(Frame(where, source.strip(), number, cell_where(path, number)))
+            place = cell_place(known[0] if known else "", number)
+            frames.append(Frame(where, source.strip(), number, place))
         else:
             where = f'  File "{path}", line {number}, in {match["func"]}'
             frames.append(Frame(where, linecache.getline(path, number).strip()))
