@@ -204,6 +204,13 @@ class AzureStandIn:
             **self.client_kwargs(**extra),
         )
 
+    def storage_proxy(self):
+        """A context manager: while it runs, blob clients built with azure-core's default
+        transport (``jobs.download``'s) reach this stand-in through ``HTTPS_PROXY`` (proxy.py)."""
+        from .proxy import proxy_environment
+
+        return proxy_environment(self.url, self.root / "tls")
+
     def session_settings(self) -> dict[str, Any]:
         """The ``%config AzureML`` settings that point a notebook's session here::
 
@@ -295,6 +302,26 @@ def _error(code: str, message: str) -> dict:
 class _Handler(BaseHTTPRequestHandler):
     owner: AzureStandIn
     protocol_version = "HTTP/1.1"
+    account: str | None = None  # inside a CONNECT tunnel: the storage account it reached
+
+    def do_CONNECT(self) -> None:
+        """``CONNECT ACCOUNT.blob.core.windows.net:443`` of a client using ``storage_proxy``:
+        TLS with the stand-in's certificate, then the tunnel's requests as blob requests."""
+        from .proxy import BLOB_SUFFIX, server_context
+
+        host, _, port = self.path.rpartition(":")
+        if not host.endswith(BLOB_SUFFIX) or port != "443":
+            self.send_error(502, f"the stand-in proxies only *{BLOB_SUFFIX}:443")
+            return
+        self.send_response(200, "Connection established")
+        self.end_headers()
+        self.wfile.flush()
+        context = server_context(self.owner.root / "tls")
+        self.connection = context.wrap_socket(self.connection, server_side=True)
+        self.rfile = self.connection.makefile("rb", self.rbufsize)
+        self.wfile = self.connection.makefile("wb", 0)
+        self.account = host[: -len(BLOB_SUFFIX)]
+        self.close_connection = False  # CONNECT is HTTP/1.0: the tunnel's requests follow
 
     def log_message(self, *args: Any) -> None:  # keep test output clean
         pass
@@ -302,6 +329,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _handle(self) -> None:
         owner = self.owner
         split = urlsplit(self.path)
+        if self.account is not None:  # a request inside a tunnel names no account
+            split = split._replace(path=f"/{self.account}{split.path}")
         query = parse_qs(split.query)
         length = int(self.headers.get("Content-Length") or 0)
         data = self.rfile.read(length) if length else b""
