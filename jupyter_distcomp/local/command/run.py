@@ -37,7 +37,7 @@ from ..debug.serve import serve
 from . import launch as launch_mod
 from .active import ActiveRun, registered
 from .result import TAIL_LINES, CommandResult, RankResult, failure_message
-from .tracebacks import HeldTracebacks
+from ...core.tracebacks import HeldTracebacks
 
 if TYPE_CHECKING:
     from ...core.model import Component
