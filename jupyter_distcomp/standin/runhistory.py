@@ -116,7 +116,7 @@ def _run(standin: AzureStandIn, name: str) -> dict:
     """``Run``: what ``get_run`` and ``rundata`` say of the job, its outputs as data assets."""
     job = standin.runs.get(name)
     outputs = {
-        key: {"assetId": _ASSET.format(name, key), "type": "UriFolder"}
+        key: {"assetId": _ASSET.format(name, key), "type": "uri_folder"}
         for key in (job.output_uris if job is not None else {})
     }
     return {"runId": name, "status": _status(standin, name), "outputs": outputs or None}
@@ -128,7 +128,7 @@ def _resolved(standin: AzureStandIn, asset_ids: list[str]) -> dict:
         for key, uri in job.output_uris.items():
             asset = _ASSET.format(job.name, key)
             if asset in asset_ids:
-                found[asset] = {"uri": uri, "type": "UriFolder"}
+                found[asset] = {"uri": uri, "type": "uri_folder"}
     return found
 
 
