@@ -273,7 +273,9 @@ def test_follow_reads_a_job_submitted_without_us(shell, standin, tmp_path):
     """A command job built with azure-ai-ml alone: only the logs Azure writes."""
     from azure.ai.ml import MpiDistribution, command
 
-    (tmp_path / "hello.py").write_text("import os\nprint('hi from', os.environ['OMPI_COMM_WORLD_RANK'])\n")
+    (tmp_path / "hello.py").write_text(
+        "import os\nprint('hi from', os.environ['OMPI_COMM_WORLD_RANK'])\n"
+    )
     ml_client = standin.ml_client(show_progress=False)
     job = ml_client.jobs.create_or_update(
         command(

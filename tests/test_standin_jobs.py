@@ -92,7 +92,14 @@ def test_a_job_runs_streams_rank_0_and_ends_completed(standin, tmp_path, capsys,
     final = ml_client.jobs.get(job.name)
     assert final.status == "Completed"
     run = standin.job(job.name)
-    assert run.statuses == ["NotStarted", "Queued", "Preparing", "Running", "Finalizing", "Completed"]
+    assert run.statuses == [
+        "NotStarted",
+        "Queued",
+        "Preparing",
+        "Running",
+        "Finalizing",
+        "Completed",
+    ]
     # the output landed in the default datastore, where azure-ai-ml looks for it
     model = standin.datastore("workspaceblobstore") / "azureml" / job.name / "model"
     assert sorted(p.name for p in model.iterdir()) == ["rank0.txt", "rank1.txt"]

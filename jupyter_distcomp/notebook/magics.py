@@ -596,7 +596,6 @@ class DistCompMagics(Magics):
             return
         print(f"Job {job.name} completed: {final.studio_url or job.studio_url}")
 
-
     def _handle_follow(self, args: argparse.Namespace, cell: str | None) -> None:
         """Every rank's output of an Azure ML job (any command job, ours or not)."""
         from .session import Workspace

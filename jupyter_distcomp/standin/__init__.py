@@ -35,6 +35,7 @@ that take no transport).
 
 from __future__ import annotations
 
+from .blobs import SAS_SIGNATURE
 from .catalog import (
     ACCOUNT,
     COMPUTES,
@@ -46,7 +47,6 @@ from .catalog import (
     VM_SIZES,
     WORKSPACE,
 )
-from .blobs import SAS_SIGNATURE
 from .server import AzureStandIn, FakeCredential, Recorded
 from .transport import ARM
 

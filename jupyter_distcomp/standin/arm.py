@@ -25,7 +25,14 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from .blobs import SAS_SIGNATURE
-from .catalog import ACCOUNT, DATASTORES, DEFAULT_DATASTORE, INTERACTIVE_ENDPOINT, LOCATION, VM_SIZES
+from .catalog import (
+    ACCOUNT,
+    DATASTORES,
+    DEFAULT_DATASTORE,
+    INTERACTIVE_ENDPOINT,
+    LOCATION,
+    VM_SIZES,
+)
 from .jobs import StandInJob
 from .transport import API
 
@@ -236,7 +243,11 @@ def _datastores(standin: AzureStandIn, method: str, ws_id: str, parts: list, que
     if len(parts) == 2 and method == "GET":
         return 200, _datastore(ws_id, name), {}
     if parts[2:] == ["listSecrets"] and method == "POST":
-        return 200, {"secretsType": "Sas", "sasToken": f"sv=2021-08-06&sr=c&sig={SAS_SIGNATURE}"}, {}
+        return (
+            200,
+            {"secretsType": "Sas", "sasToken": f"sv=2021-08-06&sr=c&sig={SAS_SIGNATURE}"},
+            {},
+        )
     return 404, error("NotFound", f"The stand-in does not serve {method} datastores/{name}"), {}
 
 

@@ -113,13 +113,21 @@ class BlobStore:
             return 200, body, {**props, "Content-Length": str(total)}
         start = int(match[1])
         if start >= total:
-            return 416, None, {"x-ms-error-code": "InvalidRange", "Content-Range": f"bytes */{total}"}
+            return (
+                416,
+                None,
+                {"x-ms-error-code": "InvalidRange", "Content-Range": f"bytes */{total}"},
+            )
         end = min(int(match[2]) if match[2] else total - 1, total - 1)
         part = content[start : end + 1]
         return (
             206,
             part if method == "GET" else None,
-            {**props, "Content-Length": str(len(part)), "Content-Range": f"bytes {start}-{end}/{total}"},
+            {
+                **props,
+                "Content-Length": str(len(part)),
+                "Content-Range": f"bytes {start}-{end}/{total}",
+            },
         )
 
     def _list(self, container: str, prefix: str) -> Reply:

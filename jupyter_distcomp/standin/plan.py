@@ -84,24 +84,26 @@ def make_plan(standin: AzureStandIn, name: str, props: dict) -> Plan:
         "inputs": declared,
         "outputs": out_specs,
         "environment_variables": dict(props.get("environmentVariables") or {}),
-        "resources": {"instance_count": int((props.get("resources") or {}).get("instanceCount") or 1)},
+        "resources": {
+            "instance_count": int((props.get("resources") or {}).get("instanceCount") or 1)
+        },
     }
     distribution = props.get("distribution") or {}
-    kind = _DISTRIBUTIONS.get(str(distribution.get("distributionType", "")).lower())
-    if distribution and kind is None:
+    dist_kind = _DISTRIBUTIONS.get(str(distribution.get("distributionType", "")).lower())
+    if distribution and dist_kind is None:
         raise SpecError(
             f"distribution {distribution.get('distributionType')!r}: the stand-in runs mpi, "
             "pytorch and tensorflow jobs."
         )
-    if kind == "tensorflow":
+    if dist_kind == "tensorflow":
         spec["distribution"] = {
-            "type": kind,
+            "type": dist_kind,
             "worker_count": distribution.get("workerCount") or spec["resources"]["instance_count"],
             "parameter_server_count": distribution.get("parameterServerCount") or 0,
         }
-    elif kind is not None:
+    elif dist_kind is not None:
         spec["distribution"] = {
-            "type": kind,
+            "type": dist_kind,
             "process_count_per_instance": distribution.get("processCountPerInstance") or 1,
         }
     component = load_component(yaml.safe_dump(spec), base_dir=folder, source_name=f"job {name}")

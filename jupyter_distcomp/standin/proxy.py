@@ -38,7 +38,7 @@ def make_authority(folder: Path) -> tuple[Path, Path, Path]:
     cert_path, key_path, bundle_path = folder / "blob.pem", folder / "blob.key", folder / "ca.pem"
     if bundle_path.exists():
         return cert_path, key_path, bundle_path
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "jupyter-distcomp stand-in CA")])
     ca = (
@@ -77,9 +77,7 @@ def make_authority(folder: Path) -> tuple[Path, Path, Path]:
     pem = serialization.Encoding.PEM
     cert_path.write_bytes(leaf.public_bytes(pem))
     key_path.write_bytes(
-        key.private_bytes(
-            pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
+        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     )
     key_path.chmod(0o600)
     import certifi

@@ -43,7 +43,9 @@ _BATCH_URIS = re.compile(rf"^/data/v1\.0{_WORKSPACE}/dataversion/batchGetResolve
 #: the discovery document's keys (every service of the region answers at one host)
 _SERVICES = ("api", "catalog", "experimentation", "gallery", "history", "hyperdrive",
              "labeling", "modelmanagement", "pipelines", "studiocoreservices")  # fmt: skip
-_ASSET = "azureml://locations/westeurope/workspaces/standin/data/azureml_{}_output_data_{}/versions/1"
+_ASSET = (
+    "azureml://locations/westeurope/workspaces/standin/data/azureml_{}_output_data_{}/versions/1"
+)
 
 
 def answer(standin: AzureStandIn, method: str, path: str, query: dict, body: Any, headers: dict):

@@ -166,8 +166,7 @@ class AzureStandIn:
     @property
     def url(self) -> str:
         assert self._server is not None, "the stand-in is not started: call start()"
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def datastore(self, name: str) -> Path:
         """The folder that holds datastore ``name``'s files (``azureml://datastores/NAME/paths/P``

@@ -14,7 +14,7 @@ and its requests pipeline (HTTP range reads of the new bytes only).
 from __future__ import annotations
 
 from .fetch import fetch_logs
-from .follow import FollowOutcome, Follower, FollowSettings
+from .follow import Follower, FollowOutcome, FollowSettings
 from .job import JobFacts, read_job
 
 __all__ = ["FollowOutcome", "FollowSettings", "Follower", "JobFacts", "fetch_logs", "read_job"]

@@ -124,7 +124,7 @@ class Follower:
         for rank in self.tracebacks.complete():
             if ranks is None or rank in ranks:
                 self._rank(rank).raised = self.tracebacks.raised(rank)
-        out = []
+        out: list[str] = []
         for group, lines in self.tracebacks.groups(ranks):
             label = self.facts.label(group[0]) if len(group) == 1 else f"[{format_ranks(group)}]"
             out.extend("\n".join(labelled_lines(label, line)) for line in lines)
@@ -174,7 +174,9 @@ class Follower:
                     continue
                 failing_since = None
                 now = time.monotonic()
-                old = [r for r, t in self.completed_at.items() if now - t >= settings.traceback_hold]
+                old = [
+                    r for r, t in self.completed_at.items() if now - t >= settings.traceback_hold
+                ]
                 if old:
                     self._release_tracebacks(old)
                 self.state(self._state_text(run))

@@ -84,7 +84,9 @@ class LogReader:
             return response.body()[offset:], False
         raise HttpResponseError(response=response)
 
-    def _read(self, state: LogState, url: str) -> tuple[LogState, list[str], bool, Exception | None]:
+    def _read(
+        self, state: LogState, url: str
+    ) -> tuple[LogState, list[str], bool, Exception | None]:
         try:
             data, more = self.read_chunk(url, state.offset)
         except Exception as exc:  # left where it was: the next poll reads it again

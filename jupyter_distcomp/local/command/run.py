@@ -26,6 +26,7 @@ from ...core.layout import MPI_LAUNCHERS, env_places
 from ...core.ranges import format_ranks, rank_label
 from ...core.rank_text import labelled_lines
 from ...core.tf_config import empty_ps_hint
+from ...core.tracebacks import HeldTracebacks
 from ...errors import RankError, SpecError
 from ...machine.gpus import shortage_notice
 from ...machine.hosts import Placement
@@ -37,7 +38,6 @@ from ..debug.serve import serve
 from . import launch as launch_mod
 from .active import ActiveRun, registered
 from .result import TAIL_LINES, CommandResult, RankResult, failure_message
-from ...core.tracebacks import HeldTracebacks
 
 if TYPE_CHECKING:
     from ...core.model import Component
