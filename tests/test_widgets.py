@@ -356,6 +356,7 @@ def test_stable_css_classes_for_browser_tests(panel):
         "distcomp-btn-run-command",
         "distcomp-btn-export",
         "distcomp-btn-submit",
+        "distcomp-btn-follow",
         "distcomp-btn-stop",
         "distcomp-export-path",
         "distcomp-compute",
