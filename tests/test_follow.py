@@ -183,8 +183,11 @@ def test_network_errors_mid_follow_are_retried_nothing_twice_nothing_lost(shell,
         time.sleep(0.05)
     standin.drop("GET", "std_log_process_1", times=6)  # resets, beyond azure-core's retries
     standin.fail("GET", f"/runs/{job}/details", 503, times=5, headers={"Retry-After": "0"})
+    refusal = threading.Timer(1.0, standin.refuse, args=(1.0,))  # then: nobody listens
+    refusal.start()
     with capture_output() as captured:
         result = shell.run_cell(f"%distcomp follow {job}")
+    refusal.join()
     assert result.success, result.error_in_exec
     for rank in (0, 1):
         for step in range(6):
@@ -224,6 +227,21 @@ def test_expired_credentials_say_how_to_sign_in(shell, standin):
     message = str(result.error_in_exec)
     assert "refused the credentials (HTTP 401" in message and "az login" in message
     assert "expired-token" not in message
+
+
+def test_missing_credentials_say_how_to_sign_in(shell, standin, tmp_path, monkeypatch):
+    for name in list(__import__("os").environ):
+        if name.startswith(("AZURE_", "IDENTITY_", "MSI_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AZURE_CONFIG_DIR", str(tmp_path / "no-az-cli"))
+    monkeypatch.setenv("PATH", "/nonexistent")
+    settings = shell.magics_manager.registry["DistCompMagics"].session.azureml
+    settings.credential = None
+    result = shell.run_cell("%distcomp follow any_job")
+    message = str(result.error_in_exec)
+    assert "no Azure credentials were found" in message and "az login" in message
+    assert "Traceback" not in message
+    assert standin.requests == []  # nothing was sent without a token
 
 
 def test_a_job_cancelled_while_followed(shell, standin):

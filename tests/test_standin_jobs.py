@@ -91,6 +91,7 @@ def test_a_job_runs_streams_rank_0_and_ends_completed(standin, tmp_path, capsys,
     assert "Execution Summary" in out
     final = ml_client.jobs.get(job.name)
     assert final.status == "Completed"
+    assert [j.name for j in ml_client.jobs.list()] == [job.name]
     run = standin.job(job.name)
     assert run.statuses == [
         "NotStarted",

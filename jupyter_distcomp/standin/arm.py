@@ -129,7 +129,8 @@ def answer(standin: AzureStandIn, method: str, path: str, query: dict, body: Any
 
 
 def _retry_now() -> dict:
-    return {"Retry-After": "0"}
+    """Poll again in a second (azure-core's ARM polling takes "0" as "no advice": 30 s)."""
+    return {"Retry-After": "1"}
 
 
 def _workspace(standin: AzureStandIn, ws_id: str) -> dict:

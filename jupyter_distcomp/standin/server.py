@@ -12,6 +12,7 @@ path's first part: ``/subscriptions/`` is ARM (arm.py), ``/discovery``, ``/histo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import socket
@@ -121,6 +122,7 @@ class AzureStandIn:
         for name, container in DATASTORES.items():
             self.store.folders[f"/{ACCOUNT}/{container}"] = self.datastore(name)
         self._lock = threading.Lock()
+        self._connections: set[socket.socket] = set()  # open now, closed by refuse()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -131,31 +133,56 @@ class AzureStandIn:
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> AzureStandIn:
+        self._listen(0)
+        return self
+
+    def _listen(self, port: int) -> None:
         standin = self
 
         class Handler(_Handler):
             owner = standin
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
         self._thread.start()
-        return self
 
-    def stop(self) -> None:
-        """Cancel the jobs still running (their ranks stop), then close the port."""
-        for job in list(self.runs.values()):
-            job.cancel_and_wait()
+    def _close(self) -> None:
+        """Stop listening and close every open connection."""
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
             if self._thread is not None:
                 self._thread.join(timeout=5)
-            self._server = None
+        for connection in list(self._connections):
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+
+    def stop(self) -> None:
+        """Cancel the jobs still running (their ranks stop), then close the port."""
+        for job in list(self.runs.values()):
+            job.cancel_and_wait()
+        self._close()
+        self._server = None
         if self._own_root:
             scratch.remove(str(self.root))
+
+    def refuse(self, seconds: float) -> threading.Thread:
+        """Refuse every connection for ``seconds``, open ones closed (Azure out of reach),
+        then listen on the same port again; the thread that reopens it."""
+        assert self._server is not None, "the stand-in is not started: call start()"
+        port = self._server.server_address[1]
+        self._close()
+
+        def reopen() -> None:
+            time.sleep(seconds)
+            self._listen(port)
+
+        thread = threading.Thread(target=reopen, daemon=True)
+        thread.start()
+        return thread
 
     def __enter__(self) -> AzureStandIn:
         return self.start()
@@ -324,6 +351,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *args: Any) -> None:  # keep test output clean
         pass
+
+    def setup(self) -> None:
+        super().setup()
+        self.owner._connections.add(self.connection)
+
+    def finish(self) -> None:
+        self.owner._connections.discard(self.connection)
+        with contextlib.suppress(OSError):
+            super().finish()
 
     def _handle(self) -> None:
         owner = self.owner
