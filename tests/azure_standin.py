@@ -7,20 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jupyter_distcomp.standin import (
-    ARM,
-    COMPUTES,
-    INTERACTIVE_ENDPOINT,
-    LOCATION,
-    RESOURCE_GROUP,
-    SAS_SIGNATURE,
-    SUBSCRIPTION,
-    TOKEN,
-    VM_SIZES,
-    WORKSPACE,
-    FakeCredential,
-    Recorded,
-)
+from jupyter_distcomp.standin import *  # noqa: F403  (the names the tests import from here)
 from jupyter_distcomp.standin import AzureStandIn as _StandIn
 
 SCRIPTED = ("Queued", "Running", "Completed")
@@ -32,26 +19,6 @@ class AzureStandIn(_StandIn):
 
     def __init__(self, *args: Any, statuses: tuple[str, ...] | None = SCRIPTED, **kwargs: Any):
         super().__init__(*args, statuses=statuses, **kwargs)
-
-
-__all__ = [
-    "ARM",
-    "COMPUTES",
-    "INTERACTIVE_ENDPOINT",
-    "LOCATION",
-    "RESOURCE_GROUP",
-    "SAS_SIGNATURE",
-    "SUBSCRIPTION",
-    "TOKEN",
-    "VM_SIZES",
-    "WORKSPACE",
-    "AzureStandIn",
-    "FakeCredential",
-    "Recorded",
-    "example_value",
-    "prepare_spec",
-    "required_values",
-]
 
 
 # -- specs for the Azure tests ----------------------------------------------------------------
