@@ -18,8 +18,9 @@ Forms::
     %distcomp list
     %distcomp connect NAME [--profile P] [--profile-dir D] [--cluster-id C] [--local]
     %distcomp export NAME PATH [--component] [--input k=v ...]
-    %distcomp submit NAME --compute TARGET [--wait] [--interactive jupyterlab,vscode,ssh]
+    %distcomp submit NAME --compute TARGET [--wait | --follow] [--interactive jupyterlab,vscode,ssh]
         [--no-preflight] [...]
+    %distcomp follow JOB [--workspace W --resource-group G --subscription S | --workspace-config F]
     %distcomp widget NAME
 
 The work is done by the shell's :class:`~.session.Session`; this module parses the arguments
@@ -204,6 +205,9 @@ def _build_parser() -> _Parser:
     submit.add_argument("--experiment", default=None)
     submit.add_argument("--wait", action="store_true")
     submit.add_argument(
+        "--follow", action="store_true", help="then show every rank's output as the job runs"
+    )
+    submit.add_argument(
         "--interactive",
         nargs="?",
         const="jupyterlab,vscode,ssh",
@@ -219,6 +223,13 @@ def _build_parser() -> _Parser:
         default=None,
         help="skip checking the layout against the compute (max nodes, GPUs per node)",
     )
+
+    follow = sub.add_parser(
+        "follow", help="every rank's output of an Azure ML job, labelled, until it ends"
+    )
+    follow.add_argument("name", metavar="JOB", help="the Azure ML job's name")
+    for flag in ("--workspace-config", "--subscription", "--resource-group", "--workspace"):
+        follow.add_argument(flag, default=None)
 
     widget = sub.add_parser("widget", help="show the run-settings panel of NAME")
     widget.add_argument("name")
@@ -568,6 +579,9 @@ class DistCompMagics(Magics):
         note = default_image_note(self.session.component(args.name))
         if note:
             print(note)
+        if args.follow:
+            self.session.follow(job.name, ml_client=submission.ml_client)
+            return
         if not args.wait:
             return
 
@@ -581,6 +595,15 @@ class DistCompMagics(Magics):
             print(f"Stopped waiting; job {job.name} keeps running on Azure ML: {job.studio_url}")
             return
         print(f"Job {job.name} completed: {final.studio_url or job.studio_url}")
+
+    def _handle_follow(self, args: argparse.Namespace, cell: str | None) -> None:
+        """Every rank's output of an Azure ML job (any command job, ours or not)."""
+        from .session import Workspace
+
+        workspace = Workspace(
+            args.subscription, args.resource_group, args.workspace, args.workspace_config
+        )
+        self.session.follow(args.name, workspace)
 
 
 def _announce(text: str) -> None:
