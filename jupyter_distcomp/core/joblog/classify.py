@@ -56,7 +56,10 @@ _PEER_GONE = re.compile(
 _STOPPED = re.compile(r"SignalException: Process \d+ got signal|^KeyboardInterrupt", re.M)
 _BACKEND = re.compile(r"DistBackendError")
 #: ``[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] ``
-_SOURCE_PLACE = re.compile(r"\[(?:enforce fail at )?[^\]\s]+\.(?:cc|cpp|h|hpp):\d+\] ")
+#: and ``[enforce fail at alloc_cpu.cpp:127] err == 0. `` (a failed check and its condition)
+_SOURCE_PLACE = re.compile(
+    r"\[enforce fail at [^\]\s]+:\d+\] [^.]*\. |\[[^\]\s]+\.(?:cc|cpp|h|hpp):\d+\] "
+)
 #: the launcher's own summary of its failed children (torchrun's agent)
 _LAUNCHER = re.compile(r"ChildFailedError")
 #: NCCL's watchdog, when no Python traceback follows (the process is taken down)

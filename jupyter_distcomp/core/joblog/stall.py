@@ -19,6 +19,7 @@ from ...rank_side.ledger import Entry, ranks_text
 from .. import hangs, waitfor
 from .classify import CONSEQUENCE, kind_of
 from .state import RankState
+from .tracebacks import Frame
 
 #: a call that ended this close (seconds) before a failure line is the one it raised from
 _RAISED_FROM = 10.0
@@ -37,13 +38,32 @@ def _ledgers(states: dict[int, RankState]) -> dict[int, list[Entry]]:
     return ledgers
 
 
+def _mine(frames: list[dict]) -> list[Frame]:
+    """A stack's frames the user wrote (outermost first); the innermost when none is."""
+    every = [
+        Frame(
+            str(f.get("file", "?")),
+            int(f.get("line") or 0),
+            str(f.get("function") or ""),
+            str(f.get("code") or ""),
+        )
+        for f in frames
+    ]
+    return [f for f in every if f.mine] or every[-1:]
+
+
 def _besides(states: dict[int, RankState]) -> dict[int, str]:
+    """What each rank does that its ledger does not say: exited, raised, or runs a line
+    of its own (its stack's innermost frame of the user's)."""
     words = {}
     for rank, state in states.items():
         if state.reason == "exit":
             words[rank] = "exited"
         elif state.reason == "failure" and state.error:
             words[rank] = f"raised {state.error}"
+        elif state.frames and not any(e.blocked for e in state.calls[-1:]):
+            top = _mine(state.frames)[-1]
+            words[rank] = f"is at {top.place()}" + (f": {top.code}" if top.code else "")
     return words
 
 
@@ -68,26 +88,21 @@ def hang_lines(states: dict[int, RankState], world_size: int) -> tuple[list[str]
     for verdict in ledger.verdicts(ledgers, world_size, None, now, tables, besides):
         table = tables[verdict.group].get(verdict.seq, {})
         text = ledger.verdict_text(verdict, table, besides)
+        head = ledger.call_text(verdict.call)
+        if text.startswith(head) and verdict.call.file:  # where the callers wait
+            text = f"{head} at {verdict.call.site()}{text[len(head) :]}"
         lines.append(text + hangs.pattern(verdict, ledgers, gone, None))
         named.update(verdict.ranks)
     return lines, sorted(named)
 
 
 def _frame_lines(frames: list[dict]) -> list[str]:
-    lines = []
-    for frame in frames:
-        where = f'  File "{frame.get("file", "?")}", line {frame.get("line", "?")}'
-        if frame.get("function"):
-            where += f", in {frame['function']}"
-        lines.append(where)
-        if frame.get("code"):
-            lines.append(f"    {frame['code']}")
-    return lines
+    return [line for frame in _mine(frames) for line in frame.lines()]
 
 
 def stack_sections(states: dict[int, RankState]) -> list[tuple[str, list[str]]]:
-    """Each distinct main-thread stack once, headed by its ranks and what they were doing
-    (``ranks 0-1: stalled 12 s``)."""
+    """Each distinct main-thread stack once (the user's frames), headed by its ranks and
+    what they were doing (``ranks 0-1: stack, stalled 12 s``)."""
     by_stack: dict[tuple[str, ...], list[int]] = {}
     for rank in sorted(states):
         lines = _frame_lines(states[rank].frames)

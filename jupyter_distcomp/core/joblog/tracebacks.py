@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ...rank_side.ledger import in_hooks
+
 HEAD = "Traceback (most recent call last):"
 CHAIN = (
     "During handling of the above exception, another exception occurred:",
@@ -42,8 +44,9 @@ class Frame:
 
     @property
     def mine(self) -> bool:
-        """The user's own frame (not Python's, not an installed package's)."""
-        return not _LIBRARY.search(self.file)
+        """The user's own frame (not Python's, an installed package's, or one of the
+        wrappers our rank side puts around the user's calls)."""
+        return not _LIBRARY.search(self.file) and not in_hooks(self.file)
 
     def place(self) -> str:
         name = self.file.rsplit("/", 1)[-1]

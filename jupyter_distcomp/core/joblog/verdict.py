@@ -179,7 +179,9 @@ def _failed(diagnosis: Diagnosis, job: JobRead, ordered: list[int], how: str) ->
     diagnosis.verdict = verdict
     diagnosis.sections += failure_sections(diagnosis.layout, job, ordered)
     diagnosis.sections += consequence_sections(job, consequences, ranks_text(same))
-    diagnosis.rules += [OWN_RULE, f"the order of the failures: {how}"]
+    diagnosis.rules.append(OWN_RULE)
+    if len(ordered) > 1:
+        diagnosis.rules.append(f"the order of the failures: {how}")
 
 
 def _failure_words(layout: Layout, read: RankRead, same: list[int], others: bool) -> str:

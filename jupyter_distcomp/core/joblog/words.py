@@ -45,8 +45,9 @@ def failure_sections(layout: Layout, job: JobRead, ordered: list[int]) -> list[S
 
 
 def consequence_sections(job: JobRead, ranks: list[int], cause: str) -> list[Section]:
-    """The errors that only followed another's, alike ones once: ``ranks 0, 2: lost a peer
-    in all_reduce at train.py:8: RuntimeError: ... Connection closed by peer``."""
+    """The errors that only followed another's, alike ones once (by what, where and the
+    words that decided, an address or a port aside), each with one rank's exception:
+    ``ranks 0-2: lost a peer in all_reduce at train.py:8: Connection closed by peer``."""
     alike: dict[str, list[int]] = {}
     for rank in ranks:
         end = job.ranks[rank].end
@@ -55,8 +56,8 @@ def consequence_sections(job: JobRead, ranks: list[int], cause: str) -> list[Sec
             call = end.traceback.library_function()
             where = f" in {call}" if call else ""
             where += f" at {end.place}" if end.place else ""
-        error = end.error if len(end.error) < 240 else end.error[:237] + "..."
-        alike.setdefault(f"{_WHY.get(end.kind, end.kind)}{where}: {error}", []).append(rank)
+        words = end.words or end.error
+        alike.setdefault(f"{_WHY.get(end.kind, end.kind)}{where}: {words}", []).append(rank)
     if not alike:
         return []
     heading = (
@@ -64,7 +65,14 @@ def consequence_sections(job: JobRead, ranks: list[int], cause: str) -> list[Sec
         if cause
         else f"{ranks_text(ranks)}: errors that follow another rank's"
     )
-    return [Section(heading, [f"{ranks_text(rs)}: {words}" for words, rs in alike.items()])]
+    lines = []
+    for words, alike_ranks in alike.items():
+        lines.append(f"{ranks_text(alike_ranks)}: {words}")
+        error = job.ranks[alike_ranks[0]].end.error
+        if error and error != words:
+            shown = error if len(error) < 240 else error[:237] + "..."
+            lines.append(f"    rank {alike_ranks[0]}: {shown}")
+    return [Section(heading, lines)]
 
 
 def launcher_sections(job: JobRead, ends: dict[int, RankEnd]) -> list[Section]:
