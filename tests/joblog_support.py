@@ -157,7 +157,11 @@ def mpi_job(
     ]
     with open(job.logs / "mpi_log.txt", "ab") as out:
         job.launcher = subprocess.Popen(
-            command, cwd=job.code, env=env, stdout=out, stderr=subprocess.STDOUT,
+            command,
+            cwd=job.code,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
     return job

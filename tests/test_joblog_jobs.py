@@ -71,7 +71,9 @@ def test_rank_3_raises_first_and_the_others_are_ended_by_it(tmp_path):
     assert "ranks 0-2 were ended by it" in found.verdict
     text = found.text()
     assert "[node 1 rank 3]" in text
-    assert 'raise ValueError(f"bad batch {batch}")' in text or "raise ValueError(f'bad batch" in text
+    assert (
+        'raise ValueError(f"bad batch {batch}")' in text or "raise ValueError(f'bad batch" in text
+    )
     # identical consequences once, with their ranks
     assert "ranks 0-2: lost a peer in all_reduce at train.py:11 in step" in text
     assert "site-packages" not in text  # the user's frames only
@@ -109,7 +111,9 @@ def test_a_rank_that_skips_an_all_reduce_is_named_from_the_logs_and_placed_by_st
         "The ranks hung: all_reduce #4 ([4] float32, sum, default group) at train.py:11 in "
         "<module>: ranks 0, 2 wait since"
     )
-    assert placed.verdict.endswith("rank 1 has not called it: it is at train.py:13 in <module>: time.sleep(9)")
+    assert placed.verdict.endswith(
+        "rank 1 has not called it: it is at train.py:13 in <module>: time.sleep(9)"
+    )
     stacks = [s for s in placed.sections if "stack" in s.heading]
     assert [s.heading.split(":")[0] for s in stacks] == ["ranks 0, 2", "rank 1"]
     assert stacks[1].lines == ['  File "train.py", line 13, in <module>', "    time.sleep(9)"]
@@ -153,10 +157,7 @@ def test_a_send_send_deadlock_is_a_stall_from_logs_and_a_cycle_from_state_lines(
 
 def test_cpu_out_of_memory_on_one_rank_names_its_rank_and_node(tmp_path):
     body = (
-        "dist.all_reduce(t)\n"
-        "if rank == 3:\n"
-        "    grads = torch.empty(10**13)\n"
-        "dist.all_reduce(t)\n"
+        "dist.all_reduce(t)\nif rank == 3:\n    grads = torch.empty(10**13)\ndist.all_reduce(t)\n"
     )
     job = jobs.torch_job(tmp_path, torch_source(body), 4, per_node=2)
     jobs.finish(job)
@@ -185,10 +186,20 @@ def test_torchrun_failure_text_is_read_from_one_log(tmp_path):
     torchrun = Path(sys.executable).parent / "torchrun"
     with open(job.logs / "std_log.txt", "wb") as out:  # one process: torchrun, per node
         subprocess.run(
-            [str(torchrun), "--nproc-per-node", "2", "--master-port", str(jobs.free_port()),
-             "train.py"],
-            cwd=job.code, env=jobs._env(job, False, None), stdout=out,
-            stderr=subprocess.STDOUT, timeout=120, check=False,
+            [
+                str(torchrun),
+                "--nproc-per-node",
+                "2",
+                "--master-port",
+                str(jobs.free_port()),
+                "train.py",
+            ],
+            cwd=job.code,
+            env=jobs._env(job, False, None),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=120,
+            check=False,
         )
     text = (job.logs / "std_log.txt").read_text()
     assert "Root Cause (first observed failure):" in text
@@ -198,7 +209,10 @@ def test_torchrun_failure_text_is_read_from_one_log(tmp_path):
         "rank 1 failed: RuntimeError: loss is nan at step 2 at train.py:10 in <module>"
     )
     launchers = next(s for s in found.sections if s.heading == "what the launchers said")
-    assert any(line.startswith("torchrun, first observed failure: rank 1 (local rank 1), exit code 1") for line in launchers.lines), launchers.lines
+    assert any(
+        line.startswith("torchrun, first observed failure: rank 1 (local rank 1), exit code 1")
+        for line in launchers.lines
+    ), launchers.lines
     assert found.layout.per_node == 2 and not found.layout.guessed
 
 
@@ -233,6 +247,21 @@ def test_mpirun_first_failure_and_mpi_abort_are_read(tmp_path):
     assert found.verdict.startswith("rank 2 failed: KeyError: 'shard 7' at train.py:3 in <module>")
     launchers = next(s for s in found.sections if s.heading == "what the launchers said")
     assert "Open MPI: rank 2, MPI_ABORT" in launchers.lines
+
+    killed = jobs.mpi_job(
+        tmp_path / "kill",
+        "import os, signal, time\n"
+        "if os.environ['OMPI_COMM_WORLD_RANK'] == '2':\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "time.sleep(2)\n",
+        3,
+    )
+    jobs.finish(killed)
+    found = diagnose_folder(killed.folder)
+    assert found.culprits == [2]
+    assert found.verdict.startswith(
+        "rank 2 failed: killed by SIGKILL (mpirun): out of memory, or killed from outside"
+    )
 
 
 FLIGHT = """\

@@ -57,7 +57,7 @@ def _split(log: RankLog) -> tuple[dict[int, list[str]], list[str]]:
     plain: list[str] = []
     in_order: list[str] = []
     for line in log.text.splitlines():
-        match = RANK_LABEL.match(line)
+        match = RANK_LABEL.match(line) if line.startswith("[rank") else None
         if match:
             labelled.setdefault(int(match[1]), []).append(line[match.end() :])
             in_order.append(line[match.end() :])

@@ -133,11 +133,13 @@ def _is_exception_line(line: str) -> bool:
 def tracebacks(lines: list[str]) -> list[Traceback]:
     """Every complete traceback in ``lines``, in order; chained ones as one."""
     found: list[Traceback] = []
-    index, count = 0, len(lines)
-    while index < count:
-        if lines[index].strip() != HEAD:
-            index += 1
+    count = len(lines)
+    starts = [i for i, line in enumerate(lines) if HEAD in line and line.strip() == HEAD]
+    index = 0
+    for start in starts:
+        if start < index:  # inside the last traceback (a chained one's second head)
             continue
+        index = start
         current = Traceback()
         index += 1
         while index < count:

@@ -180,7 +180,7 @@ def _failed(diagnosis: Diagnosis, job: JobRead, ordered: list[int], how: str) ->
     diagnosis.sections += failure_sections(diagnosis.layout, job, ordered)
     diagnosis.sections += consequence_sections(job, consequences, ranks_text(same))
     diagnosis.rules.append(OWN_RULE)
-    if len(ordered) > 1:
+    if len(ordered) > len(same):  # failures of different kinds: which came first matters
         diagnosis.rules.append(f"the order of the failures: {how}")
 
 
