@@ -118,15 +118,32 @@ def torch_job(
             NODE_RANK=str(rank // per_node),
             LOCAL_WORLD_SIZE=str(per_node),
         )
-        with open(job.log(rank), "ab") as out:
-            job.procs[rank] = subprocess.Popen(
-                [sys.executable, "train.py"],
-                cwd=job.code,
-                env=rank_env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        job.procs[rank] = _start([sys.executable, "train.py"], job, rank_env, job.log(rank))
+    return job
+
+
+def _start(command: list[str], job: Job, env: dict[str, str], log: Path) -> subprocess.Popen:
+    """``command`` in the job's code folder, its stdout and stderr appended to ``log``."""
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            command,
+            cwd=job.code,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def torchrun_job(tmp_path: Path, source: str, nproc: int) -> Job:
+    """``source`` under ``torchrun --nproc-per-node nproc`` on one node: the job's one
+    process, whose log (``std_log.txt``) holds every rank's lines."""
+    job = _new_job(tmp_path, source, nproc, nproc)
+    torchrun = Path(sys.executable).parent / "torchrun"
+    command = [str(torchrun), "--nproc-per-node", str(nproc), "--master-port", str(free_port())]
+    job.launcher = _start(
+        [*command, "train.py"], job, _env(job, False, None), job.logs / "std_log.txt"
+    )
     return job
 
 
@@ -155,15 +172,7 @@ def mpi_job(
         "-c",
         rank_command,
     ]
-    with open(job.logs / "mpi_log.txt", "ab") as out:
-        job.launcher = subprocess.Popen(
-            command,
-            cwd=job.code,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    job.launcher = _start(command, job, env, job.logs / "mpi_log.txt")
     return job
 
 

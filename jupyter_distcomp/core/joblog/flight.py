@@ -21,19 +21,8 @@ import pickle
 from typing import Any
 
 from ...rank_side import ledger
-from ...rank_side.ledger import COLLECTIVE, Entry, ranks_text
+from ...rank_side.ledger import COLLECTIVE, TORCH_DTYPES, Entry, ranks_text
 from .tracebacks import Frame
-
-_DTYPES = {
-    "Float": "float32",
-    "Double": "float64",
-    "Half": "float16",
-    "BFloat16": "bfloat16",
-    "Long": "int64",
-    "Int": "int32",
-    "Bool": "bool",
-    "Byte": "uint8",
-}
 
 
 class _PlainData(pickle.Unpickler):
@@ -84,7 +73,7 @@ def dump_entries(dump: dict, world: int) -> list[Entry]:
         profile = str(item.get("profiling_name", ""))
         op = profile.split(":", 1)[-1]
         data = " ".join(
-            f"[{', '.join(map(str, size))}] {_DTYPES.get(str(dtype), str(dtype).lower())}"
+            f"[{', '.join(map(str, size))}] {TORCH_DTYPES.get(str(dtype), str(dtype).lower())}"
             for size, dtype in zip(
                 item.get("input_sizes") or [], item.get("input_dtypes") or [], strict=False
             )
@@ -115,12 +104,43 @@ def dump_entries(dump: dict, world: int) -> list[Entry]:
     return entries
 
 
-def flight_lines(dumps: dict[int, dict], world: int) -> list[str]:
-    """What the ranks' dumps say: who has not reached which collective (the ledger's
-    verdicts), and each rank's last enqueued and completed collective."""
-    ledgers = {rank: dump_entries(dump, world) for rank, dump in dumps.items()}
+def _reach_lines(ledgers: dict[int, list[Entry]], world: int) -> list[str]:
+    """Per group, the newest collective some of its ranks reached and others never did
+    (torch's analyser's "not all ranks joining collective"): whether a call completed
+    is left aside, as gloo marks a call that failed completed too."""
     lines = []
+    for group, table in ledger.by_group(ledgers).items():
+        sample = next(iter(next(iter(table.values())).values()))
+        members = [r for r in (sample.members or range(world)) if r in ledgers]
+        newest = {r: max((s for s in table if r in table[s]), default=0) for r in members}
+        top = max(newest.values(), default=0)
+        behind = sorted(r for r in members if newest[r] < top)
+        if not behind:
+            continue
+        call = next(iter(table[top].values()))
+        reached = sorted(table[top])
+        text = f"{ledger.call_text(call)}"
+        text += f" at {call.site()}" if call.file else ""
+        text += f": {ranks_text(reached)} reached it; {ranks_text(behind)} never did"
+        lasts: dict[str, list[int]] = {}
+        for rank in behind:
+            last = table.get(newest[rank], {}).get(rank)
+            words = f"{last.op} #{last.seq}" if last else "no call of this group"
+            lasts.setdefault(words, []).append(rank)
+        text += " (" + "; ".join(f"{ranks_text(rs)}: last {w}" for w, rs in lasts.items()) + ")"
+        lines.append(text)
+    return lines
+
+
+def flight_lines(dumps: dict[int, dict], world: int) -> list[str]:
+    """What the ranks' dumps say: who never reached which collective, calls that differ
+    across ranks (the ledger's verdicts), and each rank's last enqueued and completed
+    collective."""
+    ledgers = {rank: dump_entries(dump, world) for rank, dump in dumps.items()}
+    lines = _reach_lines(ledgers, world)
     for verdict in ledger.verdicts(ledgers, world, now=0.0):
+        if not verdict.others:  # a rank missing: said above
+            continue
         verdict.now = None  # a dump has no "now": no "waits since"
         calls = ledger.by_group(ledgers).get(verdict.group, {}).get(verdict.seq, {})
         lines.append(ledger.verdict_text(verdict, calls))
