@@ -400,3 +400,27 @@ def test_the_view_renders_text_and_html_alike():
     view = DiagnosisView(found)
     assert view.text() == found.text()
     assert "ValueError: &lt;bad&gt;" in view._repr_html_()
+
+
+def test_open_mpi_4s_wording_names_the_first_rank_to_exit():
+    # Open MPI 4's help text as mpirun prints it (orte/tools/orterun/help-orterun.txt,
+    # [orterun:non-zero-exit]: "%s detected that one or more processes exited with non-zero
+    # status, ... Process name: %s Exit code: %d"; a process is named [[jobid,1],rank])
+    texts = {
+        "user_logs/std_log_process_0.txt": "epoch 1\n",
+        "user_logs/std_log_process_1.txt": "epoch 1\n",
+        "user_logs/std_log_process_2.txt": "epoch 1\nassert failed: shapes\n",
+        "user_logs/mpi_log.txt": (
+            "-------------------------------------------------------\n"
+            "mpirun detected that one or more processes exited with non-zero status, thus causing\n"
+            "the job to be terminated. The first process to do so was:\n\n"
+            "  Process name: [[22319,1],2]\n"
+            "  Exit code:    1\n"
+            "-------------------------------------------------------\n"
+        ),
+    }
+    found = diagnose_texts(texts)
+    assert found.culprits == [2]
+    assert found.verdict == (
+        "rank 2 failed: exited with code 1 (mpirun); ranks 0-1 show no error of their own"
+    )

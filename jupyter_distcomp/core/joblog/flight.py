@@ -109,7 +109,7 @@ def _reach_lines(ledgers: dict[int, list[Entry]], world: int) -> list[str]:
     (torch's analyser's "not all ranks joining collective"): whether a call completed
     is left aside, as gloo marks a call that failed completed too."""
     lines = []
-    for group, table in ledger.by_group(ledgers).items():
+    for table in ledger.by_group(ledgers).values():
         sample = next(iter(next(iter(table.values())).values()))
         members = [r for r in (sample.members or range(world)) if r in ledgers]
         newest = {r: max((s for s in table if r in table[s]), default=0) for r in members}

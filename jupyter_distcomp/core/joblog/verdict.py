@@ -20,10 +20,9 @@ How it decides (each rule that applied is listed under the diagnosis):
 from __future__ import annotations
 
 from ...rank_side.ledger import ranks_text
-from . import stall
+from . import launchers, stall
 from .classify import CONSEQUENCE, CPU_OOM, GPU_OOM, NONE, OWN, PEER_GONE, STOPPED, kind_of
 from .flight import flight_lines
-from .launchers import OOM_WORDS, killed_by_shell, per_node
 from .model import COMPLETED, FAILED, HUNG, NO_ERROR, NO_LOGS, Diagnosis, Layout, RankLog, Section
 from .reading import JobRead, RankRead, read_job
 from .watchdog import gloo_verdict, nccl_verdict
@@ -45,7 +44,7 @@ def _layout(job: JobRead, world: int, given: int | None) -> Layout:
         count = max(v for v in locals_.values() if v is not None) + 1
         if all(nodes[r] in (None, r // count) for r in nodes):
             return Layout(world, count, "from the ranks' state lines", guessed=False)
-    guess = per_node([e for e in job.exits if e.source == "torchrun"])
+    guess = launchers.per_node([e for e in job.exits if e.source == "torchrun"])
     if guess:
         return Layout(world, guess, "from torchrun's report of ranks and local ranks", False)
     return Layout(world)
@@ -54,7 +53,7 @@ def _layout(job: JobRead, world: int, given: int | None) -> Layout:
 def _launcher_failures(job: JobRead) -> None:
     """Ranks with no traceback whose exit a launcher reports: their own failure, or (a
     launcher's SIGTERM) the end the launcher gave them."""
-    oom = bool(OOM_WORDS.search(job.launcher_text))
+    oom = bool(launchers.OOM_WORDS.search(job.launcher_text))
     for exit_ in job.exits:
         read = job.ranks.get(exit_.rank)
         if read is None or read.end.side != NONE:
@@ -63,9 +62,13 @@ def _launcher_failures(job: JobRead) -> None:
         if exit_.code is not None and exit_.code < 0 and exit_.signal in ("SIGTERM", "Terminated"):
             end.side, end.kind = CONSEQUENCE, STOPPED
             end.evidence = f"stopped by {exit_.source} ({exit_.signal}) with no error of its own"
-        elif exit_.code in (-9,) or exit_.signal in ("Killed", "SIGKILL"):
+        elif exit_.code == -9 or exit_.signal in ("Killed", "SIGKILL"):
             end.side = OWN
-            end.kind = CPU_OOM if oom or killed_by_shell("\n".join(read.lines[-20:])) else "error"
+            end.kind = (
+                CPU_OOM
+                if oom or launchers.killed_by_shell("\n".join(read.lines[-20:]))
+                else "error"
+            )
             end.evidence = f"killed by SIGKILL ({exit_.source}): " + (
                 "the kernel's out-of-memory killer"
                 if oom
@@ -85,23 +88,21 @@ def _launcher_failures(job: JobRead) -> None:
 
 def _order(job: JobRead, own: list[int]) -> tuple[list[int], str]:
     """The ranks with their own failure, first first, and the evidence of the order."""
-    timed = {
-        r: job.states[r].time for r in own if r in job.states and job.states[r].reason == "failure"
-    }
+    states = job.states
+    timed = {r: states[r].time for r in own if r in states and states[r].reason == "failure"}
     if timed:
-        rest = [r for r in own if r not in timed]
-        return sorted(
-            timed, key=lambda r: (timed[r], r)
-        ) + rest, "by the failure times in the ranks' state lines"
+        first = sorted(timed, key=lambda r: (timed[r], r))
+        return first + [r for r in own if r not in timed], (
+            "by the failure times in the ranks' state lines"
+        )
     mpi = [e.rank for e in job.exits if e.source == "mpirun" and e.root_cause and e.rank in own]
     if mpi:
         first = list(dict.fromkeys(mpi))
         return first + [r for r in own if r not in first], "by what Open MPI names first"
     torchrun = {e.rank: (e.time, not e.root_cause) for e in job.exits if e.source == "torchrun"}
     if any(r in torchrun for r in own):
-        return sorted(
-            own, key=lambda r: (torchrun.get(r, ("~", True)), r)
-        ), "by torchrun's failure times"
+        ordered = sorted(own, key=lambda r: (torchrun.get(r, ("~", True)), r))
+        return ordered, "by torchrun's failure times"
     return sorted(own), "not known (the logs carry no times): the lowest rank is named first"
 
 
@@ -143,7 +144,7 @@ def diagnose(
         diagnosis.sections.append(Section("Flight Recorder dumps", flight_lines(dumps, size)))
         diagnosis.rules.append("Flight Recorder: each rank's dump, read as plain data")
     diagnosis.sections += launcher_sections(job, ends)
-    diagnosis.sections += quiet_sections(job, diagnosis.culprits + diagnosis.ended)
+    diagnosis.sections += quiet_sections(job)
     diagnosis.sections.append(Section("layout", [layout.text()]))
     if layout.guessed:
         diagnosis.notes.append(
@@ -173,15 +174,23 @@ def _failed(diagnosis: Diagnosis, job: JobRead, ordered: list[int], how: str) ->
     diagnosis.ended = consequences
     verdict = _failure_words(diagnosis.layout, job.ranks[first], same, len(ordered) > len(same))
     if consequences:
-        verdict += f"; {ranks_text(consequences)} {'was' if len(consequences) == 1 else 'were'} ended by it"
+        verdict += f"; {ranks_text(consequences)} {_say(consequences, 'was', 'were')} ended by it"
     if quiet:
-        verdict += f"; {ranks_text(quiet)} show{'s' if len(quiet) == 1 else ''} no error of {'its' if len(quiet) == 1 else 'their'} own"
+        verdict += (
+            f"; {ranks_text(quiet)} {_say(quiet, 'shows', 'show')} no error of "
+            f"{_say(quiet, 'its', 'their')} own"
+        )
     diagnosis.verdict = verdict
     diagnosis.sections += failure_sections(diagnosis.layout, job, ordered)
     diagnosis.sections += consequence_sections(job, consequences, ranks_text(same))
     diagnosis.rules.append(OWN_RULE)
     if len(ordered) > len(same):  # failures of different kinds: which came first matters
         diagnosis.rules.append(f"the order of the failures: {how}")
+
+
+def _say(ranks: list[int], one: str, more: str) -> str:
+    """``one`` for one rank, ``more`` for several."""
+    return one if len(ranks) == 1 else more
 
 
 def _failure_words(layout: Layout, read: RankRead, same: list[int], others: bool) -> str:
@@ -242,9 +251,16 @@ def _hung(
                 + f" ({end.words}): a rank they needed had gone"
             )
         else:
-            log_words = f"{ranks_text(consequences)} were stopped with no error of their own"
+            log_words = (
+                f"{ranks_text(consequences)} {_say(consequences, 'was', 'were')} stopped with "
+                f"no error of {_say(consequences, 'its', 'their')} own"
+            )
         if named:
-            log_words += f"; {ranks_text(named)} show{'s' if len(named) == 1 else ''} no error: it exited first, or was ended without a word"
+            log_words += (
+                f"; {ranks_text(named)} {_say(named, 'shows', 'show')} no error: "
+                + _say(named, "it exited first, or was", "they exited first, or were")
+                + " ended without a word"
+            )
     if hang:
         diagnosis.outcome = HUNG
         diagnosis.verdict = "The ranks hung: " + hang[0]

@@ -99,7 +99,7 @@ def launcher_sections(job: JobRead, ends: dict[int, RankEnd]) -> list[Section]:
     return [Section("what the launchers said", lines)] if lines else []
 
 
-def quiet_sections(job: JobRead, named: list[int]) -> list[Section]:
+def quiet_sections(job: JobRead) -> list[Section]:
     """The ranks whose logs show no error, by their last line (alike ones once)."""
     quiet = [r for r, read in sorted(job.ranks.items()) if read.end.side == NONE]
     if not quiet:
