@@ -395,11 +395,16 @@ def test_diagnose_of_a_folder_it_cannot_read_says_how_to_fetch_one(ip, tmp_path,
     assert "Traceback" not in captured.stdout + captured.stderr
 
 
-def test_the_view_renders_text_and_html_alike():
-    found = diagnose([RankLog(0, traceback_text(0, "ValueError: <bad>"), "std_log.txt")])
+def test_the_view_renders_text_and_html_alike_with_credentials_masked():
+    sas = "https://acct.blob.core.windows.net/data/x.bin?sv=2022-11-02&sig=abcdEFGH1234secret"
+    error = f"ValueError: <bad> reading {sas}"
+    found = diagnose([RankLog(0, traceback_text(0, error), "std_log.txt")])
     view = DiagnosisView(found)
     assert view.text() == found.text()
-    assert "ValueError: &lt;bad&gt;" in view._repr_html_()
+    html = view._repr_html_()
+    assert "ValueError: &lt;bad&gt;" in html
+    assert "abcdEFGH1234secret" not in html + view.text() + found.verdict
+    assert "acct.blob.core.windows.net" in view.text()
 
 
 def test_open_mpi_4s_wording_names_the_first_rank_to_exit():

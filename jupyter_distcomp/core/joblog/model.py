@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ranges import rank_label
+from ..secrets import mask_secrets
 
 #: how a diagnosis ends, for the views and the lead's follow summary
 COMPLETED, FAILED, HUNG, NO_ERROR, NO_LOGS = "completed", "failed", "hung", "no-error", "no-logs"
@@ -82,7 +83,8 @@ class Diagnosis:
     rules: list[str] = field(default_factory=list)
 
     def text(self) -> str:
-        """The verdict on top, then each section, the notes and the rules."""
+        """The verdict on top, then each section, the notes and the rules (credentials a
+        log printed masked: core/secrets.py)."""
         lines = [self.verdict]
         for section in self.sections:
             lines.append(f"--- {section.heading} ---")
@@ -93,7 +95,7 @@ class Diagnosis:
         if self.rules:
             lines.append("--- how this was decided ---")
             lines.extend(f"- {rule}" for rule in self.rules)
-        return "\n".join(lines)
+        return mask_secrets("\n".join(lines))
 
     def __repr__(self) -> str:
         return self.text()

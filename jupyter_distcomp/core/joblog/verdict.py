@@ -20,6 +20,7 @@ How it decides (each rule that applied is listed under the diagnosis):
 from __future__ import annotations
 
 from ...rank_side.ledger import ranks_text
+from ..secrets import mask_secrets
 from . import launchers, stall
 from .classify import CONSEQUENCE, CPU_OOM, GPU_OOM, NONE, OWN, PEER_GONE, STOPPED, kind_of
 from .flight import flight_lines
@@ -156,6 +157,16 @@ def diagnose(
             f"{ranks_text(job.skipped)}: large logs, read at their start and end (and every "
             "state line in them)"
         )
+    return _masked(diagnosis)
+
+
+def _masked(diagnosis: Diagnosis) -> Diagnosis:
+    """The diagnosis with every credential the logs printed masked (core/secrets.py)."""
+    diagnosis.verdict = mask_secrets(diagnosis.verdict)
+    for section in diagnosis.sections:
+        section.heading = mask_secrets(section.heading)
+        section.lines = [mask_secrets(line) for line in section.lines]
+    diagnosis.notes = [mask_secrets(note) for note in diagnosis.notes]
     return diagnosis
 
 

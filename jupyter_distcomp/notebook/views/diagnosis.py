@@ -1,7 +1,7 @@
 """What ``%distcomp diagnose`` shows: the verdict on top, then each section (tracebacks,
 stacks, the launchers' words), the notes and how the verdict was decided; as text in a
 terminal or log, as HTML in a notebook (the verdict coloured by how the job ended, each
-section's lines as preformatted text)."""
+section's lines as preformatted text); credentials a log printed are masked in both."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 from ...core.joblog import Diagnosis
 from ...core.joblog.model import COMPLETED, FAILED, HUNG
+from ...core.secrets import mask_secrets
 
 _COLOURS = {FAILED: "#b00020", HUNG: "#a15c00", COMPLETED: "#1b5e20"}
 
@@ -37,14 +38,17 @@ class DiagnosisView:
         parts = ["<div class='distcomp-diagnosis'>"]
         if self.title:
             parts.append(f"<div>{html.escape(self.title)}</div>")
-        parts.append(f"<p style='color:{colour};font-weight:bold'>{html.escape(d.verdict)}</p>")
+        verdict = html.escape(mask_secrets(d.verdict))
+        parts.append(f"<p style='color:{colour};font-weight:bold'>{verdict}</p>")
         blocks = [(s.heading, s.lines) for s in d.sections]
         if d.notes:
             blocks.append(("notes", d.notes))
         if d.rules:
             blocks.append(("how this was decided", [f"- {rule}" for rule in d.rules]))
         for heading, lines in blocks:
-            parts.append(f"<details open><summary>{html.escape(heading)}</summary>")
-            parts.append(f"<pre>{html.escape(chr(10).join(lines))}</pre></details>")
+            summary = html.escape(mask_secrets(heading))
+            parts.append(f"<details open><summary>{summary}</summary>")
+            body = html.escape(mask_secrets("\n".join(lines)))
+            parts.append(f"<pre>{body}</pre></details>")
         parts.append("</div>")
         return "".join(parts)
