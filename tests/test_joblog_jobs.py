@@ -88,20 +88,20 @@ def test_a_rank_that_skips_an_all_reduce_is_named_from_the_logs_and_placed_by_st
         "if rank != 1:\n"
         "    dist.all_reduce(t)\n"
         "else:\n"
-        "    time.sleep(9)\n"
+        "    time.sleep(7)\n"
         "print('rank', rank, 'done')\n"
     )
-    job = jobs.torch_job(tmp_path, torch_source(body, timeout=6), 3, hooks=True)
+    job = jobs.torch_job(tmp_path, torch_source(body, timeout=4), 3, hooks=True)
     jobs.wait_blocked(job, [0, 2])
     jobs.write_states(job)
     jobs.finish(job)
     # gloo's own words, as the ranks that waited printed them
-    assert "Timed out waiting 6000ms" in job.text(0)
+    assert "Timed out waiting 4000ms" in job.text(0)
 
     alone = diagnose_folder(jobs.logs_alone(job, tmp_path))
     assert alone.outcome == HUNG and alone.culprits == [1]
     assert alone.verdict == (
-        "ranks 0, 2 timed out after 6 s in all_reduce at train.py:11 in <module> (gloo); "
+        "ranks 0, 2 timed out after 4 s in all_reduce at train.py:11 in <module> (gloo); "
         "rank 1 did not time out: the one they waited for"
     )
 
@@ -112,11 +112,11 @@ def test_a_rank_that_skips_an_all_reduce_is_named_from_the_logs_and_placed_by_st
         "<module>: ranks 0, 2 wait since"
     )
     assert placed.verdict.endswith(
-        "rank 1 has not called it: it is at train.py:13 in <module>: time.sleep(9)"
+        "rank 1 has not called it: it is at train.py:13 in <module>: time.sleep(7)"
     )
     stacks = [s for s in placed.sections if "stack" in s.heading]
     assert [s.heading.split(":")[0] for s in stacks] == ["ranks 0, 2", "rank 1"]
-    assert stacks[1].lines == ['  File "train.py", line 13, in <module>', "    time.sleep(9)"]
+    assert stacks[1].lines == ['  File "train.py", line 13, in <module>', "    time.sleep(7)"]
 
 
 DEADLOCK = """\
@@ -257,7 +257,7 @@ try:
     if rank != 1:
         dist.all_reduce(t)
     else:
-        time.sleep(8)
+        time.sleep(6)
 finally:  # the job keeps torch's record of its collectives among its outputs
     os.makedirs("outputs/fr", exist_ok=True)
     with open(f"outputs/fr/trace_rank_{rank}", "wb") as dump:
@@ -267,7 +267,7 @@ finally:  # the job keeps torch's record of its collectives among its outputs
 
 def test_flight_recorder_dumps_of_a_gloo_job_are_read(tmp_path):
     job = jobs.torch_job(
-        tmp_path, torch_source(FLIGHT, timeout=4), 3, env={"TORCH_FR_BUFFER_SIZE": "200"}
+        tmp_path, torch_source(FLIGHT, timeout=3), 3, env={"TORCH_FR_BUFFER_SIZE": "200"}
     )
     jobs.finish(job)
     outputs = job.folder / "artifacts" / "outputs"
