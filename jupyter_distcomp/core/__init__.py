@@ -14,4 +14,5 @@ is tested directly and runs the same in a notebook, a script and a test.
 - ``rank_view``, ``summary``: what the views show, as data
 - ``rank_text``, ``tracebacks``: what a rank's text may hold under a label; its tracebacks,
   held so that ranks failing alike show one
+- ``joblog``: a job's verdict from its ranks' logs (``%distcomp diagnose``)
 """

@@ -22,6 +22,7 @@ Forms::
         [--no-preflight] [...]
     %distcomp follow JOB [--workspace W --resource-group G --subscription S | --workspace-config F]
     %distcomp widget NAME
+    %distcomp diagnose FOLDER [--process-count-per-node P] [--status S]
 
 The work is done by the shell's :class:`~.session.Session`; this module parses the arguments
 and displays the results (``views/``). Our own errors reach the cell as they are (a
@@ -233,6 +234,24 @@ def _build_parser() -> _Parser:
 
     widget = sub.add_parser("widget", help="show the run-settings panel of NAME")
     widget.add_argument("name")
+
+    diagnose = sub.add_parser(
+        "diagnose", help="what ended a job, from its downloaded logs (az ml job download --all)"
+    )
+    diagnose.add_argument("target", metavar="FOLDER", help="the folder the job was downloaded to")
+    diagnose.add_argument(
+        "--process-count-per-node",
+        type=int,
+        default=None,
+        dest="process_count_per_node",
+        help="processes per node, to name each rank's node (default: read from the logs)",
+    )
+    diagnose.add_argument(
+        "--status",
+        choices=["Completed", "Failed", "Canceled"],
+        default=None,
+        help="the job's final status, when the folder does not say",
+    )
     return parser
 
 
@@ -529,6 +548,21 @@ class DistCompMagics(Magics):
         print(f"{args.name} runs on {connection.describe()} from its next run.")
 
     # -- Azure ML -----------------------------------------------------------------------
+    def _handle_diagnose(self, args: argparse.Namespace, cell: str | None) -> None:
+        """The verdict on a finished job, then the details (views/diagnosis.py)."""
+        from IPython.display import display
+
+        from ..azureml.diagnose import diagnose_folder
+        from .views.diagnosis import DiagnosisView
+
+        if args.process_count_per_node is not None and args.process_count_per_node < 1:
+            raise UsageError(
+                f"--process-count-per-node {args.process_count_per_node}: give a positive "
+                "count. Fix: --process-count-per-node 8"
+            )
+        diagnosis = diagnose_folder(args.target, args.process_count_per_node, args.status)
+        display(DiagnosisView(diagnosis, f"{args.target}: diagnosis of the job's logs"))
+
     def _handle_export(self, args: argparse.Namespace, cell: str | None) -> None:
         """Write the v2 job (or component) YAML; azure-ai-ml is imported only now."""
         path = self.session.export(
