@@ -10,7 +10,8 @@ end comes only from the job's status, never from a log that stopped growing. A n
 error is retried with backoff (after azure-core's own retries) and reported in the state
 line; after ``give_up`` seconds of them, an AzureMLError says what, where and the fix.
 Nothing is shown twice and nothing skipped: a log is read on from where its last successful
-read ended.
+read ended. With a ``spool`` folder, what is read is also kept there (reader.py), for the
+diagnosis of the job once it ends.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ...core.ranges import format_ranks
@@ -75,6 +77,7 @@ class Follower:
         state: Callable[[str], None],
         settings: FollowSettings | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        spool: Path | None = None,
     ) -> None:
         self.ml_client = ml_client
         self.name = name
@@ -83,7 +86,7 @@ class Follower:
         self.settings = settings or FollowSettings()
         self.sleep = sleep
         self.facts = read_job(ml_client, name)
-        self.reader = LogReader(ml_client, self.facts.rank_of)
+        self.reader = LogReader(ml_client, self.facts.rank_of, spool=spool)
         self.tracebacks = HeldTracebacks()
         self.completed_at: dict[int, float] = {}  # rank -> when its held traceback completed
         self.ranks: dict[int, RankSeen] = {}
