@@ -77,6 +77,14 @@ class _State:
 
 STATE = _State()
 
+
+def say(text: str) -> None:
+    """What the ledger says about itself (a library it cannot wrap, no ledger file): on the
+    rank's stderr, which a local run shows; a submitted job's ranks keep quiet
+    (job_watch.py replaces this)."""
+    print(text, file=sys.stderr)
+
+
 #: folders whose frames are not the user's: the ledger's own, torch's, mpi4py's
 _SKIP: tuple[str, ...] = (_HERE,)
 #: code object -> whether its frames are skipped (a loop's call site is looked up once)
@@ -176,7 +184,7 @@ def start_torch_record(dist) -> None:
         _sibling("torch_record").start(dist, sys.modules[__name__])
         STATE.torch_record = True
     except Exception as exc:
-        print(f"distcomp: torch's record of the collectives is not read: {exc!r}", file=sys.stderr)
+        say(f"distcomp: torch's record of the collectives is not read: {exc!r}")
 
 
 def _wrap_mpi(MPI) -> None:
@@ -203,7 +211,7 @@ def _after_import(name: str, wrap):
         try:
             wrap(module)
         except Exception as exc:  # the user's import must work, ledger or not
-            print(f"distcomp: no collectives ledger for {name}: {exc!r}", file=sys.stderr)
+            say(f"distcomp: no collectives ledger for {name}: {exc!r}")
 
     after.__name__ = wrap.__name__
     return after
@@ -234,7 +242,7 @@ def install(
         try:
             STATE.ring = ledger.Ring(path)
         except (OSError, ValueError) as exc:  # the rank runs on, without a ledger
-            print(f"distcomp: no collectives ledger ({exc})", file=sys.stderr)
+            say(f"distcomp: no collectives ledger ({exc})")
             return
         STATE.path = path
         # torch's own record of each NCCL call (torch_record.py), before torch is imported:
