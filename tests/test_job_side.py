@@ -119,12 +119,37 @@ while True:
     sum(range(1000))
 """
 
+#: torch's record as the ledger's thread dumps it beside the ring on a GPU (torch_record.py;
+#: the shape of test_collectives_units' dump): an NCCL all_reduce launched 5 s ago and still
+#: running on the GPU, while the main thread waits elsewhere (here in a sleep)
+NCCL_RECORD = """\
+import json, sys, time
+
+hooks = sys.modules["distcomp_ledger_hooks"]
+entry = {
+    "collective_seq_id": 7, "profiling_name": "nccl:all_reduce", "is_p2p": False,
+    "process_group": ["0", "default_pg"], "input_sizes": [[1024]], "input_dtypes": ["Float"],
+    "state": "started", "time_created_ns": time.time_ns() - 5 * 10**9,
+    "time_discovered_completed_ns": None, "frames": [],
+}
+with open(hooks.STATE.path + ".torch", "w") as dump:
+    json.dump({"entries": [entry], "pg_config": {"0": {"ranks": "[0, 1]"}}}, dump)
+hooks.STATE.torch_record = True  # torch_record.py's thread: a dump worked
+sys._distcomp_job_watch.start()  # as an import of torch.distributed starts it
+
+def synchronize():
+    time.sleep(60)
+
+synchronize()
+"""
+
 PROGRAMS = {
     "passing.py": PASSING,
     "skips.py": SKIPS,
     "deadlock.py": DEADLOCK,
     "raises.py": RAISES,
     "terminated.py": TERMINATED,
+    "nccl_record.py": NCCL_RECORD,
 }
 
 
@@ -332,3 +357,23 @@ def test_sigterm_is_said_and_then_does_what_it_did_before(job, tmp_path):
     (state,) = ranks[1].states()
     assert state["reason"] == "sigterm" and state["rank"] == 1
     assert state["threads"] == [] or state["threads"][0]["frames"][0]["line"] == 16
+
+
+def test_an_nccl_call_still_running_on_the_gpu_in_torchs_record_is_a_stall(job, tmp_path):
+    env = {"RANK": "1", "WORLD_SIZE": "2", "DISTCOMP_STALL_SECONDS": "2"}
+    rank = Rank(["bash", "-c", _command("nccl_record.py", True)], job, _base_env(tmp_path, env))
+    try:
+        assert until(rank.states, 30), bytes(rank.err)
+    finally:
+        rank.kill()
+    (state,) = rank.states()
+    assert state["reason"] == "stall" and state["stalled"] >= 5
+    (call,) = state["calls"]
+    assert (call["op"], call["seq"], call["gpu"]) == ("all_reduce", 7, "started")
+    assert call["group"] == "nccl group 0 (ranks 0, 1)" and call["data"] == "[1024] float32"
+    assert _frame(state) == {
+        "file": "nccl_record.py",
+        "line": 16,
+        "function": "synchronize",
+        "code": "time.sleep(60)",
+    }

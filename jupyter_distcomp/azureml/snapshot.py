@@ -36,6 +36,7 @@ JOB_FILES = (
     "job_site/sitecustomize.py",
     "job_watch.py",
     "job_line.py",
+    "job_sigterm.py",
     "ledger_hooks.py",
     "ledger.py",
     "ledger_torch.py",

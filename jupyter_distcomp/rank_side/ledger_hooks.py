@@ -62,6 +62,10 @@ class _State:
     last_seq = 0  # the sequence number :func:`record` gave last
     in_buckets = False  # in DDP's comm hook (ledger_torch): its async calls block backward
     hooked = False  # the imports of _TARGETS are watched
+    #: DDP's gradient buckets go through the ledger's comm hook (ledger_torch.wrap_ddp), in
+    #: place of DDP's own C++ reduction; a submitted job's ranks leave DDP as it is
+    #: (job_watch.py: the hook's cost is not negligible on a training step)
+    buckets = True
     #: torch's record is read beside the ledger (torch_record.py): its thread started and
     #: its last dump worked; NCCL's collectives are then left to it (ledger_torch.py)
     torch_record = False
@@ -194,6 +198,8 @@ def _wrap_mpi(MPI) -> None:
 
 
 def _wrap_ddp(module) -> None:
+    if not STATE.buckets:
+        return
     sibling = _sibling("ledger_torch")
     sibling.core = sys.modules[__name__]
     sibling.wrap_ddp(module)
