@@ -15,7 +15,8 @@ or on an uncaught exception, one line: ``[distcomp rank-state] `` and a JSON obj
 Frames are outermost first and the user's only: not ours, not the standard library's, not
 those of the libraries whose calls the ledger records (torch, mpi4py); a file inside the
 code folder is named relative to it. rank, size, local_rank and node come from the
-variables Azure ML's launchers set (null where none says). The line reaches stderr in one
+variables Azure ML's launchers set (rank 0 of 1 where none says, as in a job of one
+process; local_rank and node null where none says). The line reaches stderr in one
 ``os.write``, after what ``sys.stderr`` holds is flushed, so that it never lands inside
 another line.
 
@@ -66,7 +67,8 @@ def _tf_task(env: Any) -> tuple[int | None, int | None]:
 def identity(env: Any = None) -> dict[str, Any]:
     """rank, size, local_rank and node of this process, from the launcher's variables:
     PyTorch's (RANK, ...), Open MPI's (OMPI_COMM_WORLD_*), TF_CONFIG, and Azure ML's
-    runtime ones (AZUREML_CR_NODE_RANK, AZUREML_PROCESS_NAME=rank_N)."""
+    runtime ones (AZUREML_CR_NODE_RANK, AZUREML_PROCESS_NAME=rank_N); rank 0 of 1 where
+    none names a rank."""
     env = os.environ if env is None else env
     rank = _number(env, "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
     size = _number(env, "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
@@ -77,6 +79,8 @@ def identity(env: Any = None) -> dict[str, Any]:
     process = str(env.get("AZUREML_PROCESS_NAME", ""))
     if rank is None and process.startswith("rank_") and process[5:].isdigit():
         rank = int(process[5:])
+    if rank is None:  # no launcher's variable: the job's one process
+        rank, size = 0, 1 if size is None else size
     local = _number(env, "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
     node = _number(env, "AZUREML_CR_NODE_RANK", "NODE_RANK", "GROUP_RANK")
     per_node = _number(env, "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE")

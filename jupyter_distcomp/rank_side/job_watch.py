@@ -144,7 +144,9 @@ class Watch:
             changed = os.stat(path).st_mtime_ns
             if changed != self.recorded[0]:
                 with open(path, "rb") as dump:
-                    self.recorded = (changed, hooks.ledger.torch_record_entries(dump.read()))
+                    raw = dump.read()
+                nccl = hooks.ledger.torch_record_entries(raw) if b'"nccl:' in raw else []
+                self.recorded = (changed, nccl)
         except (OSError, ValueError):
             return []
         return self.recorded[1]
