@@ -184,6 +184,11 @@ class AzureMLError(DistcompError, RuntimeError):
     job: Any = None
 
 
+class JobLogsError(DistcompError, ValueError):
+    """A folder of a job's logs that ``%distcomp diagnose`` cannot read: missing, a file,
+    or holding no rank's log."""
+
+
 class AzureMLWarning(UserWarning):
     """A job that builds, but whose command on Azure ML will differ from the local run.
 

@@ -35,7 +35,7 @@ def test_ranks_that_raise_the_same_error_are_one_failure_shown_once(tmp_path, la
 
 
 def test_a_traceback_a_rank_prints_and_goes_on_from_shows_where_it_was_printed(tmp_path):
-    from jupyter_distcomp.local.command.tracebacks import HeldTracebacks
+    from jupyter_distcomp.core.tracebacks import HeldTracebacks
 
     held = HeldTracebacks()
     assert held.take(0, "stderr", "Traceback (most recent call last):") == ([], True)

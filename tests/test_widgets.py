@@ -356,6 +356,7 @@ def test_stable_css_classes_for_browser_tests(panel):
         "distcomp-btn-run-command",
         "distcomp-btn-export",
         "distcomp-btn-submit",
+        "distcomp-btn-follow",
         "distcomp-btn-stop",
         "distcomp-export-path",
         "distcomp-compute",
@@ -532,6 +533,32 @@ def test_submit_checks_the_layout_against_the_compute(panel, standin, tmp_path):
     (logged,) = [o["text"] for o in p.worker.log.outputs if o.get("name") == "stderr"]
     assert "Standard_DS3_v2 of compute 'cpu-cluster' has no GPUs" in logged
     assert standin.job_puts()[0].body["properties"]["computeId"].endswith("/cpu-cluster")
+
+
+@pytest.mark.slow
+def test_follow_shows_every_rank_of_the_submitted_job_in_the_log(panel, tmp_path):
+    from jupyter_distcomp.standin import AzureStandIn
+
+    (tmp_path / "hello.py").write_text(HELLO_PY)
+    comp = load_component(HELLO, base_dir=tmp_path)
+    comp.runsettings.resource_layout.configure(instance_count=2, process_count_per_node=1)
+    with AzureStandIn(root=tmp_path / "standin") as running:  # runs what is submitted
+        session = Session()
+        for key, value in running.session_settings().items():
+            setattr(session.azureml, key, value)
+        session.azureml.follow_poll = 0.2
+        p = panel(comp, name="hello", session=session)
+        press(p, "follow")  # nothing submitted yet
+        assert p.worker.state == "error" and "press 'submit to Azure ML' first" in p.worker.text
+        p.compute.value = "cpu"
+        press(p, "submit")
+        assert p.worker.state == "ok", p.worker.text
+        press(p, "follow")
+        assert p.worker.state == "ok", p.worker.text
+        assert f"job {p.last_job.name}: Completed" in p.worker.text
+        logged = "".join(o["text"] for o in p.worker.log.outputs if o.get("name") == "stdout")
+        assert "[node 0 rank 0] hello from 0 of 2" in logged
+        assert "[node 1 rank 1] hello from 1 of 2" in logged
 
 
 @pytest.mark.slow

@@ -12,4 +12,7 @@ is tested directly and runs the same in a notebook, a script and a test.
 - ``values``, ``bindings``: the one check of a value, and of what a run binds
 - ``ranges``, ``tf_config``: rank lists and labels; TF_CONFIG's known trap
 - ``rank_view``, ``summary``: what the views show, as data
+- ``rank_text``, ``tracebacks``: what a rank's text may hold under a label; its tracebacks,
+  held so that ranks failing alike show one
+- ``joblog``: a job's verdict from its ranks' logs (``%distcomp diagnose``)
 """

@@ -147,6 +147,15 @@ class AzureML(_Settings):
         config=True, help="Extra MLClient keyword arguments (retry_total, transport, ...)."
     )
     poll_interval = Float(10.0, config=True, help="Seconds between status checks of --wait.")
+    follow_poll = Float(
+        2.0,
+        config=True,
+        help="Seconds between reads of a followed job's logs while they grow (`%distcomp "
+        "follow`); while nothing changes the wait grows to follow_poll_max.",
+    )
+    follow_poll_max = Float(
+        30.0, config=True, help="The longest wait between reads of a followed job's logs."
+    )
     preflight = Bool(
         True,
         config=True,

@@ -18,9 +18,11 @@ Forms::
     %distcomp list
     %distcomp connect NAME [--profile P] [--profile-dir D] [--cluster-id C] [--local]
     %distcomp export NAME PATH [--component] [--input k=v ...]
-    %distcomp submit NAME --compute TARGET [--wait] [--interactive jupyterlab,vscode,ssh]
+    %distcomp submit NAME --compute TARGET [--wait | --follow] [--interactive jupyterlab,vscode,ssh]
         [--no-preflight] [--diagnose | --no-diagnose] [...]
+    %distcomp follow JOB [--workspace W --resource-group G --subscription S | --workspace-config F]
     %distcomp widget NAME
+    %distcomp diagnose FOLDER [--process-count-per-node P] [--status S]
 
 The work is done by the shell's :class:`~.session.Session`; this module parses the arguments
 and displays the results (``views/``). Our own errors reach the cell as they are (a
@@ -204,6 +206,9 @@ def _build_parser() -> _Parser:
     submit.add_argument("--experiment", default=None)
     submit.add_argument("--wait", action="store_true")
     submit.add_argument(
+        "--follow", action="store_true", help="then show every rank's output as the job runs"
+    )
+    submit.add_argument(
         "--interactive",
         nargs="?",
         const="jupyterlab,vscode,ssh",
@@ -227,8 +232,33 @@ def _build_parser() -> _Parser:
         "(default: %%config AzureML.diagnose)",
     )
 
+    follow = sub.add_parser(
+        "follow", help="every rank's output of an Azure ML job, labelled, until it ends"
+    )
+    follow.add_argument("name", metavar="JOB", help="the Azure ML job's name")
+    for flag in ("--workspace-config", "--subscription", "--resource-group", "--workspace"):
+        follow.add_argument(flag, default=None)
+
     widget = sub.add_parser("widget", help="show the run-settings panel of NAME")
     widget.add_argument("name")
+
+    diagnose = sub.add_parser(
+        "diagnose", help="what ended a job, from its downloaded logs (az ml job download --all)"
+    )
+    diagnose.add_argument("target", metavar="FOLDER", help="the folder the job was downloaded to")
+    diagnose.add_argument(
+        "--process-count-per-node",
+        type=int,
+        default=None,
+        dest="process_count_per_node",
+        help="processes per node, to name each rank's node (default: read from the logs)",
+    )
+    diagnose.add_argument(
+        "--status",
+        choices=["Completed", "Failed", "Canceled"],
+        default=None,
+        help="the job's final status, when the folder does not say",
+    )
     return parser
 
 
@@ -525,6 +555,21 @@ class DistCompMagics(Magics):
         print(f"{args.name} runs on {connection.describe()} from its next run.")
 
     # -- Azure ML -----------------------------------------------------------------------
+    def _handle_diagnose(self, args: argparse.Namespace, cell: str | None) -> None:
+        """The verdict on a finished job, then the details (views/diagnosis.py)."""
+        from IPython.display import display
+
+        from ..azureml.diagnose import diagnose_folder
+        from .views.diagnosis import DiagnosisView
+
+        if args.process_count_per_node is not None and args.process_count_per_node < 1:
+            raise UsageError(
+                f"--process-count-per-node {args.process_count_per_node}: give a positive "
+                "count. Fix: --process-count-per-node 8"
+            )
+        diagnosis = diagnose_folder(args.target, args.process_count_per_node, args.status)
+        display(DiagnosisView(diagnosis, f"{args.target}: diagnosis of the job's logs"))
+
     def _handle_export(self, args: argparse.Namespace, cell: str | None) -> None:
         """Write the v2 job (or component) YAML; azure-ai-ml is imported only now."""
         path = self.session.export(
@@ -576,6 +621,9 @@ class DistCompMagics(Magics):
         note = default_image_note(self.session.component(args.name))
         if note:
             print(note)
+        if args.follow:
+            self.session.follow(job.name, ml_client=submission.ml_client)
+            return
         if not args.wait:
             return
 
@@ -589,6 +637,15 @@ class DistCompMagics(Magics):
             print(f"Stopped waiting; job {job.name} keeps running on Azure ML: {job.studio_url}")
             return
         print(f"Job {job.name} completed: {final.studio_url or job.studio_url}")
+
+    def _handle_follow(self, args: argparse.Namespace, cell: str | None) -> None:
+        """Every rank's output of an Azure ML job (any command job, ours or not)."""
+        from .session import Workspace
+
+        workspace = Workspace(
+            args.subscription, args.resource_group, args.workspace, args.workspace_config
+        )
+        self.session.follow(args.name, workspace)
 
 
 def _announce(text: str) -> None:

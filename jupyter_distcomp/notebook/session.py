@@ -714,6 +714,30 @@ class Session:
             )
         return final
 
+    def follow(
+        self,
+        name: str,
+        workspace: Workspace | None = None,
+        *,
+        ml_client: Any = None,
+        show: Callable[[str, str], None] | None = None,
+        state: Callable[[str], None] | None = None,
+    ) -> Any:
+        """Follow Azure ML job ``name`` (every rank's log, labelled) until it ends; see
+        notebook/follow.py. ``ml_client``: the client that submitted it (default: the
+        workspace's, as ``ml_client`` resolves it)."""
+        from ..azureml.logs import FollowSettings
+        from .follow import follow_job
+
+        settings = FollowSettings(
+            poll=self.azureml.follow_poll,
+            poll_max=max(self.azureml.follow_poll_max, self.azureml.follow_poll),
+        )
+        kwargs: dict[str, Any] = {"state": state}
+        if show is not None:
+            kwargs["show"] = show
+        return follow_job(ml_client or self.ml_client(workspace), name, settings, **kwargs)
+
     # -- lifecycle ----------------------------------------------------------------------
     def open_channel(self) -> None:
         """In a kernel, open the JupyterLab ranks panel's comm (a no-op elsewhere)."""

@@ -324,7 +324,7 @@ def read_ring(path: str, last: int | None = None) -> list[Entry]:
 #: the ledger's label of a torch process group: its name and ranks
 _GROUP_LABEL = re.compile(r"group (\S+) \(ranks ([\d, ]+)\)$")
 #: the dtype names of torch's C++ record -> torch's Python names, as the ledger writes them
-_TORCH_DTYPES = {
+TORCH_DTYPES = {
     "Float": "float32",
     "Double": "float64",
     "Half": "float16",
@@ -356,7 +356,7 @@ def torch_record_entries(raw: bytes, members: dict[str, str] | None = None) -> l
         if item.get("is_p2p") or not profile.startswith("nccl:"):
             continue
         data = " ".join(
-            f"[{', '.join(map(str, size))}] {_TORCH_DTYPES.get(dtype, str(dtype).lower())}"
+            f"[{', '.join(map(str, size))}] {TORCH_DTYPES.get(dtype, str(dtype).lower())}"
             for size, dtype in zip(item.get("input_sizes") or [], item.get("input_dtypes") or [])
         )
         created = item.get("time_created_ns") or 0

@@ -122,7 +122,7 @@ def rank_status(outcome: Any) -> str:
 
 def _tail(outcome: Any) -> list[str]:
     lines = list(outcome.stderr_tail) or list(outcome.stdout_tail)
-    which = "stderr" if outcome.stderr_tail else "stdout"
+    which = getattr(outcome, "tail_name", None) or ("stderr" if outcome.stderr_tail else "stdout")
     if not lines:
         return ["    (no output)"]
     return [f"  last {len(lines)} lines of {which}:", *(f"    {line}" for line in lines)]

@@ -26,6 +26,7 @@ from ...core.layout import MPI_LAUNCHERS, env_places
 from ...core.ranges import format_ranks, rank_label
 from ...core.rank_text import labelled_lines
 from ...core.tf_config import empty_ps_hint
+from ...core.tracebacks import HeldTracebacks
 from ...errors import RankError, SpecError
 from ...machine.gpus import shortage_notice
 from ...machine.hosts import Placement
@@ -37,7 +38,6 @@ from ..debug.serve import serve
 from . import launch as launch_mod
 from .active import ActiveRun, registered
 from .result import TAIL_LINES, CommandResult, RankResult, failure_message
-from .tracebacks import HeldTracebacks
 
 if TYPE_CHECKING:
     from ...core.model import Component
@@ -90,6 +90,7 @@ def run_command(
     check: bool = True,
     background: Any = None,
     name: str | None = None,
+    on_line: Callable[[int, str, str], Any] | None = None,
 ) -> CommandResult:
     """Run the component's command on every rank of its current layout.
 
@@ -103,7 +104,8 @@ def run_command(
     launcher; the code folder must exist at the same path there). ``background``: the
     BackgroundCell this run is the thread of; its ``wait`` serves the breakpoints. ``name``:
     what the notebook calls the component (default: the spec's name); ``%distcomp where`` and
-    ``interrupt`` find the run by it.
+    ``interrupt`` find the run by it. ``on_line(rank, stream, text)``: called with each line a
+    rank prints, as it printed it (no label; ``stream`` is "stdout" or "stderr").
     """
     cwd = Path(cwd or Path.cwd()).resolve()
     bound_inputs = local_inputs(component, inputs, cwd)
@@ -146,6 +148,7 @@ def run_command(
     )
     labels = [rank_label(r.rank, r.node, nodes) for r in ranks]
     run = _Run(result, labels, stream, timeout, grace)
+    run.on_line = on_line
     run.debugger = debugger
     if background is not None:  # this thread cannot prompt: `%distcomp wait` does
         run.held = HeldStops(
@@ -228,6 +231,7 @@ class _Run:
         self.quits: set[int] = set()  # ranks whose user typed q at a prompt
         self.held: HeldStops | None = None  # a run in the background: its stops wait
         self.tracebacks = HeldTracebacks()  # shown once per distinct text at the end
+        self.on_line: Callable[[int, str, str], Any] | None = None  # each rank's raw lines
 
     # -- output ---------------------------------------------------------------------------
     def _next(self, timeout: float):
@@ -254,6 +258,8 @@ class _Run:
                 self.launcher_tail.append(item[3])
             elif item[0] == "line":
                 _, rank, stream_name, text = item
+                if self.on_line is not None:
+                    self.on_line(rank, stream_name, text)
                 line = self._record(rank, stream_name, text)
                 released, held = self.tracebacks.take(rank, stream_name, text)
                 if released:

@@ -1,6 +1,7 @@
 """How the notebook shows things, in one place: the component's summary (kept live below its
 definition), ``%distcomp env`` and ``status`` tables, the start-up progress line, the
-run-settings panel's preview and text fallback, and a submitted job.
+run-settings panel's preview and text fallback, a submitted job, and a finished job's
+diagnosis from its logs (``diagnosis``).
 
 Each view renders data the layers below compute (``core/summary.py``, ``core/rank_view.py``,
 the rank backend's records) as HTML and plain text, so a notebook, a terminal and nbconvert

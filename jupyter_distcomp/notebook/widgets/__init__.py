@@ -34,6 +34,7 @@ Stable CSS classes, for browser tests and user styles:
 ``distcomp-compute``                Azure ML compute target (Text)
 ``distcomp-interactive``            interactive services of the job: jupyterlab,vscode,ssh (Text)
 ``distcomp-btn-submit``             submit to Azure ML
+``distcomp-btn-follow``             follow the job submitted last (every rank's output in the log)
 ``distcomp-status``                 status line: what runs, what happened, errors
 ``distcomp-progress``               progress bar: ranks ready n of N
 ``distcomp-progress-text``          the same as text, "n of N"

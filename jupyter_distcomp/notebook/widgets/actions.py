@@ -8,7 +8,8 @@ The panel reaches the rank backend and Azure ML through a :class:`PanelSession` 
   (following a new world when the layout changes meanwhile);
 - run command: ``session.run_command``, its labelled output streamed to the log;
 - export: ``session.export`` to the path field; submit: ``session.submit`` to the compute
-  field (or the session's default compute);
+  field (or the session's default compute); follow: ``session.follow`` of the job submitted
+  last, every rank's labelled output into the log, its state in the status line;
 - stop: interrupts a running command as Ctrl-C would (every rank stopped), stops the ranks.
 """
 
@@ -71,6 +72,15 @@ class PanelSession(Protocol):
         on_warning: Callable[[str], None] | None = None,
     ) -> Submission: ...
 
+    def follow(
+        self,
+        name: str,
+        *,
+        ml_client: Any = None,
+        show: Callable[[str, str], None] | None = None,
+        state: Callable[[str], None] | None = None,
+    ) -> Any: ...
+
 
 #: the stop button's own words; how long its "confirm stop" waits for the second click
 STOP_LABEL, STOP_TIP = "stop ranks", "Stop the ranks (and a running command)"
@@ -88,6 +98,7 @@ class PanelActions:
     export_path: w.Text
     interactive: w.Text
     last_job: Any
+    last_client: Any
     _stop_requested: bool
     _stopper: threading.Thread | None
     _confirming: bool = False
@@ -103,6 +114,7 @@ class PanelActions:
             "run-command": ("run the command", self._run_command),
             "export": ("export", self._export),
             "submit": ("submit", self._submit),
+            "follow": ("follow", self._follow),
         }
         for key, (label, func) in actions.items():
             self.buttons[key].on_click(
@@ -232,10 +244,11 @@ class PanelActions:
             notes.append(text)
             self.worker.write(f"warning: {text}", stderr=True)
 
-        job = self.session.submit(
+        submission = self.session.submit(
             self.component, compute=compute, interactive=interactive, on_warning=note
-        ).job
-        self.last_job = job
+        )
+        job = self.last_job = submission.job
+        self.last_client = submission.ml_client
         summary = JobSummary(job, spec_name=self.name)
         text = f"submitted job {summary.name} ({summary.status}) to {compute}"
         link_html = ""
@@ -246,6 +259,25 @@ class PanelActions:
         html = f"submitted job <b>{escape(summary.name)}</b> ({escape(summary.status)}) to "
         warned = f"; {len(notes)} warning(s) in the log below" if notes else ""
         self.worker.say_html(f"{html}{escape(compute)}{link_html}{warned}", text + warned, "ok")
+
+    def _follow(self) -> None:
+        """Every rank's output of the job submitted last, into the log (``%distcomp follow``)."""
+        job = self.last_job
+        if job is None:
+            raise AzureMLError(
+                f"no job of '{self.name}' was submitted from this panel. Fix: press 'submit to "
+                "Azure ML' first, or follow any job by name: `%distcomp follow JOB`."
+            )
+        self.worker.log.clear_output()
+        self.worker.say(f"following job {job.name}...", "busy")
+        outcome = self.session.follow(
+            job.name,
+            ml_client=self.last_client,
+            show=lambda text, stream: self.worker.write(text, stderr=stream == "stderr"),
+            state=lambda text: self.worker.say(text, "busy"),
+        )
+        status = outcome.status if outcome is not None else "still running"
+        self.worker.say(f"job {job.name}: {status}; every rank's output is in the log", "ok")
 
     def stop(self) -> threading.Thread:
         """Stop a running command and the ranks; in a thread, as stopping takes seconds."""

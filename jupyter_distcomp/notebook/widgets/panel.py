@@ -37,6 +37,7 @@ BUTTONS = (
     ("run-command", "run command", "terminal", "Run the spec's command on local ranks"),
     ("export", "export YAML", "download", "Write the Azure ML job YAML to the path"),
     ("submit", "submit to Azure ML", "cloud-upload", "Submit the job to the compute target"),
+    ("follow", "follow the job", "eye", "Every rank's output of the submitted job, in the log"),
     ("stop", STOP_LABEL, "stop", STOP_TIP),
 )
 
@@ -72,6 +73,7 @@ class RunSettingsPanel(PanelActions, w.VBox):
         self.name, self.component = name, component
         self.session = session
         self.last_job: Any = None
+        self.last_client: Any = None  # the client that submitted last_job
         self.closed = False
         self._stop_requested = False
         self._stopper: threading.Thread | None = None
@@ -128,7 +130,9 @@ class RunSettingsPanel(PanelActions, w.VBox):
         # rows wrap at any width: a narrow notebook stacks the controls, none is cut
         actions = _row([self.buttons[k] for k in ("start", "run-command", "stop")])
         azure = _row([self.export_path, self.buttons["export"]])
-        submit = _row([self.compute, self.interactive, self.buttons["submit"]])
+        submit = _row(
+            [self.compute, self.interactive, self.buttons["submit"], self.buttons["follow"]]
+        )
         progress = _row([self.worker.progress, self.worker.progress_text, self.ranks_line])
         super().__init__(
             [

@@ -7,6 +7,7 @@ prints nothing else on stderr, its traceback is held; what it prints there after
 it caught and printed the traceback, then carried on) releases it, to be shown as printed
 (its stdout, another pipe, arrives in no reliable order against stderr). At the run's
 end the tracebacks still held are grouped: identical ones once, for all their ranks.
+One rule for the ranks of ``%distcomp command`` and the logs of a followed Azure ML job.
 """
 
 from __future__ import annotations
@@ -68,11 +69,14 @@ class HeldTracebacks:
         last = [line for line in block.lines if line.strip()][-1]
         return not last.startswith("KeyboardInterrupt")
 
-    def groups(self) -> list[tuple[list[int], list[str]]]:
-        """Every held traceback, once per distinct text, with the ranks that printed it
-        (in rank order); none is held afterwards."""
+    def complete(self) -> list[int]:
+        """The ranks whose held traceback has come to its exception line."""
+        return sorted(rank for rank, block in self._blocks.items() if block.complete)
+
+    def groups(self, ranks: list[int] | None = None) -> list[tuple[list[int], list[str]]]:
+        """Every held traceback (of ``ranks`` only, if given), once per distinct text, with
+        the ranks that printed it (in rank order); those are no longer held afterwards."""
         found: dict[tuple[str, ...], list[int]] = {}
-        for rank in sorted(self._blocks):
-            found.setdefault(tuple(self._blocks[rank].lines), []).append(rank)
-        self._blocks.clear()
-        return [(ranks, list(lines)) for lines, ranks in found.items()]
+        for rank in sorted(self._blocks if ranks is None else set(ranks) & set(self._blocks)):
+            found.setdefault(tuple(self._blocks.pop(rank).lines), []).append(rank)
+        return [(ranks_of, list(lines)) for lines, ranks_of in found.items()]

@@ -1,0 +1,158 @@
+"""``%distcomp follow JOB``: an Azure ML job's ranks in the cell, as a local run shows them.
+
+Every rank's lines labelled as ``%distcomp command`` labels them, tracebacks once for all the
+ranks that printed them (azureml/logs/follow.py), the job's state as one line updated in
+place (an IPython display with a ``display_id``; where displays cannot update, a new line
+per change), and at the end, for a failed job, the summary in the words of a local run's
+failure (``local/command/result.failure_message``): which rank failed and how, which ranks
+were only ended by it. Interrupting stops the following, never the job.
+
+:func:`failure_summary` is the one place that turns what the logs showed into that summary:
+it reads the ranks' last lines (a rank whose last words were a traceback failed; the others
+were ended by it) and Azure ML's error of the run.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.secrets import mask_secrets
+from ..errors import AzureMLError
+from ..local.command.result import failure_message, rank_status
+
+#: Azure ML's error of a failed run names the process that failed first
+_FIRST = re.compile(r"User process 'Rank (\d+)' exited with status code (-?\d+)")
+
+
+@dataclass
+class _Rank:
+    """One rank as the summary words it (the shape ``failure_message`` reads)."""
+
+    rank: int
+    node: int
+    returncode: int | None = None
+    stopped: bool = False
+    raised: bool = False
+    pid: int | None = None
+    stdout_tail: list[str] = field(default_factory=list)
+    stderr_tail: list[str] = field(default_factory=list)
+    tail_name: str = "its log"
+
+    @property
+    def status(self) -> str:
+        if self.returncode is not None:
+            return rank_status(self)
+        return "raised an exception" if self.raised else "stopped"
+
+
+@dataclass
+class _Result:
+    component: str
+    ranks: list[_Rank]
+    argv: list[str]
+    cwd: str
+    timed_out: list[int] = field(default_factory=list)
+    launcher_tail: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[_Rank]:
+        return [r for r in self.ranks if not r.stopped]
+
+
+def failure_summary(outcome: Any) -> str:
+    """What a failed job's logs say, in the words of a local ``%distcomp command`` failure."""
+    facts = outcome.facts
+    first = _FIRST.search(outcome.error or "")
+    ranks = []
+    for rank in range(max(len(facts.places()), max(outcome.ranks, default=-1) + 1)):
+        seen = outcome.ranks.get(rank)
+        failed = seen is not None and seen.raised
+        code = None
+        if first is not None and int(first[1]) == rank:
+            failed, code = True, int(first[2])
+        ranks.append(
+            _Rank(
+                rank,
+                facts.node_of(rank),
+                returncode=code,
+                stopped=not failed,
+                raised=failed,
+                stdout_tail=list(seen.tail) if seen is not None else [],
+            )
+        )
+    lines = []
+    if not any(not r.stopped for r in ranks):
+        lines.append(f"`{facts.name}` failed; no rank's log ends with a traceback.")
+    if first is not None and sum(not r.stopped for r in ranks) > 1:
+        lines.append(f"rank {first[1]} failed first (Azure ML names it in the run's error).")
+    try:
+        argv = shlex.split(facts.command)
+    except ValueError:
+        argv = [facts.command]
+    result = _Result(facts.name, ranks, argv, f"compute {facts.compute or '?'}")
+    text = failure_message(result) if any(not r.stopped for r in ranks) else ""
+    lines.extend(line for line in text.splitlines() if line)
+    if outcome.error:
+        lines.append(f"Azure ML says: {outcome.error.splitlines()[0]}")
+    if facts.studio_url:
+        lines.append(f"studio: {facts.studio_url}")
+    return mask_secrets("\n".join(lines))
+
+
+class StateLine:
+    """One line of output that each change replaces (a display with a ``display_id``)."""
+
+    def __init__(self) -> None:
+        self.handle: Any = None
+        self.text = ""
+
+    def __call__(self, text: str) -> None:
+        if text == self.text:
+            return
+        self.text = text
+        from IPython.display import display
+
+        if self.handle is None:
+            self.handle = display({"text/plain": text}, raw=True, display_id=True)
+        else:
+            self.handle.update({"text/plain": text}, raw=True)
+
+
+def _print(text: str, stream: str) -> None:
+    print(text, file=sys.stderr if stream == "stderr" else sys.stdout, flush=True)
+
+
+def follow_job(
+    ml_client: Any,
+    name: str,
+    settings: Any = None,
+    show: Callable[[str, str], None] = _print,
+    state: Callable[[str], None] | None = None,
+) -> Any:
+    """Follow job ``name`` until it ends: its outcome; an AzureMLError with the summary when
+    it failed; KeyboardInterrupt stops following (the job runs on) and says so."""
+    from ..azureml.logs import Follower
+
+    follower = Follower(ml_client, name, show, state or StateLine(), settings)
+    try:
+        outcome = follower.run()
+    except KeyboardInterrupt:
+        show(
+            f"Stopped following; job {name} keeps running on Azure ML; "
+            f"`%distcomp follow {name}` picks it up again.",
+            "stdout",
+        )
+        return None
+    if outcome.status == "Failed":
+        raise AzureMLError(failure_summary(outcome))
+    if outcome.status != "Completed":
+        show(f"Job {name} ended {outcome.status}; its output above is complete.", "stdout")
+    return outcome
+
+
+__all__ = ["StateLine", "failure_summary", "follow_job"]
