@@ -243,3 +243,23 @@ def test_submit_magic_diagnoses_by_default_and_not_when_told(ip, standin, tmp_pa
     assert [body["command"] for body in bodies] == [PREFIX + PLAIN, PLAIN, PREFIX + PLAIN, PLAIN]
     ours = [{n for n in _uploaded(standin, b["codeId"]) if ".distcomp/" in n} for b in bodies]
     assert ours == [{f"proj/{name}" for name in OURS}, set()] * 2
+
+
+def test_each_sitecustomize_on_the_path_runs_once(tmp_path):
+    """The job's, then ``%distcomp command``'s (a job the stand-in runs has both), then the
+    image's own: each chains to the next one on the path, none back to an earlier one."""
+    mine = tmp_path / "image_site"
+    mine.mkdir()
+    (mine / "sitecustomize.py").write_text("print('the image site ran')\n")
+    ours = [str(RANK_SIDE / "job_site"), str(RANK_SIDE / "stack_site")]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DISTCOMP_")}
+    for path in ([*ours, str(mine)], [ours[0], *ours, str(mine)]):
+        env["PYTHONPATH"] = os.pathsep.join(path)
+        done = subprocess.run(
+            [sys.executable, "-c", "print('the program ran')"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (done.stdout, done.stderr) == ("the image site ran\nthe program ran\n", "")
