@@ -377,3 +377,46 @@ def test_an_nccl_call_still_running_on_the_gpu_in_torchs_record_is_a_stall(job, 
         "function": "synchronize",
         "code": "time.sleep(60)",
     }
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_hung_job_the_stand_in_runs_is_diagnosed_from_its_ranks_lines(tmp_path):
+    """Submitted with diagnostics through azure-ai-ml to the stand-in, which runs it on
+    local ranks as Azure ML would (jupyter_distcomp/standin/); cancelled once two ranks said
+    they stall; downloaded; diagnosed from its logs (core/joblog) as the user would."""
+    from jupyter_distcomp import load_component
+    from jupyter_distcomp.azureml import submit
+    from jupyter_distcomp.azureml.diagnose import diagnose_folder
+    from jupyter_distcomp.standin import AzureStandIn
+    from jupyter_distcomp.standin.jobs import log_prefix
+
+    code = tmp_path / "project"
+    code.mkdir()
+    (code / "skips.py").write_text(SKIPS)
+    (code / "spec.yaml").write_text(
+        "name: train\ntype: DistributedComponent\nlauncher:\n  type: torch.distributed\n"
+        "  additional_arguments: python skips.py\n"
+        "environment_variables:\n  DISTCOMP_STALL_SECONDS: '2'\n"
+    )
+    component = load_component(code / "spec.yaml")
+    component.runsettings.resource_layout.configure(instance_count=3, process_count_per_node=1)
+    with AzureStandIn(root=tmp_path / "standin") as standin:
+        ml_client = standin.ml_client(show_progress=False)
+        job = submit(component, ml_client, compute="cpu", diagnose=True)
+
+        def stalls() -> int:  # the lines of ranks 0 and 2, in the job's logs as written
+            logs = [f"{log_prefix(job.name)}/user_logs/std_log_process_{r}.txt" for r in (0, 2)]
+            return sum(b'"reason": "stall"' in (standin.store.read(log) or b"") for log in logs)
+
+        assert until(lambda: stalls() == 2, 120), standin.job(job.name).statuses
+        ml_client.jobs.begin_cancel(job.name).result(timeout=60)
+        with standin.storage_proxy():
+            ml_client.jobs.download(job.name, all=True, download_path=tmp_path / "job")
+    diagnosis = diagnose_folder(tmp_path / "job")
+    assert diagnosis.verdict.startswith(
+        "The ranks hung: all_reduce #2 ([4] float32, sum, default group) at skips.py:6 in step:"
+        " ranks 0, 2 wait since"
+    ), diagnosis.text()
+    assert "rank 1 has not called it" in diagnosis.verdict
+    for log in (tmp_path / "job" / "artifacts" / "user_logs").iterdir():
+        assert "Error in sitecustomize" not in log.read_text()
