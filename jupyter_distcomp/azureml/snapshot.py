@@ -25,6 +25,7 @@ import shlex
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from ..errors import AzureMLError
 from ..machine import scratch
@@ -105,7 +106,8 @@ def _upload_list(folder: Path) -> list[tuple[str, str]]:
     """(file, its path in the upload) of each file azure-ai-ml uploads from ``folder``."""
     from azure.ai.ml._utils._asset_utils import get_ignore_file, get_upload_files_from_folder
 
-    return get_upload_files_from_folder(folder, ignore_file=get_ignore_file(folder))
+    found: Any = get_upload_files_from_folder(folder, ignore_file=get_ignore_file(folder))
+    return [(str(source), str(name)) for source, name in found]  # typed list[str] there
 
 
 def _link(source: str | Path, target: Path) -> None:
@@ -151,9 +153,9 @@ def diagnosed_snapshot(code_dir: Path) -> Iterator[Path]:
             _link(source, copy / name)
             wanted.add(name)
         ours = []
-        for source, name in job_files():
+        for file, name in job_files():
             (copy / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, copy / name)
+            shutil.copyfile(file, copy / name)
             ours.append(name)
         _let_ours_in(copy, ours)
         uploaded = {name for _, name in _upload_list(copy)}
