@@ -134,6 +134,12 @@ def _project(tmp_path: Path) -> Path:
     return code
 
 
+def _submit(standin, code: Path) -> None:
+    """The project's spec submitted with diagnostics."""
+    spec = load_component(code / "spec.yaml")
+    submit(spec, standin.ml_client(show_progress=False), compute="cpu", diagnose=True)
+
+
 def _uploaded(standin, code_id: str = "") -> dict[str, bytes]:
     """The blobs uploaded (those of the code asset ``code_id``), by their path from the
     code folder's name on."""
@@ -161,12 +167,7 @@ def standin():
 def test_the_snapshot_carries_the_rank_side_and_the_user_folder_stays_as_it_was(standin, tmp_path):
     code = _project(tmp_path)
     before, snapshots = _tree(code), _snapshots()
-    submit(
-        load_component(code / "spec.yaml"),
-        standin.ml_client(show_progress=False),
-        compute="cpu",
-        diagnose=True,
-    )
+    _submit(standin, code)
     uploaded = _uploaded(standin)
     assert set(uploaded) == {"proj/train.py", "proj/spec.yaml", "proj/.gitignore"} | {
         f"proj/{name}" for name in OURS
@@ -186,12 +187,7 @@ def test_the_users_own_amlignore_travels_with_ours_let_in(standin, tmp_path):
     code = _project(tmp_path)
     rules = "data/\n.*\n!.amlignore\n"
     (code / ".amlignore").write_text(rules)
-    submit(
-        load_component(code / "spec.yaml"),
-        standin.ml_client(show_progress=False),
-        compute="cpu",
-        diagnose=True,
-    )
+    _submit(standin, code)
     uploaded = _uploaded(standin)
     assert {name for name in uploaded if ".distcomp" in name} == {f"proj/{n}" for n in OURS}
     assert uploaded["proj/.amlignore"].decode().startswith(rules.rstrip())
@@ -207,12 +203,7 @@ def test_a_refused_job_keeps_the_plain_job_and_leaves_no_copy(standin, tmp_path)
     snapshots = _snapshots()
     standin.fail("PUT", "/jobs/", 400, "no such compute", code="UserError")
     with pytest.raises(AzureMLError, match="no such compute") as info:
-        submit(
-            load_component(code / "spec.yaml"),
-            standin.ml_client(show_progress=False),
-            compute="cpu",
-            diagnose=True,
-        )
+        _submit(standin, code)
     assert (Path(info.value.job.code), info.value.job.command) == (code, PLAIN)
     assert _snapshots() == snapshots
 

@@ -150,7 +150,14 @@ def diagnosed_snapshot(code_dir: Path) -> Iterator[Path]:
         for source, name in _upload_list(code_dir):
             if name == FOLDER or name.startswith(f"{FOLDER}/"):
                 continue
-            _link(source, copy / name)
+            try:
+                _link(source, copy / name)
+            except OSError as exc:
+                raise AzureMLError(
+                    f"cannot copy {source} into the code snapshot with diagnostics: "
+                    f"{exc.strerror}. Fix: make the file readable, list it in the code "
+                    "folder's .amlignore, or submit with --no-diagnose (diagnose=False)."
+                ) from None
             wanted.add(name)
         ours = []
         for file, name in job_files():
@@ -169,9 +176,3 @@ def diagnosed_snapshot(code_dir: Path) -> Iterator[Path]:
         yield copy
     finally:
         scratch.remove(root)
-
-
-def snapshot_size() -> tuple[int, int]:
-    """How many files of ours travel in a snapshot, and their bytes."""
-    sizes = [source.stat().st_size for source, _ in job_files()]
-    return len(sizes), sum(sizes)
