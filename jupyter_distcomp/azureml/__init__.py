@@ -8,6 +8,9 @@ package.
 - :func:`export`: the job or component as YAML for ``az ml job create -f`` (``exporter``)
 - :func:`make_ml_client`, :func:`submit`, :func:`wait_for_job`: talk to a workspace (``submission``)
 - before submitting, the layout against the compute: max nodes, GPUs per node (``preflight``)
+- ``submit(..., diagnose=True)``: the job's code snapshot carries our rank side and its command
+  the prefix that loads it: each rank says where it is on a stall, SIGTERM or a failure
+  (``snapshot``)
 - :func:`find_credentials`: is anyone signed in? (offline check, for demos and CI)
 - the values of a job follow ``core/bindings.py``, as local runs do (``values``)
 """

@@ -85,14 +85,21 @@ def _tags(component: Component, sanitized: str, extra: dict | None) -> dict[str,
     return tags
 
 
-def _code(component: Component, code: Any) -> str:
+def code_folder(component: Component, code: Any = None) -> Path:
+    """The job's code folder (``code``, else the spec's), checked: an AzureMLError for one
+    that does not exist or that would upload the home folder or the whole disk."""
     path = Path(code).expanduser() if code is not None else component.code_path
     problem = component.code_folder_problem(path)
     if problem:
         raise AzureMLError(f"component '{component.name}': {problem} (or pass code=PATH)")
     check_code_folder(component, path)
+    return path.resolve()
+
+
+def _code(component: Component, code: Any) -> str:
+    path = code_folder(component, code)
     warn_return_code(component)
-    return str(path.resolve())
+    return str(path)
 
 
 def to_azureml_job(

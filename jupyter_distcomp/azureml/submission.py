@@ -10,6 +10,7 @@ client secrets are scrubbed from every message.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from collections.abc import Callable
@@ -129,6 +130,7 @@ def submit(
     timeout: float | None = None,
     preflight: bool = True,
     on_warning: Callable[[str], None] | None = None,
+    diagnose: bool = False,
     **job_kwargs: Any,
 ):
     """Build the job from the component's run settings and submit it; returns the created Job.
@@ -136,35 +138,16 @@ def submit(
     ``job_kwargs`` are those of :func:`to_azureml_job` (inputs, outputs, compute, ...). With
     ``preflight``, the layout is first checked against the compute (see
     :mod:`~jupyter_distcomp.azureml.preflight`): a layout it cannot run is refused, its
-    warnings go to ``on_warning`` (default: an AzureMLWarning). With ``wait``, follows the job
+    warnings go to ``on_warning`` (default: an AzureMLWarning). With ``diagnose``, the job's
+    code snapshot carries our rank side and its command the prefix that loads it (see
+    :mod:`~jupyter_distcomp.azureml.snapshot`): each rank writes a ``[distcomp rank-state]``
+    line into its log on a stall, on SIGTERM or on a failure. With ``wait``, follows the job
     until it ends (see :func:`wait_for_job`) and returns the final job.
     """
-    job = to_azureml_job(component, **job_kwargs)
-    if not job.compute:
-        raise AzureMLError(
-            f"submitting '{component.name}' needs a compute target. Fix: pass compute='NAME' "
-            "(`--compute NAME`), set the component's run settings compute, or "
-            "%config AzureML.compute = 'NAME'."
+    with contextlib.ExitStack() as snapshot:
+        created = _create(
+            component, ml_client, snapshot, preflight, on_warning, diagnose, job_kwargs
         )
-    if preflight:
-        from .preflight import check_compute
-
-        try:
-            notes = check_compute(component, job, ml_client)
-        except AzureMLError as refused:
-            refused.job = job
-            raise
-        for note in notes:
-            if on_warning is not None:
-                on_warning(note)
-            else:
-                warnings.warn(AzureMLWarning(note), stacklevel=outside_package())
-    try:
-        created = ml_client.jobs.create_or_update(job)
-    except Exception as exc:
-        error = explain(exc, ml_client)
-        error.job = job
-        raise error from None
     if wait:
         return wait_for_job(
             ml_client,
@@ -175,6 +158,68 @@ def submit(
             first=created,
         )
     return created
+
+
+def _create(
+    component: Component,
+    ml_client: Any,
+    snapshot: contextlib.ExitStack,
+    preflight: bool,
+    on_warning: Callable[[str], None] | None,
+    diagnose: bool,
+    job_kwargs: dict[str, Any],
+) -> Any:
+    """The job built (from a snapshot with our rank side, with ``diagnose``), checked and
+    created; the snapshot lives as long as ``snapshot`` (the upload reads it)."""
+    code = None
+    if diagnose:
+        from .convert import code_folder
+        from .snapshot import diagnosed_snapshot
+
+        code = code_folder(component, job_kwargs.get("code"))
+        job_kwargs = {**job_kwargs, "code": snapshot.enter_context(diagnosed_snapshot(code))}
+    job = to_azureml_job(component, **job_kwargs)
+    plain_command = job.command
+    try:
+        if code is not None:
+            from .convert import validate_job
+            from .snapshot import diagnosed_command
+
+            job.command = diagnosed_command(job.command or "")
+            validate_job(job, component.name)
+        return _checked_and_created(component, ml_client, job, preflight, on_warning)
+    except AzureMLError as error:
+        if code is not None:  # the snapshot goes: the job kept is the plain one
+            job.code, job.command = str(code), plain_command
+        error.job = job
+        raise
+
+
+def _checked_and_created(
+    component: Component,
+    ml_client: Any,
+    job: Any,
+    preflight: bool,
+    on_warning: Callable[[str], None] | None,
+) -> Any:
+    if not job.compute:
+        raise AzureMLError(
+            f"submitting '{component.name}' needs a compute target. Fix: pass compute='NAME' "
+            "(`--compute NAME`), set the component's run settings compute, or "
+            "%config AzureML.compute = 'NAME'."
+        )
+    if preflight:
+        from .preflight import check_compute
+
+        for note in check_compute(component, job, ml_client):
+            if on_warning is not None:
+                on_warning(note)
+            else:
+                warnings.warn(AzureMLWarning(note), stacklevel=outside_package())
+    try:
+        return ml_client.jobs.create_or_update(job)
+    except Exception as exc:
+        raise explain(exc, ml_client) from None
 
 
 def wait_for_job(

@@ -161,6 +161,13 @@ class AzureML(_Settings):
         config=True,
         help="Check the layout against the compute (max nodes, GPUs per node) before submit.",
     )
+    diagnose = Bool(
+        True,
+        config=True,
+        help="Submitted jobs carry the rank side (.distcomp/ in the code snapshot, a "
+        "PYTHONPATH prefix on the command): each rank writes a [distcomp rank-state] line "
+        "into its log on a stall, SIGTERM or a failure, and nothing otherwise.",
+    )
 
 
 __all__ = ["AzureML", "DistComp"]

@@ -19,7 +19,7 @@ Forms::
     %distcomp connect NAME [--profile P] [--profile-dir D] [--cluster-id C] [--local]
     %distcomp export NAME PATH [--component] [--input k=v ...]
     %distcomp submit NAME --compute TARGET [--wait | --follow] [--interactive jupyterlab,vscode,ssh]
-        [--no-preflight] [...]
+        [--no-preflight] [--diagnose | --no-diagnose] [...]
     %distcomp follow JOB [--workspace W --resource-group G --subscription S | --workspace-config F]
     %distcomp widget NAME
     %distcomp diagnose (JOB | FOLDER) [--process-count-per-node P] [--status S] [workspace flags]
@@ -223,6 +223,13 @@ def _build_parser() -> _Parser:
         dest="preflight",
         default=None,
         help="skip checking the layout against the compute (max nodes, GPUs per node)",
+    )
+    submit.add_argument(
+        "--diagnose",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="each rank writes where it is into its log on a stall, SIGTERM or a failure "
+        "(default: %%config AzureML.diagnose)",
     )
 
     follow = sub.add_parser(
@@ -636,6 +643,7 @@ class DistCompMagics(Magics):
             interactive=interactive,
             ssh_key=args.ssh_key,
             preflight=args.preflight,
+            diagnose=args.diagnose,
         )
         job = submission.job
         display(JobSummary(job, spec_name=args.name))

@@ -661,11 +661,14 @@ class Session:
         ssh_key: str | None = None,
         preflight: bool | None = None,
         on_warning: Callable[[str], None] | None = None,
+        diagnose: bool | None = None,
     ) -> Submission:
         """Submit the component as an Azure ML job; ``interactive`` adds Azure ML's
         interactive services (jupyterlab, vscode, ssh with ``ssh_key``) on every node.
         ``preflight`` (default ``%config AzureML.preflight``) checks the layout against the
-        compute first; its warnings go to ``on_warning`` (default: an AzureMLWarning)."""
+        compute first; its warnings go to ``on_warning`` (default: an AzureMLWarning).
+        ``diagnose`` (default ``%config AzureML.diagnose``): the job carries our rank side,
+        and each rank says where it is in its log on a stall, SIGTERM or a failure."""
         from ..azureml import submit
 
         extra: dict[str, Any] = {}
@@ -683,6 +686,7 @@ class Session:
             experiment_name=experiment_name or self.azureml.experiment_name,
             preflight=self.azureml.preflight if preflight is None else preflight,
             on_warning=on_warning,
+            diagnose=self.azureml.diagnose if diagnose is None else diagnose,
             **extra,
         )
         return Submission(job, ml_client)

@@ -15,6 +15,10 @@
   wrappers, numpy's entry in ipyparallel's canning map).
 - ``stack_site``: put on the path of ``%distcomp command`` ranks (stacks on SIGUSR1,
   ``pdb.set_trace`` to the notebook).
+- ``job_site``, ``job_watch``, ``job_line``, ``job_sigterm``: what a job submitted with
+  diagnostics carries in its code snapshot (with the ledger's files, see
+  azureml/snapshot.py): each rank writes a ``[distcomp rank-state]`` line into its log on a
+  stall, on SIGTERM or on a failure.
 
 None of them imports anything else from this package, so they start fast and run where the
 package is not installed (a user's own cluster, another host).

@@ -259,6 +259,26 @@ class Ring:
         if same and _FINISHED.unpack_from(self.map, offset + 16)[0] == 0.0:
             _FINISHED.pack_into(self.map, offset + 16, -time.time())
 
+    def recent(self, last: int) -> list[Entry]:
+        """This process's own ``last`` calls, oldest first, read from its map (another
+        thread of the process reads them so, without opening the file)."""
+        written = self.written
+        entries = []
+        for index in range(max(0, written - min(last, self.capacity)), written):
+            place = _HEADER.size + SLOT_SIZE * (index % self.capacity)
+            entry = _slot_entry(self.map[place : place + SLOT_SIZE])
+            if entry is not None:
+                entries.append(entry)
+        return entries
+
+
+def _slot_entry(raw: bytes) -> Entry | None:
+    """The call in one slot's bytes; None for a slot being written while it was read."""
+    seq, started, finished, size = _SLOT.unpack_from(raw, 0)
+    return _entry(
+        seq, started, finished, raw[_SLOT.size : _SLOT.size + size].decode(errors="replace")
+    )
+
 
 def read_ring(path: str, last: int | None = None) -> list[Entry]:
     """The calls in a ledger file, oldest first (only the ``last`` ones, when given: only
@@ -293,9 +313,7 @@ def read_ring(path: str, last: int | None = None) -> list[Entry]:
                     raw = os.pread(handle.fileno(), slot_size, _HEADER.size + place)
                 if len(raw) < slot_size:
                     break
-                seq, started, finished, size = _SLOT.unpack_from(raw, 0)
-                text = raw[_SLOT.size : _SLOT.size + size].decode(errors="replace")
-                entry = _entry(seq, started, finished, text)
+                entry = _slot_entry(raw)
                 if entry is not None:
                     entries.append(entry)
             return entries
@@ -339,9 +357,7 @@ def torch_record_entries(raw: bytes, members: dict[str, str] | None = None) -> l
             continue
         data = " ".join(
             f"[{', '.join(map(str, size))}] {TORCH_DTYPES.get(dtype, str(dtype).lower())}"
-            for size, dtype in zip(
-                item.get("input_sizes") or [], item.get("input_dtypes") or [], strict=False
-            )
+            for size, dtype in zip(item.get("input_sizes") or [], item.get("input_dtypes") or [])
         )
         created = item.get("time_created_ns") or 0
         state = str(item.get("state") or "")
@@ -465,7 +481,7 @@ def call_text(entry: Entry, group: bool = True, seq: bool = True) -> str:
 
 def _shape_text(entry: Entry, differ: tuple[bool, ...] = (True, True, True)) -> str:
     fields = (entry.data, entry.reduce, entry.root)
-    return ", ".join(d for d, shown in zip(fields, differ, strict=True) if d and shown) or "no data"
+    return ", ".join(d for d, shown in zip(fields, differ) if d and shown) or "no data"
 
 
 def _differ(entries: list[Entry]) -> tuple[bool, ...]:
@@ -569,9 +585,7 @@ def verdict_text(
         sides = [(verdict.callers, call), *same_op]
         differ = _differ([e for _, e in sides])
         common = [
-            d
-            for d, shown in zip((call.data, call.reduce, call.root), differ, strict=False)
-            if d and not shown
+            d for d, shown in zip((call.data, call.reduce, call.root), differ) if d and not shown
         ]
         text = f"{call.op} #{call.seq} ({', '.join([*common, call.group])}): " + ", ".join(
             f"{ranks_text(ranks)} {_shape_text(e, differ)}" for ranks, e in sides

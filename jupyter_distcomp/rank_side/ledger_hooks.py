@@ -62,6 +62,10 @@ class _State:
     last_seq = 0  # the sequence number :func:`record` gave last
     in_buckets = False  # in DDP's comm hook (ledger_torch): its async calls block backward
     hooked = False  # the imports of _TARGETS are watched
+    #: DDP's gradient buckets go through the ledger's comm hook (ledger_torch.wrap_ddp), in
+    #: place of DDP's own C++ reduction; a submitted job's ranks leave DDP as it is
+    #: (job_watch.py: the hook's cost is not negligible on a training step)
+    buckets = True
     #: torch's record is read beside the ledger (torch_record.py): its thread started and
     #: its last dump worked; NCCL's collectives are then left to it (ledger_torch.py)
     torch_record = False
@@ -76,6 +80,14 @@ class _State:
 
 
 STATE = _State()
+
+
+def say(text: str) -> None:
+    """What the ledger says about itself (a library it cannot wrap, no ledger file): on the
+    rank's stderr, which a local run shows; a submitted job's ranks keep quiet
+    (job_watch.py replaces this)."""
+    print(text, file=sys.stderr)
+
 
 #: folders whose frames are not the user's: the ledger's own, torch's, mpi4py's
 _SKIP: tuple[str, ...] = (_HERE,)
@@ -176,7 +188,7 @@ def start_torch_record(dist) -> None:
         _sibling("torch_record").start(dist, sys.modules[__name__])
         STATE.torch_record = True
     except Exception as exc:
-        print(f"distcomp: torch's record of the collectives is not read: {exc!r}", file=sys.stderr)
+        say(f"distcomp: torch's record of the collectives is not read: {exc!r}")
 
 
 def _wrap_mpi(MPI) -> None:
@@ -186,6 +198,8 @@ def _wrap_mpi(MPI) -> None:
 
 
 def _wrap_ddp(module) -> None:
+    if not STATE.buckets:
+        return
     sibling = _sibling("ledger_torch")
     sibling.core = sys.modules[__name__]
     sibling.wrap_ddp(module)
@@ -203,7 +217,7 @@ def _after_import(name: str, wrap):
         try:
             wrap(module)
         except Exception as exc:  # the user's import must work, ledger or not
-            print(f"distcomp: no collectives ledger for {name}: {exc!r}", file=sys.stderr)
+            say(f"distcomp: no collectives ledger for {name}: {exc!r}")
 
     after.__name__ = wrap.__name__
     return after
@@ -234,7 +248,7 @@ def install(
         try:
             STATE.ring = ledger.Ring(path)
         except (OSError, ValueError) as exc:  # the rank runs on, without a ledger
-            print(f"distcomp: no collectives ledger ({exc})", file=sys.stderr)
+            say(f"distcomp: no collectives ledger ({exc})")
             return
         STATE.path = path
         # torch's own record of each NCCL call (torch_record.py), before torch is imported:

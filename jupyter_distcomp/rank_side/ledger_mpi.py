@@ -465,7 +465,7 @@ class _Mpi:
             return
         posted = self.allgather(comm, sig)
         members = members or tuple(range(len(posted)))
-        core.mismatch(label, seq, dict(zip(members, posted, strict=False)), comm.Get_rank())
+        core.mismatch(label, seq, dict(zip(members, posted)), comm.Get_rank())
 
     # -- classes ----------------------------------------------------------------------------
     def wrap_comms(self, base) -> None:

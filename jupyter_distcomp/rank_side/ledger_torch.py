@@ -375,7 +375,7 @@ class _Torch:
                 pass
         del posted[:-1]
         sigs = {}
-        for rank, key in zip(ranks, keys, strict=True):
+        for rank, key in zip(ranks, keys):
             op, data, reduce, root, file, line, function = (
                 store.get(key).decode().split(core.ledger.SEP)
             )

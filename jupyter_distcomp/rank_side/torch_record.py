@@ -71,11 +71,10 @@ def start(dist, core) -> None:
             for name, error in errors if not raw else ():  # one dump that works is enough
                 if name not in said:
                     said.add(name)
-                    print(
+                    core.say(
                         f"distcomp: torch's record of this rank's collectives (its Flight "
                         f"Recorder) cannot be read, %distcomp collectives shows the ledger's "
-                        f"rows alone: {error}",
-                        file=sys.stderr,
+                        f"rows alone: {error}"
                     )
             for suffix, data in ((".torch", raw), (".gpu", facts)):
                 if data and data != last[suffix]:

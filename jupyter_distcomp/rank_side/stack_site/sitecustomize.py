@@ -107,13 +107,17 @@ def _hook_pdb() -> None:
 
 
 def _chain() -> None:
-    """Run the sitecustomize this one hides (a distribution's or a virtualenv's)."""
+    """Run the sitecustomize this one hides (a distribution's or a virtualenv's):
+    the next one on ``sys.path`` after this one's folder, so that a sitecustomize of ours
+    earlier on the path, which chains to this one, is not run again from here."""
     import importlib.machinery
     import importlib.util
     import sys
 
     here = os.path.dirname(os.path.abspath(__file__))
-    path = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    folders = [os.path.abspath(p or os.curdir) for p in sys.path]
+    after = max((i + 1 for i, folder in enumerate(folders) if folder == here), default=0)
+    path = sys.path[after:]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
     if spec is None or spec.loader is None:
         return
