@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core.joblog.state import without_state_lines
 from ..core.secrets import mask_secrets
 from ..errors import AzureMLError
 from ..local.command.result import failure_message, rank_status
@@ -113,8 +114,9 @@ def failure_summary(outcome: Any, diagnosis: Any = None) -> str:
     lines.extend(line for line in text.splitlines() if line)
     if diagnosis is not None:
         lines.extend(_more_than_the_tracebacks(diagnosis))
-    if outcome.error:
-        lines.append(f"Azure ML says: {outcome.error.splitlines()[0]}")
+    error = without_state_lines(outcome.error or "").strip()
+    if error:
+        lines.append(f"Azure ML says: {error.splitlines()[0]}")
     if diagnosis is not None:
         lines.append(f"`%distcomp diagnose {facts.name}` shows the whole diagnosis.")
     if facts.studio_url:

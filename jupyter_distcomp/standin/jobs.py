@@ -104,6 +104,12 @@ class StandInJob:
                 self.logs.append(log)
         self.standin.store.append(f"{log_prefix(self.name)}/{log}", text.encode())
 
+    def log_text(self, log: str) -> str:
+        """What log ``log`` (``user_logs/std_log_process_1.txt``) holds so far."""
+        return (self.standin.store.read(f"{log_prefix(self.name)}/{log}") or b"").decode(
+            errors="replace"
+        )
+
     def _system(self, message: str) -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
         self.write(SYSTEM_LOG, f"{stamp} INFO execution-wrapper: {message}\n")
