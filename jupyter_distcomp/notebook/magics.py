@@ -20,9 +20,9 @@ Forms::
     %distcomp export NAME PATH [--component] [--input k=v ...]
     %distcomp submit NAME --compute TARGET [--wait | --follow] [--interactive jupyterlab,vscode,ssh]
         [--no-preflight] [--diagnose | --no-diagnose] [...]
-    %distcomp follow JOB [--workspace W --resource-group G --subscription S | --workspace-config F]
+    %distcomp follow [JOB] [--workspace W --resource-group G --subscription S | --workspace-config F]
     %distcomp widget NAME
-    %distcomp diagnose (JOB | FOLDER) [--process-count-per-node P] [--status S] [workspace flags]
+    %distcomp diagnose [JOB | FOLDER] [--process-count-per-node P] [--status S] [workspace flags]
 
 The work is done by the shell's :class:`~.session.Session`; this module parses the arguments
 and displays the results (``views/``). Our own errors reach the cell as they are (a
@@ -235,7 +235,13 @@ def _build_parser() -> _Parser:
     follow = sub.add_parser(
         "follow", help="every rank's output of an Azure ML job, labelled, until it ends"
     )
-    follow.add_argument("name", metavar="JOB", help="the Azure ML job's name")
+    follow.add_argument(
+        "name",
+        metavar="JOB",
+        nargs="?",
+        default=None,
+        help="the Azure ML job's name (default: the job submitted last in this kernel)",
+    )
     for flag in ("--workspace-config", "--subscription", "--resource-group", "--workspace"):
         follow.add_argument(flag, default=None)
 
@@ -250,7 +256,10 @@ def _build_parser() -> _Parser:
     diagnose.add_argument(
         "target",
         metavar="JOB|FOLDER",
-        help="an Azure ML job's name, or the folder its logs were downloaded to",
+        nargs="?",
+        default=None,
+        help="an Azure ML job's name, or the folder its logs were downloaded to (default: "
+        "the job submitted last in this kernel)",
     )
     for flag in ("--workspace-config", "--subscription", "--resource-group", "--workspace"):
         diagnose.add_argument(flag, default=None)
@@ -575,6 +584,8 @@ class DistCompMagics(Magics):
                 f"--process-count-per-node {args.process_count_per_node}: give a positive "
                 "count. Fix: --process-count-per-node 8"
             )
+        if args.target is None:
+            args.target = self.session.job_name(None)
         if _names_a_job(args.target):
             from .session import Workspace
 
@@ -676,7 +687,7 @@ class DistCompMagics(Magics):
         workspace = Workspace(
             args.subscription, args.resource_group, args.workspace, args.workspace_config
         )
-        self.session.follow(args.name, workspace)
+        self.session.follow(self.session.job_name(args.name), workspace)
 
 
 #: an Azure ML job's name: letters, digits, ``_`` and ``-`` (no path separator, no dot)

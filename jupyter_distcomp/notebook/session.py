@@ -88,6 +88,8 @@ class Session:
         self._channel: RanksChannel | None = None
         #: the components that ran `%%distcomp run` cells in this kernel
         self._ran: set[str] = set()
+        #: the name of the Azure ML job submitted last in this kernel ('' before any)
+        self.last_job = ""
         #: where the logs of the Azure ML jobs followed or diagnosed here are kept
         self._job_logs: str | None = None
 
@@ -689,7 +691,19 @@ class Session:
             diagnose=self.azureml.diagnose if diagnose is None else diagnose,
             **extra,
         )
+        self.last_job = job.name
         return Submission(job, ml_client)
+
+    def job_name(self, name: str | None) -> str:
+        """``name``, or the job submitted last in this kernel when it is None."""
+        if name:
+            return name
+        if not self.last_job:
+            raise AzureMLError(
+                "no job named, and none was submitted in this kernel. Fix: give the job's "
+                "name (Azure ML studio shows it; `ml_client.jobs.list()` lists them)."
+            )
+        return self.last_job
 
     def wait(
         self,
