@@ -429,3 +429,11 @@ def test_open_mpi_4s_wording_names_the_first_rank_to_exit():
     assert found.verdict == (
         "rank 2 failed: exited with code 1 (mpirun); ranks 0-1 show no error of their own"
     )
+
+
+def test_what_a_person_reads_of_a_log_leaves_the_state_lines_out():
+    from jupyter_distcomp.core.joblog.state import MARK, without_state_lines
+
+    text = f"step 1\n{MARK}{{}}\nError: {MARK}{{}}\nstep 2"
+    assert without_state_lines(text) == "step 1\nError:\nstep 2"
+    assert without_state_lines("no mark here\n") == "no mark here\n"

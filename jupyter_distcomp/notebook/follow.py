@@ -7,9 +7,11 @@ per change), and at the end, for a failed job, the summary in the words of a loc
 failure (``local/command/result.failure_message``): which rank failed and how, which ranks
 were only ended by it. Interrupting stops the following, never the job.
 
-:func:`failure_summary` is the one place that turns what the logs showed into that summary:
-it reads the ranks' last lines (a rank whose last words were a traceback failed; the others
-were ended by it) and Azure ML's error of the run.
+What the follow reads is kept in the kernel's folder for the job (``Session.job_logs``);
+:func:`failure_summary` is the one place that turns it into that summary: the diagnosis of
+every rank's whole log (core/joblog: which ranks failed on their own, first one first, which
+were only ended by that, and what our rank side's state lines, out-of-memory and watchdog
+lines add), in a local run's words, with Azure ML's error of the run.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ import shlex
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from ..core.joblog.state import without_state_lines
 from ..core.secrets import mask_secrets
 from ..errors import AzureMLError
 from ..local.command.result import failure_message, rank_status
@@ -64,14 +68,20 @@ class _Result:
         return [r for r in self.ranks if not r.stopped]
 
 
-def failure_summary(outcome: Any) -> str:
-    """What a failed job's logs say, in the words of a local ``%distcomp command`` failure."""
+def failure_summary(outcome: Any, diagnosis: Any = None) -> str:
+    """What a failed job's logs say, in the words of a local ``%distcomp command`` failure.
+
+    ``diagnosis`` (core/joblog, read from every rank's whole log) decides which ranks failed
+    on their own (first one first) and which were only ended by that; without it, a rank
+    whose last words were a traceback counts as failed. Azure ML's error of the run gives
+    the exit code of the process it names."""
     facts = outcome.facts
     first = _FIRST.search(outcome.error or "")
+    culprits = set(diagnosis.culprits) if diagnosis is not None and diagnosis.culprits else None
     ranks = []
     for rank in range(max(len(facts.places()), max(outcome.ranks, default=-1) + 1)):
         seen = outcome.ranks.get(rank)
-        failed = seen is not None and seen.raised
+        failed = rank in culprits if culprits is not None else seen is not None and seen.raised
         code = None
         if first is not None and int(first[1]) == rank:
             failed, code = True, int(first[2])
@@ -81,27 +91,53 @@ def failure_summary(outcome: Any) -> str:
                 facts.node_of(rank),
                 returncode=code,
                 stopped=not failed,
-                raised=failed,
+                raised=failed and code is None,
                 stdout_tail=list(seen.tail) if seen is not None else [],
             )
         )
+    failing = [r for r in ranks if not r.stopped]
+    if culprits is not None and failing:  # the diagnosis's order: the first failure first
+        order = {rank: i for i, rank in enumerate(diagnosis.culprits)}
+        failing.sort(key=lambda r: order.get(r.rank, len(order)))
+        ranks = failing + [r for r in ranks if r.stopped]
     lines = []
-    if not any(not r.stopped for r in ranks):
+    if not failing:
         lines.append(f"`{facts.name}` failed; no rank's log ends with a traceback.")
-    if first is not None and sum(not r.stopped for r in ranks) > 1:
+    if first is not None and len(failing) > 1:
         lines.append(f"rank {first[1]} failed first (Azure ML names it in the run's error).")
     try:
         argv = shlex.split(facts.command)
     except ValueError:
         argv = [facts.command]
     result = _Result(facts.name, ranks, argv, f"compute {facts.compute or '?'}")
-    text = failure_message(result) if any(not r.stopped for r in ranks) else ""
+    text = failure_message(result) if failing else ""
     lines.extend(line for line in text.splitlines() if line)
-    if outcome.error:
-        lines.append(f"Azure ML says: {outcome.error.splitlines()[0]}")
+    if diagnosis is not None:
+        lines.extend(_more_than_the_tracebacks(diagnosis))
+    error = without_state_lines(outcome.error or "").strip()
+    if error:
+        lines.append(f"Azure ML says: {error.splitlines()[0]}")
+    if diagnosis is not None:
+        lines.append(f"`%distcomp diagnose {facts.name}` shows the whole diagnosis.")
     if facts.studio_url:
         lines.append(f"studio: {facts.studio_url}")
     return mask_secrets("\n".join(lines))
+
+
+#: the diagnosis's sections that add to a local run's failure words (its tracebacks and
+#: layout are in them already)
+_ADDING = ("state lines", "out of memory", "Flight Recorder", "launchers", "watchdog")
+
+
+def _more_than_the_tracebacks(diagnosis: Any) -> list[str]:
+    """The diagnosis's verdict and the sections that say more than the ranks' tracebacks:
+    what the state lines of our rank side say, out of memory, the watchdogs, the launchers."""
+    lines = [f"diagnosis: {diagnosis.verdict}"]
+    for section in diagnosis.sections:
+        if any(word in section.heading for word in _ADDING):
+            lines.append(f"--- {section.heading} ---")
+            lines.extend(section.lines)
+    return lines
 
 
 class StateLine:
@@ -133,12 +169,16 @@ def follow_job(
     settings: Any = None,
     show: Callable[[str, str], None] = _print,
     state: Callable[[str], None] | None = None,
+    folder: Path | None = None,
 ) -> Any:
     """Follow job ``name`` until it ends: its outcome; an AzureMLError with the summary when
-    it failed; KeyboardInterrupt stops following (the job runs on) and says so."""
+    it failed; KeyboardInterrupt stops following (the job runs on) and says so. ``folder``:
+    where what is read is kept (as ``jobs.download`` lays it out), for the diagnosis of a
+    failed job's summary and a later ``%distcomp diagnose JOB``."""
     from ..azureml.logs import Follower
 
-    follower = Follower(ml_client, name, show, state or StateLine(), settings)
+    spool = folder / "artifacts" if folder is not None else None
+    follower = Follower(ml_client, name, show, state or StateLine(), settings, spool=spool)
     try:
         outcome = follower.run()
     except KeyboardInterrupt:
@@ -149,10 +189,23 @@ def follow_job(
         )
         return None
     if outcome.status == "Failed":
-        raise AzureMLError(failure_summary(outcome))
+        raise AzureMLError(failure_summary(outcome, _diagnosis(outcome, folder)))
     if outcome.status != "Completed":
         show(f"Job {name} ended {outcome.status}; its output above is complete.", "stdout")
     return outcome
+
+
+def _diagnosis(outcome: Any, folder: Path | None) -> Any:
+    """The diagnosis of the logs the follow kept in ``folder``; None where there are none."""
+    from ..azureml.diagnose import diagnose_folder
+    from ..errors import JobLogsError
+
+    if folder is None:
+        return None
+    try:
+        return diagnose_folder(folder, outcome.facts.per_node, outcome.status)
+    except JobLogsError:  # no rank wrote a line
+        return None
 
 
 __all__ = ["StateLine", "failure_summary", "follow_job"]

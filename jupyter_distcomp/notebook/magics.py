@@ -20,9 +20,9 @@ Forms::
     %distcomp export NAME PATH [--component] [--input k=v ...]
     %distcomp submit NAME --compute TARGET [--wait | --follow] [--interactive jupyterlab,vscode,ssh]
         [--no-preflight] [--diagnose | --no-diagnose] [...]
-    %distcomp follow JOB [--workspace W --resource-group G --subscription S | --workspace-config F]
+    %distcomp follow [JOB] [--workspace W --resource-group G --subscription S | --workspace-config F]
     %distcomp widget NAME
-    %distcomp diagnose FOLDER [--process-count-per-node P] [--status S]
+    %distcomp diagnose [JOB | FOLDER] [--process-count-per-node P] [--status S] [workspace flags]
 
 The work is done by the shell's :class:`~.session.Session`; this module parses the arguments
 and displays the results (``views/``). Our own errors reach the cell as they are (a
@@ -235,7 +235,13 @@ def _build_parser() -> _Parser:
     follow = sub.add_parser(
         "follow", help="every rank's output of an Azure ML job, labelled, until it ends"
     )
-    follow.add_argument("name", metavar="JOB", help="the Azure ML job's name")
+    follow.add_argument(
+        "name",
+        metavar="JOB",
+        nargs="?",
+        default=None,
+        help="the Azure ML job's name (default: the job submitted last in this kernel)",
+    )
     for flag in ("--workspace-config", "--subscription", "--resource-group", "--workspace"):
         follow.add_argument(flag, default=None)
 
@@ -243,9 +249,20 @@ def _build_parser() -> _Parser:
     widget.add_argument("name")
 
     diagnose = sub.add_parser(
-        "diagnose", help="what ended a job, from its downloaded logs (az ml job download --all)"
+        "diagnose",
+        help="what ended a job (or holds it up), from every rank's log: an Azure ML job's "
+        "name, or the folder it was downloaded to (az ml job download --all)",
     )
-    diagnose.add_argument("target", metavar="FOLDER", help="the folder the job was downloaded to")
+    diagnose.add_argument(
+        "target",
+        metavar="JOB|FOLDER",
+        nargs="?",
+        default=None,
+        help="an Azure ML job's name, or the folder its logs were downloaded to (default: "
+        "the job submitted last in this kernel)",
+    )
+    for flag in ("--workspace-config", "--subscription", "--resource-group", "--workspace"):
+        diagnose.add_argument(flag, default=None)
     diagnose.add_argument(
         "--process-count-per-node",
         type=int,
@@ -567,6 +584,31 @@ class DistCompMagics(Magics):
                 f"--process-count-per-node {args.process_count_per_node}: give a positive "
                 "count. Fix: --process-count-per-node 8"
             )
+        if args.target is None:
+            args.target = self.session.job_name(None)
+        if _names_a_job(args.target):
+            from .session import Workspace
+
+            if args.process_count_per_node is not None or args.status is not None:
+                raise UsageError(
+                    f"{args.target} names a job, whose layout and status Azure ML gives: "
+                    "--process-count-per-node and --status are for a downloaded folder. "
+                    f"Fix: `%distcomp diagnose {args.target}` alone."
+                )
+
+            workspace = Workspace(
+                args.subscription, args.resource_group, args.workspace, args.workspace_config
+            )
+            facts, diagnosis = self.session.diagnose_job(args.target, workspace)
+            if facts.final_status is None:
+                title = (
+                    f"job {facts.name} is {facts.status or 'not started'}: what its ranks' "
+                    "logs say so far"
+                )
+            else:
+                title = f"job {facts.name} ended {facts.status}: diagnosis of every rank's log"
+            display(DiagnosisView(diagnosis, title))
+            return
         diagnosis = diagnose_folder(args.target, args.process_count_per_node, args.status)
         display(DiagnosisView(diagnosis, f"{args.target}: diagnosis of the job's logs"))
 
@@ -645,7 +687,19 @@ class DistCompMagics(Magics):
         workspace = Workspace(
             args.subscription, args.resource_group, args.workspace, args.workspace_config
         )
-        self.session.follow(args.name, workspace)
+        self.session.follow(self.session.job_name(args.name), workspace)
+
+
+#: an Azure ML job's name: letters, digits, ``_`` and ``-`` (no path separator, no dot)
+_JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,254}")
+
+
+def _names_a_job(target: str) -> bool:
+    """``%distcomp diagnose TARGET``: an existing path is a folder of logs; a job's name is
+    anything else that can be one."""
+    from pathlib import Path
+
+    return not Path(target).expanduser().exists() and _JOB_NAME.fullmatch(target) is not None
 
 
 def _announce(text: str) -> None:

@@ -13,6 +13,7 @@ ipywidgets with the first panel.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -87,6 +88,10 @@ class Session:
         self._channel: RanksChannel | None = None
         #: the components that ran `%%distcomp run` cells in this kernel
         self._ran: set[str] = set()
+        #: the name of the Azure ML job submitted last in this kernel ('' before any)
+        self.last_job = ""
+        #: where the logs of the Azure ML jobs followed or diagnosed here are kept
+        self._job_logs: str | None = None
 
     # -- settings -----------------------------------------------------------------------
     @property
@@ -686,7 +691,19 @@ class Session:
             diagnose=self.azureml.diagnose if diagnose is None else diagnose,
             **extra,
         )
+        self.last_job = job.name
         return Submission(job, ml_client)
+
+    def job_name(self, name: str | None) -> str:
+        """``name``, or the job submitted last in this kernel when it is None."""
+        if name:
+            return name
+        if not self.last_job:
+            raise AzureMLError(
+                "no job named, and none was submitted in this kernel. Fix: give the job's "
+                "name (Azure ML studio shows it; `ml_client.jobs.list()` lists them)."
+            )
+        return self.last_job
 
     def wait(
         self,
@@ -733,10 +750,33 @@ class Session:
             poll=self.azureml.follow_poll,
             poll_max=max(self.azureml.follow_poll_max, self.azureml.follow_poll),
         )
-        kwargs: dict[str, Any] = {"state": state}
+        kwargs: dict[str, Any] = {"state": state, "folder": self.job_logs(name)}
         if show is not None:
             kwargs["show"] = show
         return follow_job(ml_client or self.ml_client(workspace), name, settings, **kwargs)
+
+    def job_logs(self, name: str) -> Path:
+        """The folder this kernel keeps Azure ML job ``name``'s logs in, laid out as
+        ``jobs.download(all=True)`` lays them out (removed when the kernel ends)."""
+        from ..machine import scratch
+
+        if self._job_logs is None or not os.path.isdir(self._job_logs):
+            self._job_logs = scratch.make_folder("distcomp-joblogs-")
+        return Path(self._job_logs) / name
+
+    def diagnose_job(self, name: str, workspace: Workspace | None = None) -> Any:
+        """The diagnosis of Azure ML job ``name`` from every rank's log (running or ended):
+        the logs are fetched into :meth:`job_logs` (only what is new since the last fetch or
+        follow), then read as ``%distcomp diagnose FOLDER`` reads them. Returns
+        ``(JobFacts, Diagnosis)``."""
+        from ..azureml.diagnose import diagnose_folder
+        from ..azureml.logs import fetch_logs, read_job
+
+        ml_client = self.ml_client(workspace)
+        facts = read_job(ml_client, name)
+        folder = self.job_logs(name)
+        fetch_logs(ml_client, name, folder)
+        return facts, diagnose_folder(folder, facts.per_node, facts.final_status)
 
     # -- lifecycle ----------------------------------------------------------------------
     def open_channel(self) -> None:
@@ -754,9 +794,14 @@ class Session:
                 backend.add_listener(adapter.sync_threads)
 
     def shutdown(self) -> None:
-        """Stop every rank this session started (at kernel exit)."""
+        """Stop every rank this session started (at kernel exit); remove the job logs kept."""
         if self._backend is not None:
             self._backend.shutdown()
+        if self._job_logs is not None:
+            from ..machine import scratch
+
+            scratch.remove(self._job_logs)
+            self._job_logs = None
 
     def close(self) -> None:
         """Stop the ranks and close the ranks panel's comm (``%unload_ext``)."""

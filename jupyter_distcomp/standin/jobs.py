@@ -9,7 +9,7 @@ stdout and stderr go to its own log, laid out as Azure lays them out in the arti
 ``user_logs/std_log_process_N.txt`` (N: the global rank; ``user_logs/std_log.txt`` for a
 job without distribution), and ``system_logs/lifecycler/execution-wrapper.log`` says what
 the stand-in did. A log appears when its process first prints. Cancelling stops the ranks
-(SIGINT, then SIGKILL after the grace period).
+as Azure ML does: SIGTERM, then SIGKILL after the grace period.
 
 A line that a rank leaves without a newline for half a second is written with one (that is
 how a local run reads it); Azure's own log keeps such a line open.
@@ -17,6 +17,7 @@ how a local run reads it); Azure's own log keeps such a line open.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -74,7 +75,7 @@ class StandInJob:
 
         run = running_command(self.run_name)
         if run is not None:
-            run.interrupt()
+            run.interrupt(signal.SIGTERM)
 
     def cancel_and_wait(self, timeout: float = 30.0) -> None:
         if not self.ended:
@@ -102,6 +103,12 @@ class StandInJob:
             if log not in self.logs:
                 self.logs.append(log)
         self.standin.store.append(f"{log_prefix(self.name)}/{log}", text.encode())
+
+    def log_text(self, log: str) -> str:
+        """What log ``log`` (``user_logs/std_log_process_1.txt``) holds so far."""
+        return (self.standin.store.read(f"{log_prefix(self.name)}/{log}") or b"").decode(
+            errors="replace"
+        )
 
     def _system(self, message: str) -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())

@@ -238,15 +238,8 @@ class AzureStandIn:
         return proxy_environment(self.url, self.root / "tls")
 
     def session_settings(self) -> dict[str, Any]:
-        """The ``%config AzureML`` settings that point a notebook's session here::
-
-            for key, value in standin.session_settings().items():
-                setattr(get_ipython().magics_manager.registry["DistCompMagics"]
-                        .session.azureml, key, value)
-
-        or one ``%config AzureML.KEY = value`` per item (credential and client_kwargs are
-        objects: set them from Python, as above).
-        """
+        """The ``%config AzureML`` settings that point a session here (credential and
+        client_kwargs are objects: :meth:`use_in_notebook` sets them all)."""
         return {
             "subscription_id": self.subscription,
             "resource_group": self.resource_group,
@@ -254,6 +247,28 @@ class AzureStandIn:
             "credential": FakeCredential(self.token),
             "client_kwargs": self.client_kwargs(show_progress=False),
         }
+
+    def use_in_notebook(self, shell: Any = None) -> AzureStandIn:
+        """Point the ``%distcomp`` session of ``shell`` (the running IPython's) at this
+        stand-in: its submit, follow and diagnose talk to it from now on. Returns itself."""
+        if shell is None:
+            from IPython import get_ipython
+
+            shell = get_ipython()
+        magics = shell.magics_manager.registry.get("DistCompMagics") if shell else None
+        if magics is None:
+            raise RuntimeError(
+                "no %distcomp session in this shell. Fix: run `%load_ext jupyter_distcomp` "
+                "first, then use_in_notebook()."
+            )
+        for key, value in self.session_settings().items():
+            setattr(magics.session.azureml, key, value)
+        return self
+
+    @property
+    def last_job(self) -> str:
+        """The name of the job submitted last (empty when none was)."""
+        return next(reversed(self.runs), "")
 
     # -- test helpers ------------------------------------------------------------------
     def fail(

@@ -8,17 +8,20 @@ are written. Each log is read in chunks straight to its file, whatever its size:
 
 from __future__ import annotations
 
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from ...errors import AzureMLError
 from ..failures import explain
 from .job import read_job
-from .reader import LogReader
+from .reader import LogReader, keep, spool_path
 
 
 def fetch_logs(ml_client: Any, job_name: str, folder: str | Path) -> list[Path]:
-    """Write job ``job_name``'s logs under ``folder``/artifacts; the files written, in order."""
+    """Write job ``job_name``'s logs under ``folder``/artifacts; the files written, in order.
+
+    A log already in the folder (an earlier fetch, or a follow that kept what it read) is
+    read on from its size: logs only grow, so only their new bytes are fetched."""
     read_job(ml_client, job_name)  # an unknown job, a pipeline: said clearly
     reader = LogReader(ml_client, lambda name: None)
     try:
@@ -27,28 +30,27 @@ def fetch_logs(ml_client: Any, job_name: str, folder: str | Path) -> list[Path]:
         raise explain(exc, ml_client, f"read the logs of job '{job_name}'") from None
     root = Path(folder).expanduser() / "artifacts"
     written = []
-    for name, url in sorted(run.urls.items()):
-        relative = PurePosixPath(name)
-        if relative.is_absolute() or ".." in relative.parts:
-            continue  # a name that would leave the folder
-        target = root.joinpath(*relative.parts)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        offset = 0
-        try:
-            with target.open("wb") as out:
+    try:
+        for name, url in sorted(run.urls.items()):
+            target = spool_path(root, name)
+            if target is None:
+                continue  # a name that would leave the folder
+            offset = target.stat().st_size if target.is_file() else 0
+            try:
                 more = True
                 while more:
                     data, more = reader.read_chunk(url, offset)
-                    out.write(data)
+                    keep(root, name, offset, data)
                     offset += len(data)
-        except OSError as exc:
-            raise AzureMLError(
-                f"could not write {target}: {exc.strerror}. Fix: pick a writable folder."
-            ) from None
-        except Exception as exc:
-            raise explain(exc, ml_client, f"read log '{name}' of job '{job_name}'") from None
-        written.append(target)
-    reader.close()
+            except OSError as exc:
+                raise AzureMLError(
+                    f"could not write {target}: {exc.strerror}. Fix: pick a writable folder."
+                ) from None
+            except Exception as exc:
+                raise explain(exc, ml_client, f"read log '{name}' of job '{job_name}'") from None
+            written.append(target)
+    finally:
+        reader.close()
     return written
 
 

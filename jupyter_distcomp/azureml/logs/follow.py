@@ -4,13 +4,16 @@
 shows: each line labelled ``[node N rank R]`` (``core/rank_text``: a rank's text cannot
 forge a label), a traceback held while it may be a rank's last words so that ranks failing
 alike show it once for all of them (``core/tracebacks``), and one line of state that the
-caller shows in place ("Queued", "Running: 3 of 4 ranks have written", ...). Polls back off
+caller shows in place ("Queued", "Running: 3 of 4 ranks have written", ...). The state lines
+our rank side writes into a job's logs (core/joblog/state.py) are not the user's output: they
+are not shown, and a stall they report is said in the state line. Polls back off
 while nothing changes, as ``jobs.stream`` does (``poll`` up to ``poll_max`` seconds); the
 end comes only from the job's status, never from a log that stopped growing. A network
 error is retried with backoff (after azure-core's own retries) and reported in the state
 line; after ``give_up`` seconds of them, an AzureMLError says what, where and the fix.
 Nothing is shown twice and nothing skipped: a log is read on from where its last successful
-read ended.
+read ended. With a ``spool`` folder, what is read is also kept there (reader.py), for the
+diagnosis of the job once it ends.
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from ...core.joblog.state import MARK, parse_state_line
 from ...core.ranges import format_ranks
 from ...core.rank_text import labelled_lines
 from ...core.tracebacks import HeldTracebacks
@@ -75,6 +80,7 @@ class Follower:
         state: Callable[[str], None],
         settings: FollowSettings | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        spool: Path | None = None,
     ) -> None:
         self.ml_client = ml_client
         self.name = name
@@ -83,10 +89,11 @@ class Follower:
         self.settings = settings or FollowSettings()
         self.sleep = sleep
         self.facts = read_job(ml_client, name)
-        self.reader = LogReader(ml_client, self.facts.rank_of)
+        self.reader = LogReader(ml_client, self.facts.rank_of, spool=spool)
         self.tracebacks = HeldTracebacks()
         self.completed_at: dict[int, float] = {}  # rank -> when its held traceback completed
         self.ranks: dict[int, RankSeen] = {}
+        self.stalled: set[int] = set()  # ranks whose last state line says they stall
         self.status = self.facts.status
 
     # -- output -------------------------------------------------------------------------
@@ -99,6 +106,8 @@ class Follower:
     def _emit(self, lines: list[tuple[int, str]]) -> None:
         out: list[str] = []
         for rank, text in lines:
+            if MARK in text and self._state_line(rank, text):
+                continue
             seen = self._rank(rank)
             seen.lines += 1
             seen.tail.append(text)
@@ -113,6 +122,19 @@ class Follower:
                 self.completed_at.pop(rank, None)
         if out:
             self.show("\n".join(out), "stdout")
+
+    def _state_line(self, rank: int, text: str) -> bool:
+        """A state line of our rank side: not the user's output, so not shown; a stall is
+        said in the state line (``%distcomp diagnose`` reads the lines in full). Whether
+        ``text`` was one."""
+        state = parse_state_line(text)
+        if state is None:
+            return False
+        if state["reason"] == "stall":
+            self.stalled.add(rank)
+        else:
+            self.stalled.discard(rank)
+        return True
 
     def _labelled(self, rank: int, text: str) -> str:
         return "\n".join(labelled_lines(self.facts.label(rank), text))
@@ -141,6 +163,11 @@ class Follower:
                 text += ": no rank has written yet; waiting..."
             elif written < world:
                 text += f": {written} of {world} ranks have written"
+            if self.stalled:
+                text += (
+                    f"; {format_ranks(sorted(self.stalled))} stalled in a call "
+                    f"(`%distcomp diagnose {self.name}` says where and who they wait for)"
+                )
         return text + (f" ({note})" if note else "")
 
     # -- the loop -----------------------------------------------------------------------

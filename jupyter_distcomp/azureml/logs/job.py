@@ -19,6 +19,7 @@ from ...core.layout import rank_places
 from ...core.ranges import rank_label
 from ...errors import AzureMLError, LayoutError
 from ..failures import _workspace, explain
+from ..submission import TERMINAL_STATUSES
 
 LOG_NAME = re.compile(r"^user_logs/std_log(?:_(?P<kind>process|worker|ps|rank)_(?P<n>\d+))?\.txt$")
 #: the distribution's type as azure-ai-ml names it -> the launcher of the local layout
@@ -55,6 +56,20 @@ class JobFacts:
             )
         except LayoutError:
             return [(0, 0)]
+
+    @property
+    def per_node(self) -> int | None:
+        """Processes on each node, where the layout gives every node the same number."""
+        if self.distribution in ("mpi", "pytorch"):
+            return self.process_count_per_instance
+        if self.distribution == "tensorflow":  # one task a node, parameter servers after
+            return 1 if (self.worker_count or self.instance_count) == self.instance_count else None
+        return 1
+
+    @property
+    def final_status(self) -> str | None:
+        """The status the job ended with; None while it has not ended."""
+        return self.status if self.status in TERMINAL_STATUSES else None
 
     def node_of(self, rank: int) -> int:
         places = self.places()

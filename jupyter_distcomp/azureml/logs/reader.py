@@ -9,13 +9,20 @@ requests pipeline with its retry policy (``create_requests_pipeline_with_retry``
 (Blob Storage answers 416), no log is read twice, and memory stays bounded whatever the logs'
 size: a chunk is split into lines at once, only an unfinished last line is held until its
 newline comes. ``\\r`` stays in the text (progress bars redraw in place when shown).
+
+With a ``spool`` folder, each log's bytes are also written there as they are read, at the
+offset they were read from, laid out as ``jobs.download`` lays them out: a followed job can
+then be diagnosed (``%distcomp diagnose JOB``, follow's summary) without reading its logs
+again, and writing at the read offset keeps the copy exact when a log is read twice.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 CHUNK = 4 * 1024 * 1024
@@ -46,11 +53,14 @@ class RunState:
 class LogReader:
     """The logs of one job; :meth:`poll` returns each rank's new complete lines."""
 
-    def __init__(self, ml_client: Any, rank_of: Any, retries: int = 3) -> None:
+    def __init__(
+        self, ml_client: Any, rank_of: Any, retries: int = 3, spool: Path | None = None
+    ) -> None:
         from azure.ai.ml._utils.utils import create_requests_pipeline_with_retry
 
         self.ml_client = ml_client
         self.rank_of = rank_of  # log name -> rank, or None for the job's other logs
+        self.spool = spool  # the folder each log's bytes are also kept in (None: not kept)
         self.pipeline = create_requests_pipeline_with_retry(
             requests_pipeline=ml_client.jobs._requests_pipeline, retries=retries
         )
@@ -93,6 +103,8 @@ class LogReader:
             return state, [], False, exc
         if not data:
             return state, [], False, None
+        if self.spool is not None:
+            keep(self.spool, state.name, state.offset, data)
         state.offset += len(data)
         *lines, state.pending = (state.pending + data).split(b"\n")
         return state, [_text(line) for line in lines], more, None
@@ -136,10 +148,32 @@ class LogReader:
             self._pool = None
 
 
+def spool_path(spool: Path, name: str) -> Path | None:
+    """Where log ``name`` (``user_logs/std_log_process_3.txt``) is kept under ``spool``;
+    None for a name that would leave the folder."""
+    relative = PurePosixPath(name)
+    if relative.is_absolute() or ".." in relative.parts or not relative.parts:
+        return None
+    return spool.joinpath(*relative.parts)
+
+
+def keep(spool: Path, name: str, offset: int, data: bytes) -> None:
+    """Write ``data``, read from log ``name`` at ``offset``, at that offset of its copy."""
+    target = spool_path(spool, name)
+    if target is None:
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        os.pwrite(fd, data, offset)
+    finally:
+        os.close(fd)
+
+
 def _text(raw: bytes) -> str:
     """A line's text: UTF-8 (bad bytes replaced), a CRLF's ``\\r`` dropped, others kept."""
     text = raw.decode("utf-8", errors="replace")
     return text[:-1] if text.endswith("\r") else text
 
 
-__all__ = ["CHUNK", "LogReader", "LogState", "RunState"]
+__all__ = ["CHUNK", "LogReader", "LogState", "RunState", "keep", "spool_path"]

@@ -45,6 +45,21 @@ def parse_state_line(text: str) -> dict | None:
     return state
 
 
+def without_state_lines(text: str) -> str:
+    """``text`` with every marked state line left out (what a person reads of a log): a line
+    that is all state goes, text before a mark on its line stays."""
+    if MARK not in text:
+        return text
+    kept = []
+    for line in text.split("\n"):
+        at = line.find(MARK)
+        if at < 0:
+            kept.append(line)
+        elif line[:at].strip():
+            kept.append(line[:at].rstrip())
+    return "\n".join(kept)
+
+
 @dataclass
 class RankState:
     """A rank's last state, with the ledger entries and main-thread frames read from it."""

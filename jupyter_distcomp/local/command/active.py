@@ -33,7 +33,8 @@ class ActiveRun:
         self.cwd = str(cwd)
         self.folder = scratch.make_folder("distcomp-stacks-")
         self.supervisors: Callable[[], dict[int, int]] = dict
-        self.interrupt: Callable[[], None] = lambda: None
+        #: end the run (``signal.SIGINT`` by default, as Ctrl-C; SIGTERM as a cancel)
+        self.interrupt: Callable[..., None] = lambda *sig: None
 
     def environment(self, env: dict[str, str]) -> dict[str, str]:
         """``env`` with the stack hook on PYTHONPATH."""

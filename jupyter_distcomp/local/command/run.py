@@ -386,10 +386,11 @@ class _Run:
             self.result.interrupted = True
             self._interrupt()
 
-    def interrupt_from_elsewhere(self) -> None:
-        """``%distcomp interrupt`` of a run in the background: end it as Ctrl-C would."""
+    def interrupt_from_elsewhere(self, sig: int = signal.SIGINT) -> None:
+        """``%distcomp interrupt`` of a run in the background: end it as Ctrl-C would
+        (``sig``: SIGTERM ends it as a cluster's cancel does)."""
         self.result.interrupted = True
-        self._stop(signal.SIGINT)
+        self._stop(sig)
 
     def _interrupt(self) -> None:
         self.stop_deadline = None
