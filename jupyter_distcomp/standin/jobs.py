@@ -8,7 +8,7 @@ runs them (node-local disks, one address per node, Azure's variables). Each proc
 stdout and stderr go to its own log, laid out as Azure lays them out in the artifact store:
 ``user_logs/std_log_process_N.txt`` (N: the global rank; ``user_logs/std_log.txt`` for a
 job without distribution), and ``system_logs/lifecycler/execution-wrapper.log`` says what
-the stand-in did. A log appears when its process first prints. Cancelling stops the ranks
+the stand-in did. Each process's log exists (empty) from the job's start. Cancelling stops the ranks
 as Azure ML does: SIGTERM, then SIGKILL after the grace period.
 
 A line that a rank leaves without a newline for half a second is written with one (that is
@@ -149,6 +149,9 @@ class StandInJob:
             return self._end("Failed", "UserError", str(exc))
         self.output_uris = plan.output_uris
         self._set("Running")
+        world = plan.component.world_size if self.distributed else 1
+        for rank in range(world):  # each process's log exists from its start, as on Azure ML
+            self.write(self.log_name(rank), "")
         self.started_at = time.time()
         from ..local.command import run_command
 
