@@ -150,8 +150,8 @@ class StandInJob:
         self.output_uris = plan.output_uris
         self._set("Running")
         world = plan.component.world_size if self.distributed else 1
-        for rank in range(world):  # each process's log exists from its start, as on Azure ML
-            self.write(self.log_name(rank), "")
+        for process in range(world):  # each process's log exists from its start, as on Azure ML
+            self.write(self.log_name(process), "")
         self.started_at = time.time()
         from ..local.command import run_command
 
