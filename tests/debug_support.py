@@ -45,11 +45,14 @@ class DebugKernel:
         self.kc.wait_for_ready(timeout=60)
         self.streams: dict[str, list[str]] = {}  # every stream text seen, by its cell's msg_id
 
-    def run(self, code: str, answers: list[Answer] = (), timeout: float = 180) -> Outcome:
-        """Execute ``code`` with stdin allowed; answer each prompt with the next answer
-        (``c`` once they are used up). Returns when the cell's reply and output are in."""
+    def run(
+        self, code: str, answers: list[Answer] = (), timeout: float = 180, stdin: bool = True
+    ) -> Outcome:
+        """Execute ``code`` with stdin allowed (``stdin=False``: as nbconvert runs it); answer
+        each prompt with the next answer (``c`` once they are used up). Returns when the
+        cell's reply and output are in."""
         pending = list(answers)
-        msg_id = self.kc.execute(code, allow_stdin=True)
+        msg_id = self.kc.execute(code, allow_stdin=stdin)
         out = Outcome(reply=None, msg_id=msg_id)
         parts: list[str] = []
         transcript: list[str] = []
