@@ -19,6 +19,12 @@ class Outcome:
     transcript: str = ""  # text and "<prompt><answer>" lines in arrival order
     states: list[dict[int, str]] = field(default_factory=list)  # ranks panel's rank states
     msg_id: str = ""  # the cell's request: the parent of its output messages
+    #: (seconds since the request, text) of each stream text and display (shown or updated)
+    events: list[tuple[float, str]] = field(default_factory=list)
+
+    def first(self, needle: str) -> float | None:
+        """When the first event holding ``needle`` arrived (seconds since the request)."""
+        return next((when for when, text in self.events if needle in text), None)
 
     def saw(self, rank: int, state: str) -> bool:
         return any(states.get(rank) == state for states in self.states)
@@ -52,6 +58,7 @@ class DebugKernel:
         each prompt with the next answer (``c`` once they are used up). Returns when the
         cell's reply and output are in."""
         pending = list(answers)
+        started = time.monotonic()
         msg_id = self.kc.execute(code, allow_stdin=stdin)
         out = Outcome(reply=None, msg_id=msg_id)
         parts: list[str] = []
@@ -75,6 +82,10 @@ class DebugKernel:
                 if msg["msg_type"] == "stream":
                     parts.append(content["text"])
                     transcript.append(content["text"])
+                    out.events.append((time.monotonic() - started, content["text"]))
+                elif msg["msg_type"] in ("display_data", "update_display_data"):
+                    shown = content["data"].get("text/plain", "")
+                    out.events.append((time.monotonic() - started, shown))
                 elif msg["msg_type"] == "error":
                     parts.append("\n".join(content["traceback"]))
                 elif msg["msg_type"] == "status" and content["execution_state"] == "idle":

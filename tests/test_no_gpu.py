@@ -38,7 +38,9 @@ def test_each_way_cuda_says_it_has_no_gpu_is_named_with_the_fix(monkeypatch):
         hidden = no_gpu_notice([words], gpus=["0", "1"])
         assert hidden is not None and "found no usable GPU" in hidden, words
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert "no GPU is visible here (CUDA_VISIBLE_DEVICES is '')" in (no_gpu_notice([CPU_TORCH]) or "")
+    assert "no GPU is visible here (CUDA_VISIBLE_DEVICES is '')" in (
+        no_gpu_notice([CPU_TORCH]) or ""
+    )
     for other in ("ZeroDivisionError: division by zero", "CUDA out of memory. Tried to allocate"):
         assert no_gpu_notice([other], gpus=[]) is None, other
 

@@ -589,9 +589,7 @@ def test_submit_without_credentials_says_how_to_sign_in(panel, standin, tmp_path
 
 
 @pytest.mark.slow
-def test_submit_refuses_a_spec_without_an_environment_naming_both_fixes(
-    panel, standin, tmp_path
-):
+def test_submit_refuses_a_spec_without_an_environment_naming_both_fixes(panel, standin, tmp_path):
     from .azure_standin import FakeCredential
 
     (tmp_path / "train.py").write_text("print('hi')\n")
