@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 #: an answer to one prompt: the text typed, or a function of the prompt (None: do not answer)
 Answer = str | Callable[[str], "str | None"]
+#: seconds an output message sent before a stdin request has to arrive (another socket)
+IOPUB_SETTLE = 0.05
 
 
 @dataclass
@@ -64,37 +66,48 @@ class DebugKernel:
         parts: list[str] = []
         transcript: list[str] = []
         idle = False
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not (idle and out.reply is not None):
-            try:
-                msg = self.kc.get_iopub_msg(timeout=0.02)
-            except queue.Empty:
-                msg = None
-            if msg and msg["msg_type"] == "comm_msg":  # what the ranks panel is told
+
+        def take(msg: dict) -> None:
+            nonlocal idle
+            if msg["msg_type"] == "comm_msg":  # what the ranks panel is told
                 data = msg["content"]["data"]
                 if data.get("type") == "world":
                     ranks = data["world"]["ranks"]
                     out.states.append({r["rank"]: r["state"] for r in ranks})
-            if msg:
-                self._keep_stream(msg)  # a background cell's output too
-            if msg and msg["parent_header"].get("msg_id") == msg_id:
-                content = msg["content"]
-                if msg["msg_type"] == "stream":
-                    parts.append(content["text"])
-                    transcript.append(content["text"])
-                    out.events.append((time.monotonic() - started, content["text"]))
-                elif msg["msg_type"] in ("display_data", "update_display_data"):
-                    shown = content["data"].get("text/plain", "")
-                    out.events.append((time.monotonic() - started, shown))
-                elif msg["msg_type"] == "error":
-                    parts.append("\n".join(content["traceback"]))
-                elif msg["msg_type"] == "status" and content["execution_state"] == "idle":
-                    idle = True
+            self._keep_stream(msg)  # a background cell's output too
+            if msg["parent_header"].get("msg_id") != msg_id:
+                return
+            content = msg["content"]
+            if msg["msg_type"] == "stream":
+                parts.append(content["text"])
+                transcript.append(content["text"])
+                out.events.append((time.monotonic() - started, content["text"]))
+            elif msg["msg_type"] in ("display_data", "update_display_data"):
+                shown = content["data"].get("text/plain", "")
+                out.events.append((time.monotonic() - started, shown))
+            elif msg["msg_type"] == "error":
+                parts.append("\n".join(content["traceback"]))
+            elif msg["msg_type"] == "status" and content["execution_state"] == "idle":
+                idle = True
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not (idle and out.reply is not None):
+            try:
+                take(self.kc.get_iopub_msg(timeout=0.02))
+            except queue.Empty:
+                pass
             try:
                 request = self.kc.get_stdin_msg(timeout=0.01)
             except queue.Empty:
                 request = None
             if request is not None:
+                # the kernel sent its output before asking (ipykernel flushes first): all of
+                # it shows before the prompt, as in a notebook, though it came on another socket
+                while True:
+                    try:
+                        take(self.kc.get_iopub_msg(timeout=IOPUB_SETTLE))
+                    except queue.Empty:
+                        break
                 prompt = request["content"]["prompt"]
                 out.prompts.append(prompt)
                 answer = pending.pop(0) if pending else "c"

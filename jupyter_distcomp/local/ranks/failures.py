@@ -23,8 +23,9 @@ _MPI_INIT_ECHO = re.compile(r"^(from mpi4py import MPI|mpi_rank = |mpi_size = )"
 _C_FRAME = re.compile(r"^\[[^\]]+:\d+\] \[\s*\d+\] ")
 
 _CELL_COUNT = re.compile(r"(Cell |Input )?In ?\[\d*\]")
-#: a context line of the comment lines that stand for the cell's magic line (CellRun's pad)
-_PAD_LINE = re.compile(r"^\s+\d+ #$")
+#: a context line of the comment lines that stand for the cell's magic line (CellRun's pad:
+#: ``#``, or the ``%%distcomp run`` line as a comment)
+_PAD_LINE = re.compile(r"^\s+\d+ #(%%distcomp\b.*)?$")
 
 
 class RemoteErrorLike(Protocol):

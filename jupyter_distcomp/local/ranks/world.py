@@ -386,7 +386,7 @@ class World(WorldHealth):
         if finished:
             self._teardown(say)
         elif wait and self._thread is not None:
-            say("waiting for its start to stop")
+            say("waiting for the ranks still starting to stop")
             self._thread.join(timeout=START_TIMEOUT)
         with self._lock:
             for info in self.ranks:
