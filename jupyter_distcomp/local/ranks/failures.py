@@ -72,7 +72,7 @@ def error_sections(
     memory held (local/ranks/gpu.py), under its error. A CUDA call that failed for want of a
     GPU is named once, before the tracebacks, with the change for a check on CPU."""
     sections = []
-    notice = no_gpu_notice(f"{e.ename}: {e.evalue}" for e in errors.values())
+    notice = no_gpu_notice(f"{_ename(e)}: {getattr(e, 'evalue', '')}" for e in errors.values())
     if notice:
         sections.append(("no usable GPU", [notice]))
     for ranks, err in group_errors(errors):
