@@ -331,7 +331,7 @@ class RankPdb(pdb.Pdb):
         notebook shows it: the ``%%distcomp run`` line the user wrote (:data:`MAGIC_LINE`)."""
         if start == 1 and lines and lines[0].startswith(MAGIC_LINE):
             lines = [lines[0][1:], *lines[1:]]
-        super()._print_lines(lines, start, breaks, frame)  # type: ignore[misc]
+        super()._print_lines(lines, start, breaks, frame)
 
     def _add_to_breaks(self, filename, lineno) -> None:
         """bdb's, in constant time (:class:`_Lines`)."""
