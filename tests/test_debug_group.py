@@ -352,14 +352,18 @@ dist.destroy_process_group()
 """
 
 
+def define_command(kernel, tmp_path, name: str, script: str) -> None:
+    """Component ``name`` whose command runs ``script`` as train.py on 2 torch ranks."""
+    (tmp_path / "train.py").write_text(script)
+    spec = TORCH_SPEC.replace("name: ddp", f"name: {name}\ncode: {tmp_path}")
+    assert kernel.run(f"%%distcomp {name}\n{spec}").ok
+    layout = "instance_count=1, process_count_per_node=2"
+    assert kernel.run(f"{name}.runsettings.resource_layout.configure({layout})").ok
+
+
 @pytest.mark.slow
 def test_the_ranks_of_a_command_share_one_prompt_and_step_over_all_reduce(kernel, tmp_path):
-    (tmp_path / "train.py").write_text(STEP_SCRIPT)
-    spec = TORCH_SPEC.replace("name: ddp", f"name: cmd\ncode: {tmp_path}")
-    assert kernel.run(f"%%distcomp cmd\n{spec}").ok
-    kernel.run(
-        "cmd.runsettings.resource_layout.configure(instance_count=1, process_count_per_node=2)"
-    )
+    define_command(kernel, tmp_path, "cmd", STEP_SCRIPT)
     out = kernel.run("%distcomp command cmd", ["p t", "n", "compare t", "c"], timeout=240)
     assert out.ok, out.text
     assert out.prompts == ["(Pdb ranks 0-1) "] * 4, out.transcript
@@ -382,12 +386,7 @@ print("BBB", rank)
 
 @pytest.mark.slow
 def test_what_a_commands_ranks_print_at_the_prompt_shows_before_the_next_prompt(kernel, tmp_path):
-    (tmp_path / "train.py").write_text(PRINTING_SCRIPT)
-    spec = TORCH_SPEC.replace("name: ddp", f"name: printing\ncode: {tmp_path}")
-    assert kernel.run(f"%%distcomp printing\n{spec}").ok
-    kernel.run(
-        "printing.runsettings.resource_layout.configure(instance_count=1, process_count_per_node=2)"
-    )
+    define_command(kernel, tmp_path, "printing", PRINTING_SCRIPT)
     out = kernel.run("%distcomp command printing", ["n", "n", "c"], timeout=240)
     assert out.ok, out.text
     lines = out.transcript.splitlines()
