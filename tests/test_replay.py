@@ -181,6 +181,8 @@ def test_a_restart_after_an_interrupted_deadlock_is_bounded_on_a_busy_machine(ke
     # the stop: the graces it names, and the time a busy machine takes to act on them
     bound = world.RANK_EXIT_GRACE + ipp.CLUSTER_GRACE + ipp.BOOKKEEPING_SECONDS + 20
     assert ready < bound, restart.events
+    restarted = restart.first("Restarted dbg")  # then the new ranks' start, bounded by its own
+    assert restarted is not None and restarted < bound + world.START_TIMEOUT, restart.events
     assert "replaying 1 of 1" in restart.text, restart.text
     after = kernel.run("%%distcomp run dbg\nprint('alive', r, comm.Get_size())")
     assert after.ok and "[rank 3] alive 3 4" in after.text, after.text
