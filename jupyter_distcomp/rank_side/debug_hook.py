@@ -209,9 +209,9 @@ def _written() -> dict:
     except ImportError:
         return {}
     flow = getattr(getattr(get_ipython(), "kernel", None), "_distcomp_flow", None)
-    if flow is None or flow.cell is None:
+    if flow is None:
         return {}
-    return {"written": [flow.cell, flow.sent]}
+    return {"written": [flow.cell or "", flow.sent]}  # no cell yet: nothing written
 
 
 class _In(io.TextIOBase):
