@@ -272,7 +272,7 @@ def test_a_spec_without_environment_is_submitted_only_when_the_user_says_so(tmp_
         said_no = kernel.run("%distcomp submit mn --compute cpu", ["n"])
         assert said_no.ok, said_no.text
         assert len(said_no.prompts) == 1 and said_no.prompts[0].startswith(ASKED)
-        assert said_no.prompts[0].endswith("Submit it so all the same? [y/N] ")
+        assert said_no.prompts[0].endswith("Submit it in that image all the same? [y/N] ")
         assert "Not submitted: " in said_no.text and "--no-environment" in said_no.text
         assert sent() == (0, 0), "answering no sends nothing to the workspace"
 

@@ -738,7 +738,7 @@ def _submit_in_base_image(name: str, component: Any) -> bool | None:
 
     if component.environment is not None:
         return None
-    answer = read_line(f"{base_image_words(name)} Submit it so all the same? [y/N] ")
+    answer = read_line(f"{base_image_words(name)} Submit it in that image all the same? [y/N] ")
     return None if answer is None else answer.strip().lower() in ("y", "yes")
 
 
