@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 #: an answer to one prompt: the text typed, or a function of the prompt (None: do not answer)
 Answer = str | Callable[[str], "str | None"]
+#: seconds an output message sent before a stdin request has to arrive (another socket)
+IOPUB_SETTLE = 0.05
 
 
 @dataclass
@@ -19,6 +21,12 @@ class Outcome:
     transcript: str = ""  # text and "<prompt><answer>" lines in arrival order
     states: list[dict[int, str]] = field(default_factory=list)  # ranks panel's rank states
     msg_id: str = ""  # the cell's request: the parent of its output messages
+    #: (seconds since the request, text) of each stream text and display (shown or updated)
+    events: list[tuple[float, str]] = field(default_factory=list)
+
+    def first(self, needle: str) -> float | None:
+        """When the first event holding ``needle`` arrived (seconds since the request)."""
+        return next((when for when, text in self.events if needle in text), None)
 
     def saw(self, rank: int, state: str) -> bool:
         return any(states.get(rank) == state for states in self.states)
@@ -45,42 +53,61 @@ class DebugKernel:
         self.kc.wait_for_ready(timeout=60)
         self.streams: dict[str, list[str]] = {}  # every stream text seen, by its cell's msg_id
 
-    def run(self, code: str, answers: list[Answer] = (), timeout: float = 180) -> Outcome:
-        """Execute ``code`` with stdin allowed; answer each prompt with the next answer
-        (``c`` once they are used up). Returns when the cell's reply and output are in."""
+    def run(
+        self, code: str, answers: list[Answer] = (), timeout: float = 180, stdin: bool = True
+    ) -> Outcome:
+        """Execute ``code`` with stdin allowed (``stdin=False``: as nbconvert runs it); answer
+        each prompt with the next answer (``c`` once they are used up). Returns when the
+        cell's reply and output are in."""
         pending = list(answers)
-        msg_id = self.kc.execute(code, allow_stdin=True)
+        started = time.monotonic()
+        msg_id = self.kc.execute(code, allow_stdin=stdin)
         out = Outcome(reply=None, msg_id=msg_id)
         parts: list[str] = []
         transcript: list[str] = []
         idle = False
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not (idle and out.reply is not None):
-            try:
-                msg = self.kc.get_iopub_msg(timeout=0.02)
-            except queue.Empty:
-                msg = None
-            if msg and msg["msg_type"] == "comm_msg":  # what the ranks panel is told
+
+        def take(msg: dict) -> None:
+            nonlocal idle
+            if msg["msg_type"] == "comm_msg":  # what the ranks panel is told
                 data = msg["content"]["data"]
                 if data.get("type") == "world":
                     ranks = data["world"]["ranks"]
                     out.states.append({r["rank"]: r["state"] for r in ranks})
-            if msg:
-                self._keep_stream(msg)  # a background cell's output too
-            if msg and msg["parent_header"].get("msg_id") == msg_id:
-                content = msg["content"]
-                if msg["msg_type"] == "stream":
-                    parts.append(content["text"])
-                    transcript.append(content["text"])
-                elif msg["msg_type"] == "error":
-                    parts.append("\n".join(content["traceback"]))
-                elif msg["msg_type"] == "status" and content["execution_state"] == "idle":
-                    idle = True
+            self._keep_stream(msg)  # a background cell's output too
+            if msg["parent_header"].get("msg_id") != msg_id:
+                return
+            content = msg["content"]
+            if msg["msg_type"] == "stream":
+                parts.append(content["text"])
+                transcript.append(content["text"])
+                out.events.append((time.monotonic() - started, content["text"]))
+            elif msg["msg_type"] in ("display_data", "update_display_data"):
+                shown = content["data"].get("text/plain", "")
+                out.events.append((time.monotonic() - started, shown))
+            elif msg["msg_type"] == "error":
+                parts.append("\n".join(content["traceback"]))
+            elif msg["msg_type"] == "status" and content["execution_state"] == "idle":
+                idle = True
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not (idle and out.reply is not None):
+            try:
+                take(self.kc.get_iopub_msg(timeout=0.02))
+            except queue.Empty:
+                pass
             try:
                 request = self.kc.get_stdin_msg(timeout=0.01)
             except queue.Empty:
                 request = None
             if request is not None:
+                # the kernel sent its output before asking (ipykernel flushes first): all of
+                # it shows before the prompt, as in a notebook, though it came on another socket
+                while True:
+                    try:
+                        take(self.kc.get_iopub_msg(timeout=IOPUB_SETTLE))
+                    except queue.Empty:
+                        break
                 prompt = request["content"]["prompt"]
                 out.prompts.append(prompt)
                 answer = pending.pop(0) if pending else "c"

@@ -208,3 +208,87 @@ def test_magic_refuses_and_no_preflight_skips(ip, standin, tmp_path, monkeypatch
         ip.run_line_magic("config", "AzureML.preflight = True")
     assert len(standin.job_puts()) == 2
     assert len(standin.find("GET", "/computes/")) == computes_read  # not read when skipped
+
+
+def test_the_fixes_name_the_notebooks_handle_and_work_as_written(
+    ip, standin, tmp_path, monkeypatch
+):
+    """``%%distcomp mn`` over a spec named multinode_cpu: the refusal's fix is a line that
+    runs as written in that notebook."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print('training')\n")
+    spec = SPEC.replace("LAUNCHER", "mpi").replace("name: train", "name: multinode_cpu")
+    assert ip.run_cell(f"%%distcomp mn\n{spec}").success
+    assert ip.run_cell("%distcomp layout mn --instance-count 5 --process-count-per-node 1").success
+    settings = ip.magics_manager.registry["DistCompMagics"].session.azureml
+    for key, value in standin.session_settings().items():
+        setattr(settings, key, value)
+    line = f"%distcomp submit mn --compute cpu --input data={DATA}"
+    result = ip.run_cell(line)
+    message = str(result.error_in_exec)
+    assert "'mn' does not fit compute 'cpu'" in message, message
+    fix = "%distcomp layout mn --instance-count 4"
+    assert fix in message and "multinode_cpu" not in message, message
+    assert standin.job_puts() == []
+    assert ip.run_cell(fix).success  # the fix, as the message writes it
+    assert ip.run_cell(line).success
+    assert standin.job_puts()[0].body["properties"]["resources"]["instanceCount"] == 4
+
+
+BARE_SPEC = """\
+name: multinode_cpu
+type: DistributedComponent
+launcher:
+  type: mpi
+  additional_arguments: python train.py
+"""
+ASKED = "'mn' names no environment: the job runs in Azure ML's base image"
+
+
+def test_a_spec_without_environment_is_submitted_only_when_the_user_says_so(tmp_path):
+    """A real kernel whose stdin requests are answered as a notebook answers them, with the
+    stand-in in it: the question comes before any request, "n" sends nothing, "y" and
+    ``--no-environment`` submit, and a frontend without stdin is refused with both fixes."""
+    from .debug_support import DebugKernel
+
+    (tmp_path / "train.py").write_text("print('training')\n")
+    kernel = DebugKernel(cwd=str(tmp_path))
+    try:
+        assert kernel.run("%load_ext jupyter_distcomp").ok
+        assert kernel.run(f"%%distcomp mn\n{BARE_SPEC}").ok
+        started = kernel.run(
+            "from jupyter_distcomp.standin import AzureStandIn\n"
+            "standin = AzureStandIn(statuses=('Queued',)).start().use_in_notebook()"
+        )
+        assert started.ok, started.text
+
+        def sent() -> tuple[int, int]:
+            out = kernel.run(
+                "print('sent', len(standin.requests), len(standin.find('PUT', '/jobs/')))"
+            )
+            assert out.ok, out.text
+            return tuple(int(n) for n in out.text.split("sent ")[1].split()[:2])
+
+        said_no = kernel.run("%distcomp submit mn --compute cpu", ["n"])
+        assert said_no.ok, said_no.text
+        assert len(said_no.prompts) == 1 and said_no.prompts[0].startswith(ASKED)
+        assert said_no.prompts[0].endswith("Submit it in that image all the same? [y/N] ")
+        assert "Not submitted: " in said_no.text and "--no-environment" in said_no.text
+        assert sent() == (0, 0), "answering no sends nothing to the workspace"
+
+        no_stdin = kernel.run("%distcomp submit mn --compute cpu", stdin=False)
+        assert not no_stdin.ok and not no_stdin.prompts
+        assert "Not submitted: " + ASKED in no_stdin.text, no_stdin.text
+        assert "`%distcomp submit mn --no-environment`" in no_stdin.text
+        assert "environment: {name: AzureML-ACPT-pytorch" in no_stdin.text
+        assert sent() == (0, 0)
+
+        said_yes = kernel.run("%distcomp submit mn --compute cpu", ["y"])
+        assert said_yes.ok and len(said_yes.prompts) == 1, said_yes.text
+        assert sent()[1] == 1
+        stated = kernel.run("%distcomp submit mn --compute cpu --no-environment")
+        assert stated.ok and not stated.prompts, stated.text
+        assert sent()[1] == 2
+        kernel.run("standin.stop()")
+    finally:
+        kernel.close()

@@ -73,7 +73,8 @@ def test_four_gloo_ranks_share_one_prompt_and_step_over_all_reduce_together(kern
     for rank in range(4):  # different replies, each with its rank
         assert f"[rank {rank}] tensor([{rank + 1}.])" in text, text
     # the one n over the collective: every rank completed it, one line per distinct place
-    assert f"ranks 0-3 at {out.cell}, line 5, in step" in text, text
+    assert f"[ranks 0-3]\n> {out.cell}, line 5, in step()" in text, text
+    assert text.count(f"{out.cell}, line 5, in step") == 1, text  # the new place, once
     assert "[ranks 0-3] tensor([10.])" in text, text  # identical replies once
     assert "[rank 2] 2" in text  # a bare `rank` is the user's variable, as in pdb
     assert f"> {out.cell}, line 6, in step()" in text, text  # pdb's location lines
@@ -102,9 +103,9 @@ def test_a_top_level_breakpoint_stops_at_the_next_line_and_one_n_steps_over_all_
     assert text.startswith(f"[ranks 0-3] stopped at {out.cell}, line 4, in <module>\n"), text
     assert all(f"[rank {rank}] tensor([{rank + 1}.])" in text for rank in range(4)), text
     # one n completed the all_reduce on every rank, the next one reached the cell's last line
-    assert f"ranks 0-3 at {out.cell}, line 5, in <module>" in text, text
+    assert f"[ranks 0-3]\n> {out.cell}, line 5, in <module>()" in text, text
     assert "[ranks 0-3] tensor([10.])" in text, text
-    assert f"ranks 0-3 at {out.cell}, line 6, in <module>" in text, text
+    assert f"[ranks 0-3]\n> {out.cell}, line 6, in <module>()" in text, text
     assert "[ranks 0-3] tensor([20.])" in text, text
     assert "[ranks 0-3] False" in text, text  # pdb's __return__ is not left in the globals
     for pdb_event in ("--Return--", "--Call--", ", line 0", "->None"):
@@ -134,7 +135,7 @@ def test_up_until_and_return_at_a_cell_top_level_move_as_in_one_frame(kernel):
     text = out.text
     assert "[ranks 0-2] *** Oldest frame" in text, text
     assert "[ranks 0-2] *** Newest frame" in text, text
-    assert f"ranks 0-2 at {out.cell}, line 6, in <module>" in text, text  # unt 6
+    assert f"[ranks 0-2]\n> {out.cell}, line 6, in <module>()" in text, text  # unt 6
     assert "line 5, in <module>" not in text, text  # line 5 ran without a stop
     assert "[ranks 0-2] 3" in text, text  # p z
     assert f"--Return--\n> {out.cell}, line 7, in <module>()->None" in text, text  # r
@@ -185,7 +186,7 @@ def test_mpi_ranks_step_over_allreduce_together_and_continue_as_one(kernel):
     assert out.ok, out.text
     assert out.prompts == ["(Pdb ranks 0-2) "] * 3, out.prompts
     assert f"[ranks 0-2] stopped at {out.cell}, line 4, in total" in out.text, out.text
-    assert f"ranks 0-2 at {out.cell}, line 5, in total" in out.text, out.text
+    assert f"[ranks 0-2]\n> {out.cell}, line 5, in total()" in out.text, out.text
     assert "[ranks 0-2] 6" in out.text
     assert all(f"[rank {r}] sum 6" in out.text for r in range(3))
     assert time.monotonic() - tic < 60
@@ -351,23 +352,49 @@ dist.destroy_process_group()
 """
 
 
+def define_command(kernel, tmp_path, name: str, script: str) -> None:
+    """Component ``name`` whose command runs ``script`` as train.py on 2 torch ranks."""
+    (tmp_path / "train.py").write_text(script)
+    spec = TORCH_SPEC.replace("name: ddp", f"name: {name}\ncode: {tmp_path}")
+    assert kernel.run(f"%%distcomp {name}\n{spec}").ok
+    layout = "instance_count=1, process_count_per_node=2"
+    assert kernel.run(f"{name}.runsettings.resource_layout.configure({layout})").ok
+
+
 @pytest.mark.slow
 def test_the_ranks_of_a_command_share_one_prompt_and_step_over_all_reduce(kernel, tmp_path):
-    (tmp_path / "train.py").write_text(STEP_SCRIPT)
-    spec = TORCH_SPEC.replace("name: ddp", f"name: cmd\ncode: {tmp_path}")
-    assert kernel.run(f"%%distcomp cmd\n{spec}").ok
-    kernel.run(
-        "cmd.runsettings.resource_layout.configure(instance_count=1, process_count_per_node=2)"
-    )
+    define_command(kernel, tmp_path, "cmd", STEP_SCRIPT)
     out = kernel.run("%distcomp command cmd", ["p t", "n", "compare t", "c"], timeout=240)
     assert out.ok, out.text
     assert out.prompts == ["(Pdb ranks 0-1) "] * 4, out.transcript
     text = out.text
     assert f"[ranks 0-1] stopped at {tmp_path / 'train.py'}:7, in <module>" in text, text
     assert "[rank 0] tensor([1.])" in text and "[rank 1] tensor([2.])" in text, text
-    assert f"ranks 0-1 at {tmp_path / 'train.py'}:8, in <module>" in text, text
+    assert f"[ranks 0-1]\n> {tmp_path / 'train.py'}(8)<module>()" in text, text
     assert "cmd: compare `t` on 2 rank(s)" in text and "All ranks agree." in text, text
     assert "[rank 0] total 3.0" in text and "[rank 1] total 3.0" in text, text
+
+
+PRINTING_SCRIPT = """\
+import os
+rank = int(os.environ["RANK"])
+breakpoint()
+print("AAA", rank)
+print("BBB", rank)
+"""
+
+
+@pytest.mark.slow
+def test_what_a_commands_ranks_print_at_the_prompt_shows_before_the_next_prompt(kernel, tmp_path):
+    define_command(kernel, tmp_path, "printing", PRINTING_SCRIPT)
+    out = kernel.run("%distcomp command printing", ["n", "n", "c"], timeout=240)
+    assert out.ok, out.text
+    lines = out.transcript.splitlines()
+    first_n, second_n = (i for i, line in enumerate(lines) if line.endswith(") n"))
+    for rank in range(2):
+        assert first_n < lines.index(f"[rank {rank}] AAA {rank}") < second_n, out.transcript
+        assert second_n < lines.index(f"[rank {rank}] BBB {rank}"), out.transcript
+    assert f"[ranks 0-1]\n> {tmp_path / 'train.py'}(5)<module>()" in out.transcript
 
 
 STEP_INTO_PRINT = """%%distcomp run dbg
@@ -389,6 +416,52 @@ def test_a_step_into_print_goes_to_the_next_line_not_into_the_output_machinery(k
     assert f"> {out.cell}, line 5, in f()" in out.transcript, out.transcript
     for foreign in ("flow.py", "threading.py", "ipykernel", "jupyter_distcomp", "<string>"):
         assert foreign not in out.transcript, out.transcript
+
+
+PRINTS_IN_A_FUNCTION = """%%distcomp run dbg
+def f():
+    print('before', mpi_rank)
+    breakpoint()
+    print('AAA', mpi_rank)
+    print('BBB', mpi_rank)
+    return 1
+f()
+"""
+
+PRINTS_AT_TOP_LEVEL = """%%distcomp run dbg
+print('before', mpi_rank)
+breakpoint()
+print('AAA', mpi_rank)
+print('BBB', mpi_rank)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("cell", "func"), [(PRINTS_IN_A_FUNCTION, "f"), (PRINTS_AT_TOP_LEVEL, "<module>")]
+)
+def test_what_the_ranks_print_at_the_prompt_shows_before_the_next_prompt(kernel, cell, func):
+    """As at pdb's own prompt: ``n`` over a print shows its line, then the new place (once),
+    then the prompt; what a rank printed before its breakpoint shows before its stop; ``l 1``
+    lists the cell as the notebook shows it, its ``%%distcomp run`` line included."""
+    out = kernel.run(cell, ["n", "n", "l 1", "c"])
+    assert out.ok, out.text
+    script = out.transcript
+    first_n, second_n = (i for i, line in enumerate(script.splitlines()) if line.endswith(") n"))
+    lines = script.splitlines()
+    stop = next(i for i, line in enumerate(lines) if "] stopped at " in line)
+    for rank in range(3):
+        assert lines.index(f"[rank {rank}] before {rank}") < stop, script
+        assert first_n < lines.index(f"[rank {rank}] AAA {rank}") < second_n, script
+        assert second_n < lines.index(f"[rank {rank}] BBB {rank}"), script
+    line = 6 if func == "f" else 5
+    assert f"[ranks 0-2]\n> {out.cell}, line {line}, in {func}()" in script, script
+    after_n = lines[first_n:second_n]  # the new place after the first n, printed once
+    assert sum(f"{out.cell}, line {line}, in {func}" in each for each in after_n) == 1, script
+    assert f"ranks 0-2 at {out.cell}" not in script, script
+    listing = [line for line in lines if "\t" in line]
+    assert listing and listing[0].split("\t") == ["  1  ", "%%distcomp run dbg"], listing
+    assert not any(line.rstrip().endswith("\t#") for line in listing), listing
 
 
 @pytest.mark.slow

@@ -25,6 +25,8 @@ inputs:
 launcher:
   type: torch.distributed
   additional_arguments: python train.py --steps {inputs.steps}
+environment:
+  name: AzureML-Minimal
 """
 TRAIN = """\
 import os, sys, time

@@ -23,6 +23,8 @@ type: DistributedComponent
 launcher:
   type: torch.distributed
   additional_arguments: python train.py
+environment:
+  name: AzureML-Minimal
 environment_variables:
   DISTCOMP_STALL_SECONDS: '2'
 """

@@ -65,7 +65,7 @@ def test_debugging_notebook_finds_the_divergent_rank_and_the_shape_error(tmp_pat
     assert "torch.Size([63, 4])" in post_mortem and "\n191\n" in post_mortem
     group = text_of("%%distcomp run ddp\ndef mean_loss")
     assert re.search(r"\[ranks 0-2\] stopped at In \[\d+\], line 6, in mean_loss", group), group
-    assert re.search(r"ranks 0-2 at In \[\d+\], line 7, in mean_loss", group), group  # n, at once
+    assert re.search(r"\[ranks 0-2\]\n> In \[\d+\], line 7, in mean_loss\(\)", group), group  # n
     before, after = group.split("ddp: compare `loss` on 3 rank(s)")[1:]
     assert "DIFFERS" in before and "All ranks agree." in after, group
     assert group.count("mean loss ") == 3, group

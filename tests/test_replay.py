@@ -1,11 +1,15 @@
 """`%distcomp restart NAME --replay` never destroys data unasked: it lists the cells, asks in
 the notebook (stdin), keeps its log across `stop`, maps each cell's ranks to the current
 layout or refuses, and never stops at a breakpoint. And an interrupt at the group prompt
-reports what really stopped. A real kernel whose stdin requests are answered as a notebook
-answers them, with 2 then 4 MPI ranks."""
+reports what really stopped; a restart after an interrupted deadlock ends in bounded time on a
+busy machine, saying what it waits for. A real kernel whose stdin requests are answered as a
+notebook answers them, with 2 then 4 MPI ranks."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -119,3 +123,66 @@ def test_an_interrupt_of_a_loop_run_at_the_group_prompt_reports_the_ranks_as_sto
             break
         time.sleep(1)
     assert after.ok and "[rank 1] next 1" in after.text, after.text
+
+
+DEADLOCK = """%%distcomp run dbg
+buf = np.zeros(4_000_000)  # 32 MB: Open MPI's Send waits for the matching receive
+print('about to send', flush=True)
+comm.Send(buf, dest=(r + 1) % 4)
+comm.Recv(buf, source=(r - 1) % 4)
+"""
+
+
+def test_a_restart_after_an_interrupted_deadlock_is_bounded_on_a_busy_machine(kernel):
+    """4 ranks in a send/send deadlock, interrupted: SIGINT cannot end a rank blocked in
+    C code, nor can SIGTERM's Python handler. The restart says what it waits for, SIGKILLs
+    after the grace it names, and its stop ends within those graces while every core runs a
+    busy loop."""
+    from jupyter_distcomp.local.ranks import ipp, world
+
+    assert kernel.run(kernel.layout.format(4)).ok
+    assert kernel.run("%distcomp replay dbg --clear").ok  # the replay: the next cell alone
+    setup = "from mpi4py import MPI\nimport numpy as np\ncomm = MPI.COMM_WORLD\nr = comm.Get_rank()"
+    assert kernel.run(f"%%distcomp run dbg\n{setup}", timeout=300).ok
+
+    def interrupt_once_all_send() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            seen = "".join(text for texts in list(kernel.streams.values()) for text in texts)
+            if seen.count("about to send") >= 4:
+                kernel.km.interrupt_kernel()
+                return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=interrupt_once_all_send, daemon=True)
+    watcher.start()
+    stuck = kernel.run(DEADLOCK, timeout=180)
+    watcher.join()
+    assert not stuck.ok and "did not stop on SIGINT" in stuck.text, stuck.text
+
+    cores = len(os.sched_getaffinity(0))
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores)]
+    try:
+        restart = kernel.run("%distcomp restart dbg --replay --yes", timeout=300)
+    finally:
+        for loop in busy:
+            loop.kill()
+            loop.wait()
+    assert restart.ok, restart.text
+    ranks = f"dbg: restarting: stopping ranks 0-3: SIGTERM, then SIGKILL after {world.RANK_EXIT_GRACE:g} s"
+    cluster = (
+        "dbg: restarting: stopping mpiexec and the controller: SIGTERM, then SIGKILL after "
+        f"{ipp.CLUSTER_GRACE:g} s"
+    )
+    said_ranks, said_cluster = restart.first(ranks), restart.first(cluster)
+    ready = restart.first("dbg: ranks ready 0 of 4")
+    assert said_ranks is not None and said_cluster is not None, restart.events
+    assert ready is not None and said_ranks < said_cluster < ready, restart.events
+    # the stop: the graces it names, and the time a busy machine takes to act on them
+    bound = world.RANK_EXIT_GRACE + ipp.CLUSTER_GRACE + ipp.BOOKKEEPING_SECONDS + 20
+    assert ready < bound, restart.events
+    restarted = restart.first("Restarted dbg")  # then the new ranks' start, bounded by its own
+    assert restarted is not None and restarted < bound + world.START_TIMEOUT, restart.events
+    assert "replaying 1 of 1" in restart.text, restart.text
+    after = kernel.run("%%distcomp run dbg\nprint('alive', r, comm.Get_size())")
+    assert after.ok and "[rank 3] alive 3 4" in after.text, after.text

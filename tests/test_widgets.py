@@ -65,12 +65,18 @@ if sys.argv[1] == "fail" and rank == "1":
 """
 
 
+#: what a spec submitted from the panel names (the panel refuses a spec without one)
+ENVIRONMENT = "environment:\n  name: AzureML-Minimal\n"
+
+
 def spec_text(launcher: str = "mpi") -> str:
     return SPEC.replace("LAUNCHER", launcher)
 
 
-def component(launcher: str = "mpi", base_dir=None):
-    return load_component(spec_text(launcher), base_dir=base_dir)
+def component(launcher: str = "mpi", base_dir=None, environment: bool = False):
+    return load_component(
+        spec_text(launcher) + (ENVIRONMENT if environment else ""), base_dir=base_dir
+    )
 
 
 @pytest.fixture
@@ -481,7 +487,7 @@ def azure_session(standin, **settings):
 @pytest.mark.slow
 def test_submit_sends_the_panel_layout_to_azure_ml(panel, standin, tmp_path):
     (tmp_path / "train.py").write_text("print('hi')\n")
-    comp = component(base_dir=tmp_path)
+    comp = component(base_dir=tmp_path, environment=True)
     from .azure_standin import FakeCredential
 
     p = panel(comp, session=azure_session(standin, credential=FakeCredential(standin.token)))
@@ -514,7 +520,7 @@ def test_submit_checks_the_layout_against_the_compute(panel, standin, tmp_path):
     preflight._SIZES.clear()
     (tmp_path / "train.py").write_text("print('hi')\n")
     session = azure_session(standin, credential=FakeCredential(standin.token))
-    p = panel(component("torch.distributed", base_dir=tmp_path), session=session)
+    p = panel(component("torch.distributed", tmp_path, environment=True), session=session)
     p.layout_fields.process_count.value = 4
     p.input_fields["data"].control.value = "azureml://datastores/blob/paths/mnist/"
     p.compute.value = "gpu-small"
@@ -540,7 +546,7 @@ def test_follow_shows_every_rank_of_the_submitted_job_in_the_log(panel, tmp_path
     from jupyter_distcomp.standin import AzureStandIn
 
     (tmp_path / "hello.py").write_text(HELLO_PY)
-    comp = load_component(HELLO, base_dir=tmp_path)
+    comp = load_component(HELLO + ENVIRONMENT, base_dir=tmp_path)
     comp.runsettings.resource_layout.configure(instance_count=2, process_count_per_node=1)
     with AzureStandIn(root=tmp_path / "standin") as running:  # runs what is submitted
         session = Session()
@@ -572,13 +578,33 @@ def test_submit_without_credentials_says_how_to_sign_in(panel, standin, tmp_path
     monkeypatch.setenv("PATH", "/nonexistent")
 
     (tmp_path / "train.py").write_text("print('hi')\n")
-    p = panel(component(base_dir=tmp_path), session=azure_session(standin, compute="cpu"))
+    comp = component(base_dir=tmp_path, environment=True)
+    p = panel(comp, session=azure_session(standin, compute="cpu"))
     p.input_fields["data"].control.value = "azureml://datastores/blob/paths/mnist/"
     press(p, "submit")
     assert p.worker.state == "error"
     assert "no Azure credentials were found" in p.worker.text and "az login" in p.worker.text
     assert "Traceback" not in p.worker.text and TOKEN not in p.worker.text
     assert standin.requests == []
+
+
+@pytest.mark.slow
+def test_submit_refuses_a_spec_without_an_environment_naming_both_fixes(panel, standin, tmp_path):
+    from .azure_standin import FakeCredential
+
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    session = azure_session(standin, credential=FakeCredential(standin.token), compute="cpu")
+    comp = session.define("bare", spec_text(), base_dir=tmp_path)  # %%distcomp bare
+    p = panel(comp, name="bare", session=session)
+    p.input_fields["data"].control.value = "azureml://datastores/blob/paths/mnist/"
+    press(p, "submit")
+    assert p.worker.state == "error", p.worker.text
+    said = p.worker.text
+    assert "Not submitted: 'bare' names no environment" in said, said
+    assert "add an `environment:` section" in said, said
+    assert "`%distcomp submit bare --no-environment`" in said, said
+    assert "Traceback" not in said
+    assert standin.requests == []  # nothing reached the workspace
 
 
 # -- real ranks ---------------------------------------------------------------------------

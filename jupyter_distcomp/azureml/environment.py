@@ -41,15 +41,37 @@ def existing_path(component: Component, relpath: str, what: str) -> Path:
     return path
 
 
+def base_image_words(handle: str) -> str:
+    """What a job of a spec without an environment runs in (``handle``: its name)."""
+    return (
+        f"'{handle}' names no environment: the job runs in Azure ML's base image "
+        f"{DEFAULT_IMAGE}, with no package of yours installed."
+    )
+
+
+#: where a job of a spec without an environment gets one
+ENVIRONMENT_FIX = (
+    "add an `environment:` section to the spec, e.g. `environment: {name: "
+    "AzureML-ACPT-pytorch-2.2-cuda12.1}` (a curated one), or `environment: {image: IMAGE, "
+    "conda_file: conda.yml}`"
+)
+
+
 def default_image_note(component: Component) -> str | None:
     """What a job of ``component`` runs in when its spec names no environment, with the fix."""
     if component.environment is not None:
         return None
+    return f"{base_image_words(component.name)} Fix: {ENVIRONMENT_FIX}."
+
+
+def missing_environment(component: Component, handle: str) -> str | None:
+    """Why a submission of ``component`` (the notebook's ``handle``) is not made unasked: its
+    spec names no environment; the two fixes. None when the spec names one."""
+    if component.environment is not None:
+        return None
     return (
-        f"'{component.name}' names no environment: the job runs in Azure ML's base image "
-        f"{DEFAULT_IMAGE}, with no package of yours installed. Fix: add an `environment:` "
-        "section to the spec, e.g. `environment: {name: AzureML-ACPT-pytorch-2.2-cuda12.1}` "
-        "(a curated one), or `environment: {image: IMAGE, conda_file: conda.yml}`."
+        f"{base_image_words(handle)} Fix: {ENVIRONMENT_FIX}; or, to submit it in that image all "
+        f"the same, `%distcomp submit {handle} --no-environment` (with your other flags)."
     )
 
 

@@ -94,8 +94,13 @@ def _read_compute(ml_client: Any, name: str) -> Any:
         raise error from None
 
 
-def check_compute(component: Component, job: Any, ml_client: Any) -> list[str]:
-    """Refuse (AzureMLError) a layout the compute cannot run; return warnings to show."""
+def check_compute(
+    component: Component, job: Any, ml_client: Any, handle: str | None = None
+) -> list[str]:
+    """Refuse (AzureMLError) a layout the compute cannot run; return warnings to show. They
+    name the component by ``handle``, the notebook's name for it (default: the spec's
+    ``name:``), which their fixes (``%distcomp layout HANDLE ...``) take."""
+    handle = handle or component.name
     name = compute_name(str(job.compute))
     compute = _read_compute(ml_client, name)
     kind = str(getattr(compute, "type", "") or "").lower()
@@ -120,7 +125,7 @@ def check_compute(component: Component, job: Any, ml_client: Any) -> list[str]:
         )
         problems.append(
             f"instance_count {nodes} > {limit} of compute '{name}'. Fix: set instance_count to "
-            f"{max_nodes} or less (%distcomp layout {component.name} --instance-count "
+            f"{max_nodes} or less (%distcomp layout {handle} --instance-count "
             f"{max_nodes}, or the panel's nodes field), {grow}or choose a compute with "
             f"{nodes} nodes"
         )
@@ -130,7 +135,7 @@ def check_compute(component: Component, job: Any, ml_client: Any) -> list[str]:
         per_node = int(getattr(job.distribution, "process_count_per_instance", None) or 1)
         if found is not None and found[1] == 0:
             warnings.append(
-                f"'{component.name}' uses the {launcher} launcher, which usually runs one "
+                f"'{handle}' uses the {launcher} launcher, which usually runs one "
                 f"process per GPU, but {found[0]} of compute '{name}' has no GPUs: its "
                 f"{per_node} process(es) per node will run on CPUs (gloo). Fix: choose a GPU "
                 "compute (--compute NAME), or ignore this if the script trains on CPUs."
@@ -141,21 +146,21 @@ def check_compute(component: Component, job: Any, ml_client: Any) -> list[str]:
                 f"process_count_per_node {per_node} > {gpus} GPU{'s' * (gpus != 1)} of "
                 f"{found[0]} on compute '{name}' ({launcher} starts one process per GPU). "
                 f"Fix: set process_count_per_node to {gpus} (%distcomp layout "
-                f"{component.name} --process-count-per-node {gpus}, or the panel's "
+                f"{handle} --process-count-per-node {gpus}, or the panel's "
                 f"processes per node field), or choose a compute with {per_node} GPUs"
             )
         elif found is not None and per_node < found[1]:
             idle = found[1] - per_node
             warnings.append(
-                f"'{component.name}' runs {per_node} process(es) per node on compute '{name}' "
+                f"'{handle}' runs {per_node} process(es) per node on compute '{name}' "
                 f"({found[0]}, {found[1]} GPUs): {idle} GPU(s) per node stay idle, as "
                 f"{launcher} uses one GPU per process. Fix: set process_count_per_node to "
-                f"{found[1]} (%distcomp layout {component.name} --process-count-per-node "
+                f"{found[1]} (%distcomp layout {handle} --process-count-per-node "
                 f"{found[1]}), or ignore this if each process uses several GPUs."
             )
     if problems:
         raise AzureMLError(
-            f"'{component.name}' does not fit {where}: " + "; and ".join(problems) + f". {SKIP}"
+            f"'{handle}' does not fit {where}: " + "; and ".join(problems) + f". {SKIP}"
         )
     return warnings
 

@@ -131,6 +131,7 @@ def submit(
     preflight: bool = True,
     on_warning: Callable[[str], None] | None = None,
     diagnose: bool = False,
+    handle: str | None = None,
     **job_kwargs: Any,
 ):
     """Build the job from the component's run settings and submit it; returns the created Job.
@@ -142,11 +143,13 @@ def submit(
     code snapshot carries our rank side and its command the prefix that loads it (see
     :mod:`~jupyter_distcomp.azureml.snapshot`): each rank writes a ``[distcomp rank-state]``
     line into its log on a stall, on SIGTERM or on a failure. With ``wait``, follows the job
-    until it ends (see :func:`wait_for_job`) and returns the final job.
+    until it ends (see :func:`wait_for_job`) and returns the final job. ``handle``: the
+    notebook's name of the component, which the preflight's fixes name (default: its spec's
+    ``name:``).
     """
     with contextlib.ExitStack() as snapshot:
         created = _create(
-            component, ml_client, snapshot, preflight, on_warning, diagnose, job_kwargs
+            component, ml_client, snapshot, (preflight, handle), on_warning, diagnose, job_kwargs
         )
     if wait:
         return wait_for_job(
@@ -164,13 +167,14 @@ def _create(
     component: Component,
     ml_client: Any,
     snapshot: contextlib.ExitStack,
-    preflight: bool,
+    preflight: tuple[bool, str | None],
     on_warning: Callable[[str], None] | None,
     diagnose: bool,
     job_kwargs: dict[str, Any],
 ) -> Any:
     """The job built (from a snapshot with our rank side, with ``diagnose``), checked and
-    created; the snapshot lives as long as ``snapshot`` (the upload reads it)."""
+    created; the snapshot lives as long as ``snapshot`` (the upload reads it). ``preflight``:
+    whether to check the layout against the compute, and the component's handle."""
     code = None
     if diagnose:
         from .convert import code_folder
@@ -187,7 +191,7 @@ def _create(
 
             job.command = diagnosed_command(job.command or "")
             validate_job(job, component.name)
-        return _checked_and_created(component, ml_client, job, preflight, on_warning)
+        return _checked_and_created(component, ml_client, job, *preflight, on_warning)
     except AzureMLError as error:
         if code is not None:  # the snapshot goes: the job kept is the plain one
             job.code, job.command = str(code), plain_command
@@ -200,18 +204,20 @@ def _checked_and_created(
     ml_client: Any,
     job: Any,
     preflight: bool,
+    handle: str | None,
     on_warning: Callable[[str], None] | None,
 ) -> Any:
     if not job.compute:
         raise AzureMLError(
-            f"submitting '{component.name}' needs a compute target. Fix: pass compute='NAME' "
+            f"submitting '{handle or component.name}' needs a compute target. Fix: pass "
+            "compute='NAME' "
             "(`--compute NAME`), set the component's run settings compute, or "
             "%config AzureML.compute = 'NAME'."
         )
     if preflight:
         from .preflight import check_compute
 
-        for note in check_compute(component, job, ml_client):
+        for note in check_compute(component, job, ml_client, handle):
             if on_warning is not None:
                 on_warning(note)
             else:

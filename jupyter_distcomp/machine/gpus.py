@@ -8,6 +8,11 @@ The GPUs the kernel sees are its own ``CUDA_VISIBLE_DEVICES`` where set (the way
 emulated nodes only some GPUs, and what a CPU machine's tests set to stand for GPUs), else
 the GPUs ``nvidia-smi -L`` lists; torch is never imported for this (seconds, and a CUDA
 context in the kernel).
+
+A program written for GPUs that runs where there is none fails on every rank with CUDA's,
+torch's or NCCL's own words (``module 'torch._C' has no attribute '_cuda_setDevice'``);
+:func:`no_gpu_notice` names that once, with the change that checks the program on CPU. The
+failure reports of run cells and of ``%distcomp command`` carry it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Iterable
 
 #: the variable CUDA (torch, TensorFlow, NCCL) reads to number a process's GPUs from 0
 VISIBLE = "CUDA_VISIBLE_DEVICES"
@@ -127,4 +133,57 @@ def shortage_notice(
         'device ordinal", "Duplicate GPU detected"), as on an Azure ML node with '
         f"{count} GPU(s). Fix: process_count_per_node = {count}, or "
         'init_process_group("gloo") for a check on CPU.'
+    )
+
+
+#: what a process without a usable GPU hears from torch (built without CUDA) ...
+CPU_BUILD_WORDS = (
+    "has no attribute '_cuda_",  # torch.cuda.set_device and friends of a CPU-only torch
+    "Torch not compiled with CUDA enabled",
+    "Distributed package doesn't have NCCL built in",
+)
+#: ... and from CUDA, torch and NCCL where the build has CUDA but the process has no GPU
+NO_DEVICE_WORDS = (
+    "Found no NVIDIA driver",
+    "No CUDA GPUs are available",
+    "no CUDA-capable device is detected",
+    "CUDA driver initialization failed",
+    "ProcessGroupNCCL is only supported with GPUs",
+)
+
+
+def no_gpu_notice(texts: Iterable[str], gpus: list[str] | None = None) -> str | None:
+    """What to say when one of ``texts`` (the ranks' errors or last lines) is a CUDA call
+    that failed for want of a usable GPU: why, and what to change to check the program on
+    CPU; None when none of them is. ``gpus``: what the kernel sees (default: asked)."""
+    joined = "\n".join(texts)
+    cpu_build = any(words in joined for words in CPU_BUILD_WORDS)
+    if not cpu_build and not any(words in joined for words in NO_DEVICE_WORDS):
+        return None
+    gpus = kernel_gpus() if gpus is None else gpus
+    on_cpu = (
+        'init_process_group("gloo") instead of "nccl", no torch.cuda.set_device, and the model '
+        'and tensors on device "cpu" (device = torch.device("cuda" if '
+        'torch.cuda.is_available() else "cpu") runs on both; an Azure ML GPU compute then runs '
+        "the program as it is)"
+    )
+    if not gpus:
+        given = os.environ.get(VISIBLE)
+        if given is not None:
+            where = f"no GPU is visible here (CUDA_VISIBLE_DEVICES is {given!r})"
+        else:
+            seen = "nvidia-smi lists none" if shutil.which("nvidia-smi") else "no nvidia-smi"
+            where = f"this machine has no GPU ({seen})"
+        return f"A CUDA call failed: {where}. Fix: to check the program on CPU here, {on_cpu}."
+    if cpu_build:
+        return (
+            f"A CUDA call failed: torch here is built without CUDA (a CPU-only wheel), though "
+            f"this machine has GPU(s) {','.join(gpus)}. Fix: install a CUDA build of torch; "
+            f"or, to check the program on CPU, {on_cpu}."
+        )
+    return (
+        f"A CUDA call failed: the ranks found no usable GPU, though the kernel sees GPU(s) "
+        f"{','.join(gpus)} (no driver loaded, or CUDA_VISIBLE_DEVICES left none to them). "
+        f"Fix: check `nvidia-smi` and CUDA_VISIBLE_DEVICES; or, to check the program on "
+        f"CPU, {on_cpu}."
     )

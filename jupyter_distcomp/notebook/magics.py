@@ -19,7 +19,7 @@ Forms::
     %distcomp connect NAME [--profile P] [--profile-dir D] [--cluster-id C] [--local]
     %distcomp export NAME PATH [--component] [--input k=v ...]
     %distcomp submit NAME --compute TARGET [--wait | --follow] [--interactive jupyterlab,vscode,ssh]
-        [--no-preflight] [--diagnose | --no-diagnose] [...]
+        [--no-preflight] [--no-environment] [--diagnose | --no-diagnose] [...]
     %distcomp follow [JOB] [--workspace W --resource-group G --subscription S | --workspace-config F]
     %distcomp widget NAME
     %distcomp diagnose [JOB | FOLDER] [--process-count-per-node P] [--status S] [workspace flags]
@@ -223,6 +223,12 @@ def _build_parser() -> _Parser:
         dest="preflight",
         default=None,
         help="skip checking the layout against the compute (max nodes, GPUs per node)",
+    )
+    submit.add_argument(
+        "--no-environment",
+        action="store_true",
+        dest="no_environment",
+        help="submit a spec without `environment:` in Azure ML's base image, without asking",
     )
     submit.add_argument(
         "--diagnose",
@@ -642,8 +648,15 @@ class DistCompMagics(Magics):
         from .views.job import JobSummary
 
         interactive = parse_services(args.interactive)
+        component = self.session.component(args.name)
+        no_environment = args.no_environment or _submit_in_base_image(args.name, component)
+        if no_environment is False:
+            from ..azureml.environment import missing_environment
+
+            print(f"Not submitted: {missing_environment(component, args.name)}")
+            return
         submission = self.session.submit(
-            self.session.component(args.name),
+            component,
             inputs=key_values(args.inputs, "--input"),
             outputs=key_values(args.outputs, "--output"),
             compute=args.compute,
@@ -655,14 +668,10 @@ class DistCompMagics(Magics):
             ssh_key=args.ssh_key,
             preflight=args.preflight,
             diagnose=args.diagnose,
+            no_environment=bool(no_environment),
         )
         job = submission.job
         display(JobSummary(job, spec_name=args.name))
-        from ..azureml.environment import default_image_note
-
-        note = default_image_note(self.session.component(args.name))
-        if note:
-            print(note)
         if args.follow:
             self.session.follow(job.name, ml_client=submission.ml_client)
             return
@@ -718,6 +727,19 @@ def _confirm(name: str, count: int) -> bool:
             "after checking the list above."
         )
     return answer.strip().lower() in ("y", "yes")
+
+
+def _submit_in_base_image(name: str, component: Any) -> bool | None:
+    """A spec without `environment:`: whether to submit it in Azure ML's base image, asked in
+    the notebook; None where the spec names one, or where this frontend cannot ask (the
+    session then refuses, naming ``--no-environment``)."""
+    from ..azureml.environment import base_image_words
+    from ..local.debug.serve import read_line
+
+    if component.environment is not None:
+        return None
+    answer = read_line(f"{base_image_words(name)} Submit it in that image all the same? [y/N] ")
+    return None if answer is None else answer.strip().lower() in ("y", "yes")
 
 
 def _say_background(cell: Any) -> None:

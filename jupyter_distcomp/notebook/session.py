@@ -157,6 +157,13 @@ class Session:
             self.shell.user_ns[name] = component
         return component
 
+    def handle(self, component: Component) -> str:
+        """The notebook's name of ``component`` (``%%distcomp NAME``), else its spec's name."""
+        for name, defined in self.components.items():
+            if defined is component:
+                return name
+        return component.name
+
     def component(self, name: str) -> Component:
         """The component defined as ``name``; an error naming the close ones otherwise."""
         try:
@@ -664,14 +671,23 @@ class Session:
         preflight: bool | None = None,
         on_warning: Callable[[str], None] | None = None,
         diagnose: bool | None = None,
+        no_environment: bool = False,
     ) -> Submission:
         """Submit the component as an Azure ML job; ``interactive`` adds Azure ML's
         interactive services (jupyterlab, vscode, ssh with ``ssh_key``) on every node.
         ``preflight`` (default ``%config AzureML.preflight``) checks the layout against the
         compute first; its warnings go to ``on_warning`` (default: an AzureMLWarning).
         ``diagnose`` (default ``%config AzureML.diagnose``): the job carries our rank side,
-        and each rank says where it is in its log on a stall, SIGTERM or a failure."""
+        and each rank says where it is in its log on a stall, SIGTERM or a failure.
+        A spec that names no environment is refused, before anything reaches the workspace,
+        unless ``no_environment`` says to submit it in Azure ML's base image."""
         from ..azureml import submit
+        from ..azureml.environment import missing_environment
+
+        handle = self.handle(component)
+        refusal = None if no_environment else missing_environment(component, handle)
+        if refusal:
+            raise AzureMLError(f"Not submitted: {refusal}")
 
         extra: dict[str, Any] = {}
         if interactive:
@@ -689,6 +705,7 @@ class Session:
             preflight=self.azureml.preflight if preflight is None else preflight,
             on_warning=on_warning,
             diagnose=self.azureml.diagnose if diagnose is None else diagnose,
+            handle=handle,
             **extra,
         )
         self.last_job = job.name

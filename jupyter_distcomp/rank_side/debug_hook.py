@@ -4,7 +4,8 @@ A rank's pdb talks to the kernel over one TCP connection, authenticated both way
 world's key (``multiprocessing.connection``'s HMAC challenge); messages are JSON:
 
     rank -> kernel   {"hello": rank}  {"stop": {file, line, func, source}}  {"out": text}
-                     {"read": true}  {"running": true}  {"end": "continue" | "quit"}
+                     {"read": true, "written": [cell, units]}  {"running": true}
+                     {"end": "continue" | "quit"}
                      {"data": ...}  (the answer to the kernel's ``distcomp_*`` commands)
                      {"ask": {prompt, password}}  (input() / getpass on the rank)
     kernel -> rank   {"go": true} | {"skip": why} | {"interrupt": why}  (answers "stop"), {"line": text}
@@ -65,6 +66,9 @@ _library_files: dict[str, bool] = {}
 _last_lines: dict[str, int] = {}  # a cell's file: the first line of its last statement
 #: how a notebook (which has no Ctrl-D) leaves pdb's ``interact``
 LEAVE_INTERACT = ("exit()", "quit()", "EOF")
+#: the first line of a ``%%distcomp run`` cell as the ranks get it: its ``%%distcomp run``
+#: line, as a comment (the ranks cannot run it); listings show it as the notebook does
+MAGIC_LINE = "#%%distcomp"
 #: seconds to connect to the kernel, pass the key challenge and hear whether to stop: a
 #: kernel that does not answer in time means no prompt, and the rank runs on
 HANDSHAKE_SECONDS = 10.0
@@ -191,6 +195,25 @@ class _Out(io.TextIOBase):
         pass
 
 
+def _written() -> dict:
+    """What this rank printed goes on its way to the notebook (its streams flushed); how much
+    of it its cell's flow counts, ``{"written": [cell, units]}``, so that the kernel shows it
+    before the prompt (nothing where no flow counts)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return {}
+    flow = getattr(getattr(get_ipython(), "kernel", None), "_distcomp_flow", None)
+    if flow is None:
+        return {}
+    return {"written": [flow.cell or "", flow.sent]}  # no cell yet: nothing written
+
+
 class _In(io.TextIOBase):
     """pdb's stdin: each line is the answer to a prompt in the notebook ('' = EOF = quit)."""
 
@@ -199,7 +222,7 @@ class _In(io.TextIOBase):
 
     def readline(self, size: int | None = -1) -> str:  # type: ignore[override]
         try:
-            self.channel.send(read=True)
+            self.channel.send(read=True, **_written())
             reply = self.channel.recv()
         except (OSError, EOFError):  # the kernel ended the session (interrupt, stop)
             self.channel.close()
@@ -302,6 +325,13 @@ class RankPdb(pdb.Pdb):
         self.prompt = f"(Pdb rank {channel.rank}) "
         self._ending = ""
         self._cell_goal: int | None = None  # r / unt at a cell's top level: the line to reach
+
+    def _print_lines(self, lines, start, breaks=(), frame=None) -> None:
+        """pdb's listing (``l``, ``ll``, ``source``), with a cell's first line as the
+        notebook shows it: the ``%%distcomp run`` line the user wrote (:data:`MAGIC_LINE`)."""
+        if start == 1 and lines and lines[0].startswith(MAGIC_LINE):
+            lines = [lines[0][1:], *lines[1:]]
+        super()._print_lines(lines, start, breaks, frame)
 
     def _add_to_breaks(self, filename, lineno) -> None:
         """bdb's, in constant time (:class:`_Lines`)."""

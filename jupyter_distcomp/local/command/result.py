@@ -3,7 +3,8 @@
 :class:`CommandResult` is what ``run_command`` returns (and attaches to its RankError as
 ``.result``); :func:`failure_message` is that error's text. The message leads with what the
 user must look at: which ranks failed and how (exit code, or the signal's name, with a hint
-for the usual causes), then each failing rank's last stderr lines, then which ranks we
+for the usual causes; a CUDA call where there is no usable GPU, named once with the change
+for a check on CPU), then each failing rank's last stderr lines, then which ranks we
 stopped because of it. Ranks that fail the same way with
 the same stderr are shown once ("ranks 1-3").
 """
@@ -19,6 +20,7 @@ from typing import Any
 
 from ...core.ranges import format_ranks
 from ...core.secrets import mask_secrets
+from ...machine.gpus import no_gpu_notice
 
 TAIL_LINES = 20
 
@@ -166,6 +168,9 @@ def failure_message(result: Any) -> str:
     failed = result.failed if not result.timed_out else []
     if failed:
         lines.append(f"`{name}` failed on {format_ranks([r.rank for r in failed])}:")
+        notice = no_gpu_notice(line for r in failed for line in r.stderr_tail)
+        if notice:
+            lines.append(notice)
         for ranks, how, outcome in _grouped(failed):
             lines.append(f"{format_ranks(ranks)}: {how}")
             lines.extend(_tail(outcome))

@@ -58,6 +58,18 @@ def cell_source(shell: Any, code: str) -> str:
     return source if body in source else ""
 
 
+def cell_padding(lines: int, source: str) -> str:
+    """The comment lines before a cell's code that keep its line numbers the notebook's: the
+    first holds the cell's ``%%distcomp run`` line from ``source`` (the notebook cell's whole
+    text, '' if not known), which pdb's listings on the ranks show as written
+    (``debug_hook.MAGIC_LINE``); the others are ``#``."""
+    if lines < 1:
+        return ""
+    first = source.splitlines()[0].rstrip() if source.strip() else ""
+    head = "#" + first if first.startswith("%%distcomp") else "#"
+    return head + "\n" + "#\n" * (lines - 1)
+
+
 def interrupt_ranks(world: World, ranks: list[int]) -> None:
     """SIGINT to the ranks' own processes (an evaluation past its time limit): not to the
     processes they started (a DataLoader's workers), as ``world.signal`` does."""
@@ -127,8 +139,12 @@ class CellDebug:
             self.channel.wake = wake
             self.channel.serving = True
 
-    def serve(self, pump: Callable[[], None]) -> float:
-        """Serve the ranks stopped now; seconds spent at prompts (the time-out adds them)."""
+    def serve(
+        self, pump: Callable[[], None], shown: Callable[[int, str, int], bool] | None = None
+    ) -> float:
+        """Serve the ranks stopped now; seconds spent at prompts (the time-out adds them).
+        ``pump`` shows the ranks' output; ``shown(rank, cell, units)``: whether it has shown
+        that much of a rank's output (the prompt shows what a rank printed before it)."""
         if self.channel is None:
             return 0.0
         if self.held is not None:
@@ -159,6 +175,7 @@ class CellDebug:
             interrupted=self.interrupted,
             name=self.world.name,
             interrupt=self._interrupt,
+            shown=shown,
         )
 
     def _interrupt(self, ranks: list[int]) -> None:

@@ -1,8 +1,10 @@
 """One prompt for every rank stopped at a breakpoint: ``(Pdb ranks 0-3) ``.
 
 A command goes to each focused rank at a prompt at once, so ``n`` over a collective
-completes on all of them together. Replies that are equal show once, headed by their ranks;
-after a step the new places are summed up once per distinct place. ``rank 2`` or
+completes on all of them together. What the ranks printed meanwhile shows first, as it does
+at pdb's own prompt (a rank says how much it wrote for the cell when it comes to its prompt,
+and the cell's output is read until it holds that much); then the replies, equal ones once,
+headed by their ranks: pdb's own lines name the new place after a step. ``rank 2`` or
 ``ranks 0,2-3`` narrow the focus, ``ranks all`` widens it again. Ranks that a step leaves
 running (most likely blocked in a collective on a rank that did not step) are named with
 the ranks they may wait for, and the prompt stays with the others.
@@ -48,6 +50,11 @@ RANK_COMPARE = "distcomp_compare"
 RANK_SERVE = "distcomp_serve"
 RANK_DIFF = "distcomp_diff"
 DIFF_SECONDS = 60.0  # the most a rank waits for the reference value of compare
+#: seconds the prompt waits at most for the output a rank wrote before coming to it
+OUTPUT_WAIT = 2.0
+#: ... and, for a rank whose output nobody counts (no flow file: another host), how long
+#: its flushed output has to arrive
+UNCOUNTED_SETTLE = 0.05
 #: states of a rank whose cell is over: it will not stop again in this cell
 _OVER = {RankState.IDLE, RankState.DEAD}
 
@@ -67,6 +74,8 @@ class Member:
     line: str = ""  # the command it was sent last
     since: float = 0.0  # when it was sent
     timed_out: bool = False  # the command ran past the time limit: the rank was interrupted
+    owed: bool = False  # it came to its prompt since its output was last caught up with
+    written: list | None = None  # [cell, units] it had written then (None: not counted)
 
 
 def eval_seconds() -> float:
@@ -107,6 +116,9 @@ class Group:
         self.on_input: Callable[[RankSession, dict], None] | None = None
         #: sends SIGINT to ranks: what ends an evaluation past its time limit
         self.interrupt: Callable[[list[int]], None] | None = None
+        #: ``shown(rank, cell, units)``: whether the cell on show has shown ``units`` of the
+        #: output ``rank`` wrote for request ``cell`` (None: nothing to wait for)
+        self.shown: Callable[[int, str, int], bool] | None = None
 
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> None:
@@ -131,7 +143,7 @@ class Group:
             focused = self._focused()
             if not focused:
                 break
-            self.before_prompt()
+            self._catch_up(focused)
             line = self.ask(focused[0].session, self._prompt(focused))
             if self._refocus(line):
                 continue
@@ -195,11 +207,16 @@ class Group:
         if moved:  # ranks the step released from a collective stop again
             others = [m for m in self.members.values() if m not in targets]
             self._wait([m for m in others if m.state in ("running", "stopped")], settle=0.2)
+        # pdb's own lines name a rank's new place (``> In [5], line 6, in step()``); the
+        # places of those whose reply does not are summed up
+        unplaced = {
+            m.session.rank: m.where
+            for m in targets
+            if m.state == "prompt" and "\n> " not in "\n" + m.text
+        }
         self._show(targets)
-        if len(targets) > 1 and moved:
-            stopped = {m.session.rank: m.where for m in targets if m.state == "prompt"}
-            if stopped:
-                print(summary(stopped), flush=True)
+        if len(targets) > 1 and moved and unplaced:
+            print(summary(unplaced), flush=True)
         for member in targets:
             if member.state == "prompt":
                 member.told = True
@@ -406,6 +423,7 @@ class Group:
                 text, _, member.prompt = member.text.rpartition("\n")
                 member.text = text + "\n" if text else ""
                 member.state = "prompt"
+                member.owed, member.written = True, message.get("written")
                 # its "running" before a new stop may be read after that stop said debugging
                 self.channel.on_state(member.session.rank, RankState.DEBUGGING)
             elif "running" in message or "end" in message:
@@ -416,8 +434,31 @@ class Group:
                 self.channel.on_state(member.session.rank, RankState.BUSY)
 
     # -- what is shown -------------------------------------------------------------------
+    def _catch_up(self, members: list[Member]) -> None:
+        """The output the members wrote before they came to their prompt, into the cell
+        (``before_prompt``), before anything is said of them: read until the cell holds as
+        much as each counted, for :data:`OUTPUT_WAIT` s at most."""
+        owed = [m for m in members if m.owed]
+        self.before_prompt()
+        if not owed:
+            return
+        if any(m.written is None for m in owed):
+            time.sleep(UNCOUNTED_SETTLE)
+            self.before_prompt()
+        counted = [(m.session.rank, *m.written) for m in owed if m.written is not None]
+        shown = self.shown
+        if shown is not None and counted:
+            deadline = time.monotonic() + OUTPUT_WAIT
+            while not all(shown(*each) for each in counted) and time.monotonic() < deadline:
+                time.sleep(0.01)
+                self.before_prompt()
+        for member in owed:
+            member.owed, member.written = False, None
+
     def _show(self, members: list[Member]) -> None:
-        """Each member's new text; equal texts once, headed by their ranks."""
+        """Each member's new text, after what the ranks printed before it; equal texts
+        once, headed by their ranks."""
+        self._catch_up(members)
         texts: dict[str, list[int]] = {}
         for member in members:
             if member.text:
@@ -439,6 +480,7 @@ class Group:
         new = {r: m for r, m in self.members.items() if m.state == "prompt" and not m.told}
         if not new:
             return
+        self._catch_up(list(new.values()))
         for line in describe_stops({r: m.where for r, m in new.items()}, self.label):
             print(f"{line}: joins the prompt" if joins else line, flush=True)
         self._show(list(new.values()))

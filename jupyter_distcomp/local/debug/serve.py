@@ -42,6 +42,7 @@ def serve(
     interrupted: dict[int, dict] | None = None,
     name: str = "ranks",
     interrupt: Callable[[list[int]], None] | None = None,
+    shown: Callable[[int, str, int], bool] | None = None,
 ) -> float:
     """Serve the stopped ranks at one prompt until none is at it; the seconds spent (0.0 if
     none stopped).
@@ -52,7 +53,8 @@ def serve(
     (one interrupt per rank; closing the channel as well would race with it);
     ``interrupted`` then holds where each rank at the prompt had stopped; ``name`` heads
     the table of ``compare EXPR`` at the prompt; ``interrupt`` sends SIGINT to ranks (an
-    evaluation past its time limit, group.py).
+    evaluation past its time limit, group.py); ``shown(rank, cell, units)`` tells whether
+    ``before_prompt`` has shown that much of a rank's output, which the prompt waits for.
     """
     if not channel.pending():
         return 0.0
@@ -60,6 +62,7 @@ def serve(
     group = Group(channel, _ask, before_prompt, label, quits, states, name)
     group.on_input = lambda session, ask: _serve_input(session, ask, before_prompt, label)
     group.interrupt = interrupt
+    group.shown = shown
     if interrupted is not None:
         group.interrupted = interrupted
     group.run()

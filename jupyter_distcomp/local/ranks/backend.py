@@ -40,7 +40,10 @@ PRESTART_DELAY = 1.0  # seconds a pre-start waits for a layout change before lau
 
 
 class Progress(Protocol):
-    """How a start that the caller waits for is shown: ranks ready so far, then the end."""
+    """How a start that the caller waits for is shown: what a restart's stop waits for,
+    ranks ready so far, then the end."""
+
+    def phase(self, text: str) -> None: ...
 
     def update(self, ready: int) -> None: ...
 
@@ -48,6 +51,9 @@ class Progress(Protocol):
 
 
 class _Quiet:
+    def phase(self, text: str) -> None:
+        pass
+
     def update(self, ready: int) -> None:
         pass
 
@@ -194,9 +200,15 @@ class RankBackend:
             )
 
     def start(
-        self, name: str, component: Component, wait: bool = True, delay: float = 0.0
+        self,
+        name: str,
+        component: Component,
+        wait: bool = True,
+        delay: float = 0.0,
+        progress: Progress | None = None,
     ) -> World:
-        """Start (or reuse, or restart when the layout changed) the ranks of ``name``."""
+        """Start (or reuse, or restart when the layout changed) the ranks of ``name``;
+        ``progress``: where a start waited for is shown (default: a new one)."""
         with self._lock:
             signature = self._signature(name, component)
             self._components[name] = component
@@ -207,7 +219,7 @@ class RankBackend:
                 if self._signatures.get(name) == signature and healthy:
                     self._follow_layout(name, component)
                     if wait:
-                        self._wait(world)
+                        self._wait(world, progress)
                     return world
                 old = self._signatures.get(name)
                 if healthy and (world.used or _environment_changed(old, signature)):
@@ -220,7 +232,7 @@ class RankBackend:
         if reason:
             print(reason)  # news of the settings the user changed, not an error
         if wait:
-            self._wait(world)
+            self._wait(world, progress)
         return world
 
     def _stop_in_background(self, world: World) -> None:
@@ -311,11 +323,11 @@ class RankBackend:
             return None
         return [dict(env) for env in world.envs]
 
-    def _wait(self, world: World) -> None:
-        if world.started:
+    def _wait(self, world: World, progress: Progress | None = None) -> None:
+        if world.started and progress is None:
             world.raise_start_error()
             return
-        progress = self.progress(world.name, world.world_size)
+        progress = progress or self.progress(world.name, world.world_size)
         while not world.wait_started(0.1):
             progress.update(world.ready_count)
         world.raise_start_error()
@@ -519,8 +531,9 @@ class RankBackend:
     def world(self, name: str) -> World | None:
         return self.worlds.get(name)
 
-    def stop(self, name: str | None = None) -> list[str]:
+    def stop(self, name: str | None = None, say: Callable[[str], None] | None = None) -> list[str]:
         """Stop the ranks of ``name`` (of every component when None); the stopped names.
+        ``say(text)``: told what each phase of the stop waits for (World.stop).
 
         The worlds leave the backend at once; stopping their processes (which waits for a
         world still starting) happens outside the backend's lock.
@@ -529,7 +542,7 @@ class RankBackend:
             names = [name] if name is not None else list(self.worlds)
             leaving = [w for w in (self._leave(n) for n in names) if w is not None]
         for world in leaving:
-            world.stop()
+            world.stop(say=say)
             self._notify_stopped(world)
         return [world.name for world in leaving]
 
@@ -555,10 +568,12 @@ class RankBackend:
         component = component or self._components.get(name)
         if component is None:
             raise RankError(f"No ranks to restart for {name!r}: run a `%%distcomp run` cell first.")
-        self.stop(name)
+        # one line says what the stop waits for, then how many ranks are ready
+        progress = self.progress(name, component.runsettings.resource_layout.world_size)
+        self.stop(name, say=lambda text: progress.phase(f"restarting: {text}"))
         if not keep_log:
             self.replays.clear(name)
-        return self.start(name, component, wait=True)
+        return self.start(name, component, wait=True, progress=progress)
 
     def interrupt_and_wait(self, name: str, grace: float = 2.0) -> tuple[list[int], list[int]]:
         """SIGINT to the busy ranks of ``name``, then up to ``grace`` s for them to stop: the

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from ...core.ranges import format_ranks
 from ...errors import strip_ansi
+from ...machine.gpus import no_gpu_notice
 from ...rank_side.ledger import in_hooks
 from ..stacks import CELL_FILE
 from .gpu import is_out_of_memory
@@ -22,8 +23,9 @@ _MPI_INIT_ECHO = re.compile(r"^(from mpi4py import MPI|mpi_rank = |mpi_size = )"
 _C_FRAME = re.compile(r"^\[[^\]]+:\d+\] \[\s*\d+\] ")
 
 _CELL_COUNT = re.compile(r"(Cell |Input )?In ?\[\d*\]")
-#: a context line of the comment lines that stand for the cell's magic line (CellRun's pad)
-_PAD_LINE = re.compile(r"^\s+\d+ #$")
+#: a context line of the comment lines that stand for the cell's magic line (CellRun's pad:
+#: ``#``, or the ``%%distcomp run`` line as a comment)
+_PAD_LINE = re.compile(r"^\s+\d+ #(%%distcomp\b.*)?$")
 
 
 class RemoteErrorLike(Protocol):
@@ -67,8 +69,12 @@ def error_sections(
     """One section per distinct traceback. The ranks name each cell as the notebook does
     (``Cell In[12]``, rank_setup's ``CELL_LABEL``): a function defined in an earlier cell
     keeps that cell's name. ``gpu(rank)``: the lines that say what a rank that ran out of GPU
-    memory held (local/ranks/gpu.py), under its error."""
+    memory held (local/ranks/gpu.py), under its error. A CUDA call that failed for want of a
+    GPU is named once, before the tracebacks, with the change for a check on CPU."""
     sections = []
+    notice = no_gpu_notice(f"{_ename(e)}: {getattr(e, 'evalue', '')}" for e in errors.values())
+    if notice:
+        sections.append(("no usable GPU", [notice]))
     for ranks, err in group_errors(errors):
         if _ename(err) == ABORTED:
             body = [

@@ -121,8 +121,14 @@ ENGINE_START = [sys.executable, "-m", "jupyter_distcomp.rank_side.engine_start"]
 #: seconds ipyparallel waits for a guard after SIGTERM before its SIGKILL: longer than the
 #: guard's own GRACE, so that the guard, which owns every process below it (also those that
 #: lost their parent), is what ends a controller or mpiexec slow to stop. A SIGKILLed guard
-#: would leave the controller's schedulers and mpiexec's ranks to PID 1.
+#: would leave the controller's schedulers and mpiexec's ranks to PID 1. (Our own stop,
+#: LocalCluster.stop, kills the whole tree below a guard, leaves first, before the guard.)
 STOP_SECONDS = int(GRACE) + 5
+#: seconds mpiexec and the controller have to end on SIGTERM when a world stops (its ranks
+#: are gone by then: a few tenths of a second), before SIGKILL to them and all below them
+CLUSTER_GRACE = 5.0
+#: seconds ipyparallel's own stop may take once the processes are gone (its bookkeeping)
+BOOKKEEPING_SECONDS = 5.0
 #: CurveZMQ on every socket of the controller: a peer completes a handshake only with the
 #: controller's public key, which is in the connection files alone (mode 0600), so bytes from
 #: anyone else never reach ipyparallel's message parsing (without it, random bytes sent to
@@ -319,6 +325,9 @@ class LocalCluster:
         self._engine_set: Any = None
         self._stopped = False
         self._stop_lock = threading.Lock()
+        #: seconds mpiexec and the controller get on SIGTERM before SIGKILL (ranks on other
+        #: hosts are mpiexec's to stop: it gets as long as the guard gives it)
+        self.grace = CLUSTER_GRACE if placement is None or placement.local else float(STOP_SECONDS)
 
     def start(self) -> None:
         cluster = self._cluster
@@ -339,19 +348,26 @@ class LocalCluster:
         return ready_client(client)
 
     def stop(self) -> None:
-        """Stop the controller and mpiexec; SIGKILL whatever outlives that. Idempotent."""
+        """Stop the controller and mpiexec, within :attr:`grace` s and a few more whatever
+        they do: SIGTERM to both guards at once (each passes it on, and ends as its
+        command ends), SIGKILL to every process below them and to them after the grace; then
+        ipyparallel's own stop, which finds them gone (its stop waits for each process in
+        turn, blocking the loop, up to a minute and more each). Idempotent."""
         with self._stop_lock:
             if self._stopped:
                 return
             self._stopped = True
         self._engine_set = self._engine_set or self._cluster.engine_set
         guards = guard_pids(self._cluster)
+        if reaper.end_gently(guards, self.grace):
+            reaper.kill_tree(guards, include_roots=True, grace=0)
         try:
-            run(self._cluster.stop_cluster())
-        except Exception:
+            asyncio.run_coroutine_threadsafe(self._cluster.stop_cluster(), event_loop()).result(
+                BOOKKEEPING_SECONDS
+            )
+        except Exception:  # its loop is busy, or it failed: the processes are gone already
             pass
-        # whatever outlived the polite stop, below the guards (a guard adopts the orphans of
-        # its tree) and the guards themselves
+        # whatever started below the guards meanwhile
         reaper.kill_tree(guards, include_roots=True, timeout=3)
 
     def mpiexec_alive(self) -> bool:

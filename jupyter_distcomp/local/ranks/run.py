@@ -22,7 +22,7 @@ from ...core.ranges import format_ranks
 from ...core.tf_config import empty_ps_hint
 from ...errors import RankError, RankInterrupt
 from .. import cell_names
-from ..debug.cells import CellDebug, cell_source
+from ..debug.cells import CellDebug, cell_padding, cell_source
 from ..stacks import stack_sections
 from . import gpu, ipp, ledgers
 from .failfast import FailFast
@@ -97,10 +97,11 @@ class CellRun:
         # comment lines up to ``first_line`` (IPython drops leading blank lines), so the
         # ranks' line numbers are the cell's; a cell magic must stay the first line
         pad = 0 if code.lstrip().startswith("%%") else first_line - 1
-        self.code = "#\n" * pad + code
+        source = cell_source(shell, code)
+        self.code = cell_padding(pad, source) + code
         #: how tracebacks name the cell: the notebook's own name for it
         self.cell = cell_name(shell, code)
-        cell_names.remember(self.code, self.cell, cell_source(shell, code))
+        cell_names.remember(self.code, self.cell, source)
         self.timeout = timeout
         self.flows = world.flows
         self.out = RankOutput(
@@ -220,7 +221,8 @@ class CellRun:
         while self.running:
             self._wait(0.1)
             self._pump()
-            paused = self.debug.serve(self._pump)  # the time-out waits while at a prompt
+            # the time-out waits while at a prompt
+            paused = self.debug.serve(self._pump, self._shown)
             if deadline is not None:
                 deadline += paused
             if not self.running:
@@ -266,6 +268,14 @@ class CellRun:
         self.out.flush_partial(force=not self.running)
         self.out.flush()
         self._catch_up(now)
+
+    def _shown(self, rank: int, cell: str, units: int) -> bool:
+        """Whether the cell has taken ``units`` of the output ``rank`` wrote for request
+        ``cell`` (what a rank counted as it came to its debugger prompt)."""
+        reply = self.futures.get(rank)
+        if reply is None or reply.request_id != cell:
+            return True
+        return self.out.taken.get(rank, (0, 0, 0))[0] >= units
 
     def _catch_up(self, now: float) -> None:
         """A rank that waits for acknowledgements while nothing of it is on its way gets

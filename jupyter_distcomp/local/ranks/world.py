@@ -46,6 +46,11 @@ STOP_SETTLE = 30.0
 #: ... and gives up once none has arrived for this long (a loaded kernel pauses for as much)
 STOP_STALL = 3.0
 
+
+def _silent(text: str) -> None:
+    """A stop nobody watches says nothing."""
+
+
 #: run once the ranks are set up, before the world counts as started (its start fails if
 #: one raises); on this machine, as soon as the setup is sent: each rank runs the hook's
 #: calls after its setup
@@ -360,29 +365,39 @@ class World(WorldHealth):
         )
 
     # -- stopping -----------------------------------------------------------------------
-    def stop(self, wait: bool = True) -> None:
-        """Stop every process this world started (nothing, for a cluster we do not own).
+    def stop(self, wait: bool = True, say: Callable[[str], None] | None = None) -> None:
+        """Stop every process this world started (nothing, for a cluster we do not own), in
+        bounded time whatever state the ranks are in (see :meth:`_teardown`); ``say(text)``
+        is told what each phase waits for, as it begins.
 
         While the world is still starting, its start thread does the teardown as soon as
         it notices; ``wait=False`` returns without waiting for that. Output the ranks wrote
         for the cell on show and that is still on its way gets a moment to arrive first.
         """
+        say = say or _silent
         if self.flows is not None and self.client is not None:
+            if self.flows.shown_behind():
+                say(f"waiting for the ranks' last output (at most {STOP_SETTLE:g} s)")
             self.flows.settle(STOP_SETTLE, STOP_STALL)
         with self._lock:
             self._stopped = True
             self._stop_event.set()
             finished = self._start_finished or self._thread is None
         if finished:
-            self._teardown()
+            self._teardown(say)
         elif wait and self._thread is not None:
+            say("waiting for the ranks still starting to stop")
             self._thread.join(timeout=START_TIMEOUT)
         with self._lock:
             for info in self.ranks:
                 info.state = RankState.DEAD
         self._changed()
 
-    def _teardown(self) -> None:
+    def _teardown(self, say: Callable[[str], None] = _silent) -> None:
+        """Each local rank's tree gets SIGTERM, and SIGKILL after :data:`RANK_EXIT_GRACE`
+        s (a rank blocked in C code, such as a send its peer never receives, runs no Python
+        handler); then mpiexec and the controller (ipp.LocalCluster.stop: SIGTERM, SIGKILL
+        after its grace)."""
         with self._lock:
             client, self.client = self.client, None
         if self.debugger is not None:
@@ -393,13 +408,24 @@ class World(WorldHealth):
             # each local rank's tree first, with SIGTERM: the rank's Python exits as it does
             # on SIGTERM anywhere (its resource tracker unlinks its shared memory, its
             # multiprocessing temp folder goes), where mpiexec's stop would SIGKILL them all
-            pids = [i.pid for i in self.ranks if i.pid and is_local_host(i.host)]
+            local = [i for i in self.ranks if i.pid and is_local_host(i.host)]
+            pids = [i.pid for i in local if i.pid]
             segments = reaper.mapped_segments([*pids, *reaper.descendants(pids)])
-            reaper.end_gently(pids, RANK_EXIT_GRACE)
+            if pids:
+                ranks = format_ranks(i.rank for i in local)
+                say(f"stopping {ranks}: SIGTERM, then SIGKILL after {RANK_EXIT_GRACE:g} s")
+            left = reaper.end_gently(pids, RANK_EXIT_GRACE)
+            if left:  # blocked in C code: SIGTERM's Python handler never ran
+                reaper.kill_tree(left, include_roots=True, grace=0)
+            say(
+                "stopping mpiexec and the controller: SIGTERM, then SIGKILL after "
+                f"{self.cluster.grace:g} s"
+            )
             self.cluster.stop()  # keeps what mpiexec printed, for the reports
             # what a rank killed before its resource tracker could act left behind
             reaper.unlink_unused(segments)
             if not self.placement.local:  # the ranks' stack files on their hosts
+                say(f"removing the ranks' files on {self.placement.describe()}")
                 remote.remove(self.placement.ssh_command, self.placement.hosts, self._tmp)
         if self.flows is not None:
             self.flows.close()
@@ -423,7 +449,8 @@ class World(WorldHealth):
         return f"<World {self.name!r} {self.describe_layout()}; {states}>"
 
 
-#: how long the ranks have to exit on SIGTERM when they stop (an idle rank: about 1 s)
+#: how long the ranks have to exit on SIGTERM when they stop (an idle rank: about 1 s),
+#: before SIGKILL
 RANK_EXIT_GRACE = 3.0
 
 

@@ -1,11 +1,12 @@
 """The "ranks ready n of N" line while a world starts: updated in place in a notebook, plain
 lines elsewhere. The rank backend calls it (``RankBackend.progress``) while a cell waits for
-its ranks."""
+its ranks; a restart first says in it what stopping the old ranks waits for."""
 
 from __future__ import annotations
 
 import sys
 import time
+from html import escape
 from typing import Any
 
 
@@ -22,15 +23,22 @@ class StartProgress:
     def _bundle(self, text: str, ready: int) -> dict[str, str]:
         html = (
             f"<div class='distcomp-progress'><progress value='{ready}' max='{self.total}'>"
-            f"</progress> <code>{self.name}</code>: {text}</div>"
+            f"</progress> <code>{self.name}</code>: {escape(text)}</div>"
         )
         return {"text/plain": f"{self.name}: {text}", "text/html": html}
+
+    def phase(self, text: str) -> None:
+        """What the start waits for before its ranks start (a restart's stop)."""
+        self._show(text, 0)
+        self._last = None
 
     def update(self, ready: int) -> None:
         if self._last == (ready,):
             return
         self._last = (ready,)
-        text = f"ranks ready {ready} of {self.total}"
+        self._show(f"ranks ready {ready} of {self.total}", ready)
+
+    def _show(self, text: str, ready: int) -> None:
         if self._kernel:
             from IPython.display import display
 
@@ -38,7 +46,7 @@ class StartProgress:
                 self._handle = display(self._bundle(text, ready), raw=True, display_id=True)
             else:
                 self._handle.update(self._bundle(text, ready), raw=True)
-        elif ready == 0 or ready == self.total:
+        elif not text.startswith("ranks ready") or ready == 0 or ready == self.total:
             print(f"{self.name}: {text}", file=sys.stderr)
 
     def done(self, summary: str) -> None:
