@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ...contracts import RankState
 from ...core.layout import env_places, layout_text
 from ...core.ranges import format_ranks
-from ...errors import RankError
+from ...errors import RankError, SpecError
 from ...machine import mpi, remote, scratch, shim
 from ...machine.hosts import Placement
 from ...machine.network import is_local_host
@@ -172,13 +172,18 @@ class World(WorldHealth):
             pass
         except BaseException as exc:
             if not self._stopped:
-                self.error = exc if isinstance(exc, RankError) else self._start_failure(exc)
+                passes = isinstance(exc, (RankError, SpecError))  # says what to fix itself
+                self.error = exc if passes else self._start_failure(exc)
         finally:
             with self._lock:
                 self._start_finished = True
                 teardown = self._stopped or self.error is not None
             if teardown:  # a stop() during the start left the teardown to us
                 self._teardown()
+            if self.error is not None:  # no rank is left starting
+                for info in self.ranks:
+                    if info.state != RankState.DEAD:
+                        info.state, info.death = RankState.DEAD, "did not start"
             self._done.set()
             self._changed()
 
