@@ -88,6 +88,16 @@ def _refuse_credentials(
                 "read it from an Azure Key Vault (the workspace's; azure-keyvault-secrets) or "
                 "from a workspace connection; `%distcomp submit` can still send it as it is."
             )
+    given = bound(component, inputs, "input") if with_values else {}
+    for name, inp in component.inputs.items():
+        if is_secret_name(name) and (inp.default not in (None, "") or given.get(name)):
+            raise AzureMLError(
+                f"input '{name}' is named as a credential, and an exported file would keep "
+                "its value in clear for everyone who reads it; nothing was written. Fix: drop "
+                f"its default and its run-settings value, and have the script read it from an "
+                "Azure Key Vault (the workspace's; azure-keyvault-secrets) or from a workspace "
+                "connection; `%distcomp submit` can still send it as it is."
+            )
     values = {f"environment variable {n}": v for n, v in component.environment_variables.items()}
     if with_values:
         values.update({f"input '{n}'": v for n, v in bound(component, inputs, "input").items()})
