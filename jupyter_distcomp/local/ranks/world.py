@@ -25,6 +25,7 @@ from ...machine.hosts import Placement
 from ...machine.network import is_local_host
 from ...machine.node_disks import make_node_disks
 from ...rank_side import flow, reaper
+from ...rank_side import segments as records
 from ...rank_side.rank_setup import CELL_LABEL, LEAN_REQUEST, OPEN_MPI_WORLD_KEYS, setup_rank
 from . import ipp, ledgers
 from .connection import Connection, connect_client
@@ -274,6 +275,9 @@ class World(WorldHealth):
                 LEAN_REQUEST,
                 cwds[info.rank],
                 CELL_LABEL,
+                (records.__file__, os.path.join(self._tmp, f"rank-{info.rank}{records.SUFFIX}"))
+                if self.placement.local
+                else None,
             ),
         )
         # on this machine the hooks need nothing the setup answers: their calls follow it
@@ -404,6 +408,7 @@ class World(WorldHealth):
             self.cluster.stop()  # keeps what mpiexec printed, for the reports
             # what a rank killed before its resource tracker could act left behind
             reaper.unlink_unused(segments)
+            records.unlink_recorded(self._tmp)
             if not self.placement.local:  # the ranks' stack files on their hosts
                 remote.remove(self.placement.ssh_command, self.placement.hosts, self._tmp)
         if self.flows is not None:
