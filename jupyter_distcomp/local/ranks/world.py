@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from secrets import token_hex
 from typing import TYPE_CHECKING, Any
 
 from ...contracts import RankState
@@ -26,6 +27,7 @@ from ...machine.network import is_local_host
 from ...machine.node_disks import make_node_disks
 from ...rank_side import flow, reaper
 from ...rank_side import segments as records
+from ...rank_side.check_exchange import KEY_VARIABLE as CHECK_KEY_VARIABLE
 from ...rank_side.rank_setup import CELL_LABEL, LEAN_REQUEST, OPEN_MPI_WORLD_KEYS, setup_rank
 from . import ipp, ledgers
 from .connection import Connection, connect_client
@@ -100,6 +102,7 @@ class World(WorldHealth):
         self._stopped = False
         self._lock = threading.RLock()
         self._tmp = scratch.make_folder(f"distcomp-{name}-")
+        self._check_key = token_hex(16)  # the ranks' alone (check_exchange.Signer)
         #: the ranks' shared-memory segments (on this machine), removed with the world
         self._segments = (
             scratch.shared_memory_folder(f"distcomp-{name}-") if self.placement.local else None
@@ -267,7 +270,12 @@ class World(WorldHealth):
             list(range(self.world_size)),
             setup_rank,
             lambda info: (
-                {**private, **self.envs[info.rank], **self._node_environment(info.rank)},
+                {
+                    **private,
+                    **self.envs[info.rank],
+                    **self._node_environment(info.rank),
+                    CHECK_KEY_VARIABLE: self._check_key,  # signs check mode's store values
+                },
                 list(OPEN_MPI_WORLD_KEYS),
                 os.path.join(self._tmp, f"rank-{info.rank}.stack"),
                 (ledgers.HOOKS_FILE, self.ledger_path(info.rank)),
