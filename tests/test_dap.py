@@ -395,6 +395,8 @@ MALFORMED = [  # shapes a client may send: each gets an error reply, the kernel 
     {"command": "evaluate", "arguments": "abc"},
     {"command": "evaluate", "arguments": {"expression": "1", "frameId": 1.5}},
     {"command": 7, "arguments": {}},
+    {"command": "continue", "arguments": None},  # plain ipykernel never replies to it
+    {"command": "threads", "arguments": None},
 ]
 
 
