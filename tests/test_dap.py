@@ -485,6 +485,35 @@ def test_an_evaluation_or_variables_view_that_never_returns_is_interrupted(debug
         dap.breakpoints(code, [])
     assert reply["status"] == "ok", dap.output(msg_id)
     assert all(f"[rank {r}] x {r}" in dap.output(msg_id) for r in range(RANKS))
+    # the cell names the request as the user made it, never our internal command
+    assert "distcomp_call" not in dap.output(msg_id), dap.output(msg_id)
+    assert "the debugger's evaluate" in dap.output(msg_id), dap.output(msg_id)
+
+
+@pytest.mark.slow
+def test_an_evaluation_that_ends_its_rank_says_so(debugger):
+    """``os._exit`` in an evaluation ends the rank's process: the reply says that, not that
+    the rank is blocked in C code (issue 47, item 13)."""
+    dap, _ = debugger
+    code = "%%distcomp run dbg\nimport os\nx = comm.rank\nprint('x', x)"
+    dap.breakpoints(code, [3])
+    dap.request("configurationDone")
+    since = len(dap.events)
+    msg_id = dap.execute(code)
+    try:
+        stops = dap.wait_events("stopped", RANKS, since)
+        thread = min(e["body"]["threadId"] for e in stops)  # rank 0
+        frame = dap.request("stackTrace", threadId=thread)["body"]["stackFrames"][0]
+        assert frame["name"].startswith("rank 0:"), frame
+        ended = dap.request("evaluate", expression="os._exit(3)", frameId=frame["id"])
+        assert not ended["success"], ended
+        assert "blocked in C code" not in ended["message"], ended
+        assert "rank 0 ended while it answered" in ended["message"], ended
+    finally:
+        dap.request("continue", threadId=1)
+        dap.wait_reply(msg_id)
+        dap.breakpoints(code, [])
+    assert dap.run("%distcomp restart dbg")[0]["status"] == "ok"
 
 
 @pytest.mark.slow
