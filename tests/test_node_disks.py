@@ -195,9 +195,7 @@ def test_a_link_to_nothing_or_to_a_folder_above_it_is_refused_saying_which(tmp_p
     with pytest.raises(SpecError) as caught:
         node_disks.make_node_disks(code, 2)
     message = str(caught.value)
-    assert f"{code / 'gone.txt'} is a link to {tmp_path / 'missing.txt'}, which does not exist" in (
-        message
-    )
+    assert f"gone.txt is a link to {tmp_path / 'missing.txt'}, which does not exist" in message
     assert "Fix: remove the link, or list it in the code folder's .amlignore" in message
 
     (code / "gone.txt").unlink()

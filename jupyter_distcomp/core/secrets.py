@@ -7,8 +7,9 @@ repeats it. Masked: the signature and token fields of a SAS or presigned URL (``
 ``X-Amz-Signature=``...), a URL's password (``https://user:PASSWORD@host``), connection-string
 keys (``AccountKey=``, ``SharedAccessKey=``, ``Password=``), ``client_secret`` /
 ``access_token`` / ``password`` fields, bearer tokens, JWTs and PEM private keys (an SSH
-identity). On a command line, the value of a flag named as a credential (``--token X``). The rest of the text stays, so
-a message still says which storage account and container it is about.
+identity); on a command line, the value of a flag named as a credential (``--token X``). The
+rest of the text stays, so a message still says which storage account and container it is
+about.
 
 A variable or an input is a credential by its name too (``AZURE_CLIENT_SECRET``, ``HF_TOKEN``,
 ``WANDB_API_KEY``, ``API_KEYS``, ``DB_PASS``, ``SSH_IDENTITY``, ``api_token``,
@@ -120,14 +121,19 @@ _FLAG = re.compile(
 )
 
 
+#: a credential's value this long or longer is masked inside a word too (``--x=VALUE``)
+_INSIDE_CHARS = 4
+
+
 def masked_command(argv: Sequence[Any], secrets: Iterable[str] = ()) -> str:
     """A command line as views and messages show it: the credentials in it masked, the value
     of a flag named as a credential (``--token``, ``--db-password``), and each of ``secrets``
     (:func:`secret_values`) wherever it stands."""
     words = [str(a) for a in argv]
     hidden = [s for s in secrets if s]
-    if hidden:
-        words = [MASK if w in hidden else _masked_in(w, hidden) for w in words]
+    if hidden:  # a short value only where it is a whole word (``--n 1`` stays readable)
+        inside = [s for s in hidden if len(s) >= _INSIDE_CHARS]
+        words = [MASK if w in hidden else _masked_in(w, inside) for w in words]
     text = mask_secrets(shlex.join(words)).replace(shlex.quote(MASK), MASK)
 
     def flag(match: re.Match) -> str:

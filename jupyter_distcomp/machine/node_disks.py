@@ -104,11 +104,7 @@ def _refuse(code_dir: Path, problems: list[str], fix: str) -> SpecError:
     shown = "; ".join(problems[:5]) + (
         f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
     )
-    return SpecError(
-        f"cannot snapshot the code folder {code_dir} for each node: {shown}. Azure ML's "
-        f"snapshot copies what a link points to and reads every file, so a node gets none "
-        f"of these. Fix: {fix}"
-    )
+    return SpecError(f"cannot copy the code folder {code_dir} for each node: {shown}. Fix: {fix}")
 
 
 def snapshot(code_dir: Path, skip: Iterable[Path] = ()) -> tuple[list[Path], list[Path], int]:
@@ -153,7 +149,9 @@ def snapshot(code_dir: Path, skip: Iterable[Path] = ()) -> tuple[list[Path], lis
                 facts = path.stat()  # what a link points to
             except OSError:
                 if path.is_symlink():
-                    broken.append(f"{path} is a link to {os.readlink(path)}, which does not exist")
+                    broken.append(
+                        f"{relative} is a link to {os.readlink(path)}, which does not exist"
+                    )
                 continue  # gone since the walk: not in the snapshot
             kind = _kind(facts.st_mode)
             if kind is not None:
