@@ -513,7 +513,11 @@ def test_an_evaluation_that_ends_its_rank_says_so(debugger):
         dap.request("continue", threadId=1)
         dap.wait_reply(msg_id)
         dap.breakpoints(code, [])
-    assert dap.run("%distcomp restart dbg")[0]["status"] == "ok"
+    assert dap.run("%distcomp restart dbg")[0]["status"] == "ok"  # rank 0 is gone
+    reply, text = dap.run(
+        "%%distcomp run dbg\nfrom mpi4py import MPI\ncomm = MPI.COMM_WORLD\nimport sys"
+    )
+    assert reply["status"] == "ok", text
 
 
 @pytest.mark.slow
