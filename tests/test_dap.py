@@ -11,6 +11,8 @@ from .dap_support import RANK_THREADS, DapClient
 from .debug_support import MPI_SPEC, DebugKernel
 
 RANKS = 4
+#: the cell that sets a (re)started world up: ``comm`` and ``sys`` on every rank
+WORLD_CELL = "%%distcomp run dbg\nfrom mpi4py import MPI\ncomm = MPI.COMM_WORLD\nimport sys"
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +24,7 @@ def dap():
         "%load_ext jupyter_distcomp",
         f"%%distcomp dbg\n{MPI_SPEC}",
         f"dbg.runsettings.resource_layout.configure(instance_count=1, process_count_per_node={RANKS})",
-        "%%distcomp run dbg\nfrom mpi4py import MPI\ncomm = MPI.COMM_WORLD\nimport sys",
+        WORLD_CELL,
     ]
     for code in setup:
         reply, text = client.run(code, timeout=300)
@@ -43,6 +45,12 @@ x = comm.rank * 10
 total = comm.allreduce(x)
 y = total + 1
 print('y', y)"""
+
+
+def set_up_world(dap: DapClient) -> None:
+    """Run WORLD_CELL on the ranks (after a restart), asserting it succeeded."""
+    reply, text = dap.run(WORLD_CELL)
+    assert reply["status"] == "ok", text
 
 
 def rank_of(thread: int) -> int:
@@ -331,10 +339,7 @@ def test_restarted_ranks_leave_and_join_as_threads(debugger):
     stale = dap.request("stackTrace", threadId=min(old))
     assert not stale["success"] and "not a rank of a running world" in stale["message"]
     time.sleep(0.1)
-    reply, text = dap.run(
-        "%%distcomp run dbg\nfrom mpi4py import MPI\ncomm = MPI.COMM_WORLD\nimport sys"
-    )
-    assert reply["status"] == "ok", text
+    set_up_world(dap)
 
 
 @pytest.mark.slow
@@ -514,10 +519,7 @@ def test_an_evaluation_that_ends_its_rank_says_so(debugger):
         dap.wait_reply(msg_id)
         dap.breakpoints(code, [])
     assert dap.run("%distcomp restart dbg")[0]["status"] == "ok"  # rank 0 is gone
-    reply, text = dap.run(
-        "%%distcomp run dbg\nfrom mpi4py import MPI\ncomm = MPI.COMM_WORLD\nimport sys"
-    )
-    assert reply["status"] == "ok", text
+    set_up_world(dap)
 
 
 @pytest.mark.slow
