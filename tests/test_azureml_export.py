@@ -99,6 +99,30 @@ def test_export_errors(tmp_path):
     assert not (tmp_path / "c.yml").exists()
 
 
+def test_export_never_writes_through_a_link_and_says_what_it_cannot_write(tmp_path):
+    component = prepare_spec(PUBLIC_SPECS[0], tmp_path)
+    values = required_values(component)
+    target = tmp_path / "target.txt"
+    target.write_text("the user's notes")
+    (tmp_path / "link.yml").symlink_to("target.txt")
+    with pytest.raises(AzureMLError) as caught:
+        export(component, tmp_path / "link.yml", inputs=values)
+    message = str(caught.value)
+    assert f"{tmp_path / 'link.yml'} is a link (to target.txt)" in message, message
+    assert "Fix: give a file name that is not a link" in message
+    assert target.read_text() == "the user's notes" and (tmp_path / "link.yml").is_symlink()
+    # a link in the folder's path is fine: the file is written where the folder is
+    (tmp_path / "real").mkdir()
+    (tmp_path / "folder").symlink_to("real")
+    export(component, tmp_path / "folder" / "job.yml", inputs=values)
+    assert (tmp_path / "real" / "job.yml").is_file()
+    with pytest.raises(AzureMLError) as caught:
+        export(component, "/proc/self/x.yml", inputs=values)
+    message = str(caught.value)
+    assert message.startswith("cannot write /proc/self/x.yml:"), message
+    assert "Fix: give a path in a folder you can write to" in message
+
+
 MAGIC_SPEC = """\
 name: mpi_quick
 type: DistributedComponent

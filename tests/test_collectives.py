@@ -8,6 +8,7 @@ through a real IPython shell; each test checks what the user sees.
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -216,6 +217,58 @@ def test_check_mode_raises_on_every_rank_before_a_wrong_result(ip):
     assert "ledger_hooks" not in text, "the user sees their own frames only"
     ok = run_cell(ip, "%%distcomp run t\nt = torch.ones(3)\ndist.all_reduce(t)\nprint(t[0].item())")
     assert ok.ok and ok.stdout.count("4.0") == 4, "the ranks stay in step after the check"
+
+
+def test_a_value_another_process_writes_to_check_modes_store_is_refused(ip, tmp_path):
+    """Anyone on this machine can reach check mode's store: ranks 0, 2 and 3 wait for rank
+    1's signature while a stranger writes one for it (an op rank 1 never called); they
+    refuse it as written by no rank of the world, and never compare it (issue 47, item 9)."""
+    import threading
+
+    import torch.distributed as dist
+
+    ready(ip)
+    where = run_cell(
+        ip,
+        "%%distcomp run t --check-collectives\ndist.all_reduce(torch.ones(1))\n"
+        "import sys\nif rank == 0:\n"
+        "    s = sys.modules['distcomp_ledger_torch'].WRAPPED.store.store\n"
+        "    print('store', s.host, s.port)",
+    )
+    assert where.ok, where.traceback_text()
+    host, port = next(line for line in where.stdout.splitlines() if " store " in line).split()[-2:]
+    go = tmp_path / "go"
+    stranger = dist.TCPStore(host, int(port), is_master=False)
+    seen = set(stranger.list_keys())
+    forged: list[str] = []
+    value = "\x1f".join(["broadcast", "[9] int8", "", "0", "x.py", "1", "f"])
+
+    def forge() -> None:  # what another local user can do: list the keys, write one
+        deadline = time.monotonic() + 60
+        while not forged and time.monotonic() < deadline:
+            for key in stranger.list_keys():
+                if key.endswith("/0") and key not in seen:
+                    forged.append(key[: -len("/0")] + "/1")
+                    stranger.set(forged[0], value)
+                    break
+            time.sleep(0.01)
+        go.touch()
+
+    attacker = threading.Thread(target=forge)
+    attacker.start()
+    cell = run_cell(
+        ip,
+        "%%distcomp run t --check-collectives\nimport os, time\nif rank == 1:\n"
+        f"    while not os.path.exists({str(go)!r}): time.sleep(0.01)\n"
+        "else:\n    dist.all_reduce(torch.ones(2))",
+    )
+    attacker.join()
+    assert forged, "the stranger found no key of rank 0 to answer"
+    assert not cell.ok
+    text = cell.traceback_text()
+    assert "was not written by a rank of this world" in text, text
+    assert "[9] int8" not in text and "broadcast" not in text, "a rank compared its value"
+    assert run_cell(ip, "%distcomp restart t").ok  # rank 1 missed this exchange
 
 
 def test_check_mode_setting_catches_a_skipped_collective_on_gloo(ip):

@@ -442,3 +442,20 @@ def test_a_hang_in_an_nccl_call_is_named_from_torchs_record():
         "(rank 0 running on the GPU); rank 1 has not called it: it runs other code "
         "(its last call here: all_reduce #1)"
     )
+
+
+def test_the_verdict_never_says_the_ranks_agree_above_a_row_that_diverges():
+    """Rank 1's ledger is damaged (read as empty) or cut short: no rank waits, and the
+    verdict says the ledgers differ, not that the ranks agree (issue 47, item 13)."""
+    from jupyter_distcomp.local.inspect.collectives import DIVERGES, report
+
+    idle = {0: "idle", 1: "idle"}
+    for ledgers in ({0: [call(1), call(2)], 1: []}, {0: [call(1), call(2)], 1: [call(1)]}):
+        text = report("t", ledgers, 2, set(), 10, idle).text()
+        assert DIVERGES in text, text
+        assert "agree" not in text, text
+        assert "the ranks' ledgers do not hold the same calls" in text, text
+    text = report("t", {0: [call(1), call(2)], 1: []}, 2, set(), 10, idle).text()
+    assert "rank 1: no call in its ledger (a damaged ledger counts as empty" in text, text
+    agreeing = report("t", {0: [call(1)], 1: [call(1)]}, 2, set(), 10, idle).text()
+    assert "every group's ranks agree on their calls" in agreeing

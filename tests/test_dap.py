@@ -11,6 +11,8 @@ from .dap_support import RANK_THREADS, DapClient
 from .debug_support import MPI_SPEC, DebugKernel
 
 RANKS = 4
+#: the cell that sets a (re)started world up: ``comm`` and ``sys`` on every rank
+WORLD_CELL = "%%distcomp run dbg\nfrom mpi4py import MPI\ncomm = MPI.COMM_WORLD\nimport sys"
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +24,7 @@ def dap():
         "%load_ext jupyter_distcomp",
         f"%%distcomp dbg\n{MPI_SPEC}",
         f"dbg.runsettings.resource_layout.configure(instance_count=1, process_count_per_node={RANKS})",
-        "%%distcomp run dbg\nfrom mpi4py import MPI\ncomm = MPI.COMM_WORLD\nimport sys",
+        WORLD_CELL,
     ]
     for code in setup:
         reply, text = client.run(code, timeout=300)
@@ -43,6 +45,12 @@ x = comm.rank * 10
 total = comm.allreduce(x)
 y = total + 1
 print('y', y)"""
+
+
+def set_up_world(dap: DapClient) -> None:
+    """Run WORLD_CELL on the ranks (after a restart), asserting it succeeded."""
+    reply, text = dap.run(WORLD_CELL)
+    assert reply["status"] == "ok", text
 
 
 def rank_of(thread: int) -> int:
@@ -331,10 +339,7 @@ def test_restarted_ranks_leave_and_join_as_threads(debugger):
     stale = dap.request("stackTrace", threadId=min(old))
     assert not stale["success"] and "not a rank of a running world" in stale["message"]
     time.sleep(0.1)
-    reply, text = dap.run(
-        "%%distcomp run dbg\nfrom mpi4py import MPI\ncomm = MPI.COMM_WORLD\nimport sys"
-    )
-    assert reply["status"] == "ok", text
+    set_up_world(dap)
 
 
 @pytest.mark.slow
@@ -395,6 +400,8 @@ MALFORMED = [  # shapes a client may send: each gets an error reply, the kernel 
     {"command": "evaluate", "arguments": "abc"},
     {"command": "evaluate", "arguments": {"expression": "1", "frameId": 1.5}},
     {"command": 7, "arguments": {}},
+    {"command": "continue", "arguments": None},  # plain ipykernel never replies to it
+    {"command": "threads", "arguments": None},
 ]
 
 
@@ -483,6 +490,36 @@ def test_an_evaluation_or_variables_view_that_never_returns_is_interrupted(debug
         dap.breakpoints(code, [])
     assert reply["status"] == "ok", dap.output(msg_id)
     assert all(f"[rank {r}] x {r}" in dap.output(msg_id) for r in range(RANKS))
+    # the cell names the request as the user made it, never our internal command
+    assert "distcomp_call" not in dap.output(msg_id), dap.output(msg_id)
+    assert "the debugger's evaluate" in dap.output(msg_id), dap.output(msg_id)
+
+
+@pytest.mark.slow
+def test_an_evaluation_that_ends_its_rank_says_so(debugger):
+    """``os._exit`` in an evaluation ends the rank's process: the reply says that, not that
+    the rank is blocked in C code (issue 47, item 13)."""
+    dap, _ = debugger
+    code = "%%distcomp run dbg\nimport os\nx = comm.rank\nprint('x', x)"
+    dap.breakpoints(code, [3])
+    dap.request("configurationDone")
+    since = len(dap.events)
+    msg_id = dap.execute(code)
+    try:
+        stops = dap.wait_events("stopped", RANKS, since)
+        thread = min(e["body"]["threadId"] for e in stops)  # rank 0
+        frame = dap.request("stackTrace", threadId=thread)["body"]["stackFrames"][0]
+        assert frame["name"].startswith("rank 0:"), frame
+        ended = dap.request("evaluate", expression="os._exit(3)", frameId=frame["id"])
+        assert not ended["success"], ended
+        assert "blocked in C code" not in ended["message"], ended
+        assert "rank 0 ended while it answered" in ended["message"], ended
+    finally:
+        dap.request("continue", threadId=1)
+        dap.wait_reply(msg_id)
+        dap.breakpoints(code, [])
+    assert dap.run("%distcomp restart dbg")[0]["status"] == "ok"  # rank 0 is gone
+    set_up_world(dap)
 
 
 @pytest.mark.slow

@@ -304,3 +304,12 @@ def test_a_refused_handshake_after_an_earlier_stop_costs_a_retry_not_the_breakpo
         relay.server.close()
     assert "ran on" in out and "skipped" not in err, err
     assert relay.count == 3, relay.count
+
+
+def test_a_session_the_kernel_ended_is_an_interrupt_at_the_rank_never_a_quit():
+    """The kernel ends a rank's session when the notebook interrupts it at the prompt: pdb's
+    next read on the rank is that interrupt, not the end of input, which pdb takes for
+    ``q`` ("rank 1: quit in the debugger", though nobody typed it; issue 47, item 13)."""
+    ended = debug_hook._Channel("127.0.0.1", 9, b"key", 1, command=True)  # no connection
+    with pytest.raises(KeyboardInterrupt, match="the notebook ended this debug session"):
+        debug_hook._In(ended).readline()

@@ -254,6 +254,7 @@ def test_an_interrupt_at_the_group_prompt_names_the_prompt_and_shows_no_debugger
     ), text
     assert "The debug session ended" in text and "ready for the next cell" in text, text
     assert "at a debugger prompt" in text and "print('after', work(mpi_rank))" in text, text
+    assert "quit in the debugger" not in text, text  # nobody typed q
     for internal in ("bdb.py", "pdb.py", "cmd.py", "multiprocessing", "debug_hook", "ipykernel_"):
         assert internal not in text, (internal, text)
     for _ in range(5):

@@ -244,6 +244,7 @@ def test_an_interrupt_at_a_prompt_of_wait_interrupts_the_background_cell(kernel)
     assert "the cell failed on rank 0" in out.text, out.text
     background = kernel.output_of(started.msg_id)
     assert "[rank 1] after 1" in background and "[rank 0] after" not in background
+    assert "quit in the debugger" not in out.text + background, out.text + background
     assert "running" not in kernel.run("%distcomp status dbg").text
 
 
@@ -261,6 +262,7 @@ def test_a_kernel_interrupt_at_a_prompt_ends_the_session_and_the_ranks_stay_usab
     assert out.reply["status"] == "error" and out.reply["ename"] == "RankInterrupt"
     assert len(out.prompts) == 1, "the other ranks' stops ended with the interrupt"
     assert "Interrupted" in out.text
+    assert "quit in the debugger" not in out.text, out.text
     ready(kernel)
     out = kernel.run("%%distcomp run dbg\nimport sys\nprint('traced', sys.gettrace() is not None)")
     assert out.text.count("traced False") == 3, out.text
@@ -383,6 +385,27 @@ def test_pdb_set_trace_in_the_specs_command_prompts_and_q_ends_that_process_in_o
     assert "[rank 1] rank 1 was not ended" not in out.text
     assert "Traceback" not in out.text and "BdbQuit" not in out.text, out.text
     assert out.reply["status"] == "error" and out.reply["ename"] == "RankError"
+
+
+@pytest.mark.slow
+def test_an_interrupt_at_a_commands_prompt_is_no_quit(kernel, tmp_path):
+    """Interrupting the kernel at a command rank's prompt ends the run as an interrupt: no
+    rank is said to have quit in the debugger (issue 47, item 13)."""
+    (tmp_path / "train.py").write_text(SET_TRACE)
+    spec = MPI_SPEC.replace("name: dbg", f"name: stopper\ncode: {tmp_path}")
+    assert kernel.run(f"%%distcomp stopper\n{spec}").ok
+    kernel.run(
+        "stopper.runsettings.resource_layout.configure(instance_count=1, process_count_per_node=2)"
+    )
+
+    def interrupt(prompt: str) -> None:
+        kernel.km.interrupt_kernel()
+
+    out = kernel.run("%distcomp command stopper", [interrupt], timeout=90)
+    assert out.prompts == ["(Pdb rank 1) "], out.text
+    assert out.reply["status"] == "error" and "interrupted" in out.text, out.text
+    assert "quit in the debugger" not in out.text, out.text
+    assert "[rank 1] rank 1 was not ended" not in out.text, out.text
 
 
 def test_an_unauthenticated_connection_is_refused():

@@ -127,6 +127,33 @@ def test_usage_errors(ip):
         assert "Traceback" not in captured.stdout + captured.stderr
 
 
+@pytest.mark.parametrize(
+    ("line", "cell", "words"),
+    [
+        ("run x --timeout -1", "x = 1", "--timeout -1: give a number of seconds above 0"),
+        ("run x --timeout nan", "x = 1", "--timeout nan: give a number of seconds above 0"),
+        ("run x --timeout inf", "x = 1", "--timeout inf: give a number of seconds above 0"),
+        ("run x --timeout 0", "x = 1", "--timeout 0: give a number of seconds above 0"),
+        ("command x --timeout -5", None, "--timeout -5: give a number of seconds above 0"),
+        ("wait x --timeout nan", None, "--timeout nan: give a number of seconds above 0"),
+        ("compare x y --timeout -1", None, "--timeout -1: give a number of seconds above 0"),
+        ("compare x y --rtol -1", None, "--rtol -1: give a relative tolerance of 0 or more"),
+        ("compare x y --rtol nan", None, "--rtol nan: give a relative tolerance of 0 or more"),
+        ("compare x y --rtol inf", None, "--rtol inf: give a relative tolerance of 0 or more"),
+        ("debug x --rank -1", None, "--rank -1: give a rank of 0 or more"),
+        ("layout x --instance-count 0", None, "--instance-count 0: give a count of 1 or more"),
+        ("env x --process-count-per-node -2", None, "--process-count-per-node -2: give a count"),
+    ],
+)
+def test_numbers_out_of_range_are_usage_errors_naming_the_range(ip, line, cell, words):
+    result, captured = run_cell(ip, line, cell)
+    assert not result.success and type(result.error_in_exec) is UsageError, line
+    message = str(result.error_in_exec)
+    assert words in message, (line, message)
+    assert "e.g." in message, message  # and a value that works
+    assert "Traceback" not in captured.stdout + captured.stderr
+
+
 def test_env_table_per_rank(ip):
     pytest.importorskip("jupyter_distcomp.core.layout")
     run_cell(ip, "envdemo", SPEC)

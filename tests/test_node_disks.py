@@ -133,9 +133,119 @@ def test_a_copy_is_a_separate_file_with_the_same_mode(tmp_path):
         assert copy.stat().st_ino != script.stat().st_ino  # not a hard link
         copy.write_text("changed on node 1")
         assert script.read_text() == "#!/bin/sh\necho hi\n"
-        assert os.readlink(Path(disks.code[0], "link")) == "sub/run.sh"
+        link = Path(disks.code[0], "link")  # a link is copied as what it points to
+        assert not link.is_symlink() and link.read_text() == script.read_text()
+        assert os.access(link, os.X_OK)
         assert sorted(os.listdir(disks.code[0])) == [".gitignore", "link", "sub"]
         assert disks.environment(1) == {"TMPDIR": disks.tmp[1], "PWD": disks.code[1]}
     finally:
         disks.remove()
     assert not Path(disks.root).exists()
+
+
+# -- what a snapshot holds: a link's content, never a link; no FIFO or device --------------
+
+
+def test_a_link_is_copied_as_its_content_and_a_write_never_reaches_the_users_file(tmp_path):
+    code, shared = tmp_path / "code", tmp_path / "shared"
+    (code / "configs").mkdir(parents=True)
+    (shared / "lib").mkdir(parents=True)
+    default = code / "configs" / "default.json"
+    default.write_text('{"lr": 0.1}')
+    (code / "config.json").symlink_to(default)  # absolute, inside the folder
+    (shared / "settings.txt").write_text("outside")
+    (code / "settings.txt").symlink_to("../shared/settings.txt")  # relative, leaves the folder
+    (shared / "lib" / "util.py").write_text("X = 1\n")
+    (code / "lib").symlink_to(shared / "lib")  # a folder outside the folder
+    disks = node_disks.make_node_disks(code, 2)
+    try:
+        node1 = Path(disks.code[1])
+        for name in ("config.json", "settings.txt", "lib", "lib/util.py"):
+            assert not (node1 / name).is_symlink(), f"{name} was copied as a link"
+        assert (node1 / "settings.txt").read_text() == "outside"  # no dangling link on node 1
+        assert (node1 / "lib" / "util.py").read_text() == "X = 1\n"
+        (node1 / "config.json").write_text('{"lr": 999}')
+        (node1 / "settings.txt").write_text("node 1")
+        (node1 / "lib" / "util.py").write_text("X = 999\n")
+        assert default.read_text() == '{"lr": 0.1}', "a write on node 1 reached the user's file"
+        assert (shared / "settings.txt").read_text() == "outside"
+        assert (shared / "lib" / "util.py").read_text() == "X = 1\n"
+        assert Path(disks.code[0], "config.json").read_text() == '{"lr": 0.1}'
+    finally:
+        disks.remove()
+    assert default.read_text() == '{"lr": 0.1}' and (code / "config.json").is_symlink()
+
+
+def test_the_snapshot_limit_counts_what_a_link_points_to(tmp_path):
+    code = tmp_path / "code"
+    code.mkdir()
+    big = tmp_path / "weights.bin"
+    with open(big, "wb") as f:  # sparse: no disk used
+        f.truncate(node_disks.SNAPSHOT_MAX_BYTES + 1)
+    (code / "weights.bin").symlink_to(big)
+    with pytest.raises(SpecError) as caught:
+        node_disks.make_node_disks(code, 2)
+    assert "1 files, 300 MB" in str(caught.value) and "over Azure ML's limit" in str(caught.value)
+
+
+def test_a_link_to_nothing_or_to_a_folder_above_it_is_refused_saying_which(tmp_path):
+    code = tmp_path / "code"
+    (code / "sub").mkdir(parents=True)
+    (code / "gone.txt").symlink_to(tmp_path / "missing.txt")
+    with pytest.raises(SpecError) as caught:
+        node_disks.make_node_disks(code, 2)
+    message = str(caught.value)
+    assert f"gone.txt is a link to {tmp_path / 'missing.txt'}, which does not exist" in message
+    assert "Fix: remove the link, or list it in the code folder's .amlignore" in message
+
+    (code / "gone.txt").unlink()
+    (code / "sub" / "up").symlink_to("..")  # a snapshot that follows it never ends
+    with pytest.raises(SpecError) as caught:
+        node_disks.make_node_disks(code, 2)
+    message = str(caught.value)
+    assert "sub/up" in message and "a folder that holds it" in message and ".amlignore" in message
+
+    (code / ".amlignore").write_text("up\n")
+    disks = node_disks.make_node_disks(code, 2)
+    disks.remove()
+
+
+def test_a_fifo_a_device_or_a_socket_is_refused_before_any_copy_and_amlignore_leaves_it_out(
+    tmp_path,
+):
+    import socket
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text("print(1)\n")
+    os.mkfifo(code / "logpipe")
+    (code / "null").symlink_to("/dev/null")  # a character device, through a link
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(code / "control.sock"))
+    try:
+        with pytest.raises(SpecError) as caught:
+            node_disks.make_node_disks(code, 2, root=str(tmp_path))
+    finally:
+        server.close()
+    message = str(caught.value)
+    assert "logpipe (a FIFO)" in message and "null (a device)" in message
+    assert "control.sock (a socket)" in message
+    assert "Fix: list it in the code folder's .amlignore" in message
+    assert not list(tmp_path.glob("nodes-*")), "copies were left behind"
+
+    (code / ".amlignore").write_text("logpipe\nnull\ncontrol.sock\n")
+    disks = node_disks.make_node_disks(code, 2)
+    try:
+        assert sorted(os.listdir(disks.code[1])) == [".amlignore", "train.py"]
+    finally:
+        disks.remove()
+
+
+def test_a_command_on_two_nodes_with_a_fifo_in_its_code_folder_is_refused_at_once(tmp_path):
+    component = make_component(tmp_path, "torch.distributed", nodes=2)
+    os.mkfifo(tmp_path / "code" / "logpipe")
+    out = tmp_path / "out"
+    with pytest.raises(SpecError) as caught:
+        run_command(component, outputs={"out": str(out)}, stream=None, cwd=tmp_path, timeout=10)
+    assert "logpipe (a FIFO)" in str(caught.value)
+    assert not list(out.glob("rank*.json"))  # no rank started

@@ -9,6 +9,7 @@ of ours left after ``%distcomp stop`` and ``%unload_ext``.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -244,6 +245,28 @@ print(os.path.exists("snapshot.pt"), os.path.exists(os.path.join(tempfile.gettem
     finally:
         ip.run_line_magic("config", "DistComp.node_local_files = False")
         run_cell(ip, "%distcomp stop disks")
+
+
+def test_node_local_files_with_a_fifo_in_the_notebook_folder_end_the_start_saying_so(
+    ip, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)  # the notebook's folder, with a named pipe in it
+    os.mkfifo(tmp_path / "logpipe")
+    define(ip, "fifo", MPI_SPEC, nodes=2, per_node=1)
+    before = {p.pid for p in our_processes()}
+    ip.run_line_magic("config", "DistComp.node_local_files = True")
+    try:
+        cell = run_cell(ip, "%%distcomp run fifo --timeout 60\nprint('never')")
+        assert not cell.ok and "never" not in cell.stdout
+        message = strip_ansi(cell.traceback_text())
+        assert "logpipe (a FIFO)" in message and ".amlignore" in message, message
+        assert "mpiexec said" not in message  # the folder's fault, not mpiexec's
+        status = run_cell(ip, "%distcomp status fifo").outputs[0].data["text/plain"]
+        assert "starting" not in status, status
+        assert wait_gone([p for p in our_processes() if p.pid not in before]) == []
+    finally:
+        ip.run_line_magic("config", "DistComp.node_local_files = False")
+        run_cell(ip, "%distcomp stop fifo")
 
 
 def test_stop_and_unload_leave_no_process_behind(ip):

@@ -327,11 +327,17 @@ def test_grouped_output_is_in_rank_order():
 
 def test_mpiexec_files_go_to_the_run_folders_unless_the_user_placed_them():
     session, segments = "PRTE_MCA_prte_local_tmpdir_base", "OMPI_MCA_btl_sm_backing_directory"
-    assert mpi.run_files_environment("/run", "/shm", {}) == {session: "/run", segments: "/shm"}
-    assert mpi.run_files_environment("/run", None, {}) == {session: "/run"}
-    assert mpi.run_files_environment("/run", "/shm", {segments: "/mine"}) == {session: "/run"}
+    records = {"DISTCOMP_SEGMENT_RECORDS": "/run"}  # the guard unlinks what ranks recorded
+    assert mpi.run_files_environment("/run", "/shm", {}) == {
+        session: "/run",
+        segments: "/shm",
+        **records,
+    }
+    assert mpi.run_files_environment("/run", None, {}) == {session: "/run", **records}
+    mine = {segments: "/mine"}
+    assert mpi.run_files_environment("/run", "/shm", mine) == {session: "/run", **records}
     mine = {"PRTE_MCA_prte_tmpdir_base": "/mine"}  # Open MPI refuses it beside ours
-    assert mpi.run_files_environment("/run", "/shm", mine) == {segments: "/shm"}
+    assert mpi.run_files_environment("/run", "/shm", mine) == {segments: "/shm", **records}
 
 
 def test_mpiexec_is_the_one_beside_python_and_flags_fit_the_machine(monkeypatch):

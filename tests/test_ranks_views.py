@@ -150,8 +150,11 @@ def test_interrupting_a_collective_hang_shows_the_stuck_ranks_stack(kernel):
     kernel.km.interrupt_kernel()
     reply, _, _ = kernel.collect(msg_id, timeout=60)
     text = error_text(reply)
-    # rank 0 cannot leave the barrier: it is named with where it waits, and the fix
-    assert "rank 0: stopped at" in text and "    MPI.COMM_WORLD.Barrier()" in text, text
+    # rank 0 cannot leave the barrier: it is named with where it waits, and the fix; it is
+    # not said to have stopped (issue 47, item 13)
+    assert "rank 0: stopped at" not in text, text
+    assert "rank 0: did not stop; at the interrupt it was at" in text, text
+    assert "    MPI.COMM_WORLD.Barrier()" in text, text
     assert "rank 1: stopped at" in text and "    time.sleep(60)" in text, text
     assert "rank 0 did not stop" in text and "%distcomp restart views" in text, text
     reply, text, _ = kernel.run("%distcomp restart views")

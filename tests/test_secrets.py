@@ -3,6 +3,8 @@ them as they are, but no view, message or exported file repeats them (issue 28, 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 from IPython.utils.capture import capture_output
@@ -57,7 +59,16 @@ def test_plain_values_are_not_secrets(text):
 
 
 @pytest.mark.parametrize(
-    "text", ["a" * 200_000, "eyJ" * 70_000, "ab:" * 70_000 + "@", "https://" * 25_000]
+    "text",
+    [
+        "a" * 200_000,
+        "eyJ" * 70_000,
+        "ab:" * 70_000 + "@",
+        "https://" * 25_000,
+        "-----BEGIN RSA PRIVATE KEY-----" * 7_000,
+        "-----BEGIN RSA PRIVATE KEY-----" + "A-" * 100_000 + "!",
+        "--token " * 25_000,
+    ],
 )
 def test_masking_a_long_value_takes_linear_time(text):
     """Every message with a value is masked: a 200 KB value must not hang the kernel."""
@@ -231,6 +242,16 @@ ENV_SECRETS = ("s3cr3t-client", "hf_abcdefgh", "wandb-0123", "KEY0==", "pw1234")
         ("MASTER_PORT", False),
         ("PYTHONHASHSEED", False),
         ("NCCL_DEBUG", False),
+        # issue 47, item 7
+        ("DB_PASS", True),
+        ("API_KEYS", True),
+        ("SSH_IDENTITY", True),
+        ("api_token", True),
+        ("dbPassword", True),
+        ("MYSQLPASSWORD", True),
+        ("max_tokens", False),
+        ("BYPASS_CACHE", False),
+        ("IDENTITY_FILE_DIR", False),
     ],
 )
 def test_a_variable_is_a_credential_by_its_name(name, secret):
@@ -291,3 +312,142 @@ def test_an_exported_file_is_its_owners_alone(tmp_path):
     path = export(component, target, inputs={"data": str(tmp_path)})
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert yaml.safe_load(path.read_text())["type"] == "command"
+
+
+# -- more names, a PEM key, an input named as a credential (issue 47, item 7) -------------
+
+PEM = (
+    "-----BEGIN OPENSSH PRIVATE KEY-----\n"
+    "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQPEMSECRETBODY\n"
+    "-----END OPENSSH PRIVATE KEY-----"
+)
+TOKEN = "tok_INPUTSECRET123"
+SAS_SIG = "SASSIG123SECRET"
+LEAKY_SPEC = f"""\
+name: leaky2
+type: DistributedComponent
+inputs:
+  data: {{type: path, default: 'https://acct.blob.core.windows.net/c/d?sv=2020&sig={SAS_SIG}'}}
+  url: {{type: String, default: 'https://acct.blob.core.windows.net/c/d?sv=2020&sig={SAS_SIG}'}}
+  api_token: {{type: String, default: {TOKEN}}}
+launcher:
+  type: torch.distributed
+  additional_arguments: python fail.py --token {{inputs.api_token}}
+environment_variables:
+  DB_PASS: pg-pass-999
+  API_KEYS: "k1-SECRETKEY,k2-SECRETKEY"
+  SSH_IDENTITY: {json.dumps(PEM)}
+environment:
+  docker: {{image: 'python:3.11-slim'}}
+"""
+LEAKED = ("pg-pass-999", "SECRETKEY", "PEMSECRETBODY", TOKEN, SAS_SIG)
+
+
+def test_a_private_key_and_a_secret_flag_on_a_command_line_are_masked():
+    from jupyter_distcomp.core.secrets import masked_command
+
+    shown = mask_secrets(f"key: {PEM} end")
+    assert "PEMSECRETBODY" not in shown and shown.startswith("key: ***") and shown.endswith(" end")
+    assert masked_command(["python", "p.py", "--token", TOKEN, "--max-tokens", "5"]) == (
+        "python p.py --token *** --max-tokens 5"
+    )
+    assert masked_command(["python", "p.py", f"--api-key={TOKEN}"]) == "python p.py --api-key=***"
+    # a credential's value where no flag names it: masked as the value of its input
+    assert masked_command(["python", "p.py", TOKEN], [TOKEN]) == "python p.py ***"
+
+
+def _widget_state(root) -> str:
+    """Everything the notebook would save of ``root``'s widgets: every model's state."""
+    from ipywidgets.widgets.widget import _instances
+
+    seen, todo, states = set(), [root.model_id], []
+    while todo:
+        model_id = todo.pop()
+        if model_id in seen or model_id not in _instances:
+            continue
+        seen.add(model_id)
+        state = _instances[model_id].get_state()
+        states.append(repr(state))
+        todo.extend(
+            ref[len("IPY_MODEL_") :]
+            for ref in _refs(state)
+            if isinstance(ref, str) and ref.startswith("IPY_MODEL_")
+        )
+    return "\n".join(states)
+
+
+def _refs(value):
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _refs(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _refs(item)
+    else:
+        yield value
+
+
+def test_views_panel_and_widget_state_hold_no_credential_by_name_or_value(ip, tmp_path):
+    from jupyter_distcomp.notebook.session import Session
+    from jupyter_distcomp.notebook.views.preview import preview_html, summary_text
+    from jupyter_distcomp.notebook.widgets import RunSettingsPanel
+
+    assert ip.run_cell(f"%%distcomp leaky2\n{LEAKY_SPEC}").success
+    with capture_output() as captured:
+        assert ip.run_cell("%distcomp env leaky2").success
+        assert ip.run_cell("leaky2").success  # the definition's summary
+        assert ip.run_cell("%distcomp list").success
+    shown = captured.stdout + "".join(
+        o.data.get("text/html", "") + o.data.get("text/plain", "") for o in captured.outputs
+    ).replace("<wbr>", "")
+    assert "DB_PASS" in shown and "api_token" in shown, shown
+    assert not [s for s in LEAKED if s in shown], shown
+    component = load_component(LEAKY_SPEC)
+    panel = RunSettingsPanel("leaky2", component, Session())
+    try:
+        state = _widget_state(panel)
+        assert "api_token" in state and "sig=***" in state  # the fields are there, masked
+        assert not [s for s in LEAKED if s in state]
+        assert not [s for s in LEAKED if s in summary_text(component, "leaky2")]
+        assert not [s for s in LEAKED if s in preview_html(component)]
+        # setting the input keeps its default, not the mask the box shows
+        field = panel.input_fields["api_token"]
+        field.toggle.value = True
+        assert component.runsettings.inputs["api_token"] == TOKEN
+        assert TOKEN not in _widget_state(panel)
+        panel.input_fields["url"].toggle.value = True
+        assert SAS_SIG in component.runsettings.inputs["url"]
+        assert SAS_SIG not in _widget_state(panel)
+    finally:
+        panel.close()
+
+
+def test_export_refuses_an_input_named_as_a_credential_and_the_new_names(tmp_path):
+    from jupyter_distcomp.azureml.exporter import export
+
+    component = load_component(LEAKY_SPEC.replace("  DB_PASS: pg-pass-999\n", ""))
+    component.runsettings.set_input("data", "azureml://datastores/d/paths/x/")
+    for name in ("API_KEYS", "SSH_IDENTITY"):
+        with pytest.raises(AzureMLError, match=f"{name} is named as a credential"):
+            export(component, tmp_path / "job.yml")
+        del component.environment_variables[name]
+    with pytest.raises(AzureMLError) as raised:
+        export(component, tmp_path / "job.yml")
+    message = str(raised.value)
+    assert "input 'api_token' is named as a credential" in message and TOKEN not in message
+    assert not (tmp_path / "job.yml").exists()
+
+
+@pytest.mark.slow
+def test_a_failed_command_masks_a_credential_input_on_its_command_line(ip, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fail.py").write_text("import sys\nsys.exit(3)\n")
+    spec = LEAKY_SPEC.replace(
+        "  data: {type: path, default:", "  data: {type: path, optional: true, default:"
+    )
+    assert ip.run_cell(f"%%distcomp leaky2\n{spec}").success
+    with capture_output() as captured:
+        result = ip.run_cell("%distcomp command leaky2 --input data=.")
+    shown = str(result.error_in_exec) + captured.stdout + captured.stderr
+    assert result.error_in_exec is not None and "command: python fail.py" in shown, shown
+    assert not [s for s in LEAKED if s in shown], shown

@@ -102,3 +102,106 @@ def test_the_tree_killer_unlinks_only_segments_no_one_maps(tmp_path):
         kept.close()
         kept.unlink()
     assert tempfile.gettempdir()  # the test made no folder of its own
+
+
+# -- segments a rank names itself (issue 47, item 8) ----------------------------------------
+
+NAMED_CELL = """\
+%%distcomp run shm
+import os
+from multiprocessing import shared_memory
+segment = shared_memory.SharedMemory(name=f"{PREFIX}_{mpi_rank}", create=True, size=4096)
+print("segment", segment.name, "pid", os.getpid())
+"""
+
+
+def _named_segments(ip, prefix: str) -> dict[int, tuple[Path, int]]:
+    """Two MPI ranks that each made a segment named by the user: rank -> (its file, pid)."""
+    define(ip, "shm", MPI_SPEC.replace("ranks_demo", "shm"), 1, 2)
+    cell = run_cell(ip, NAMED_CELL.replace("{PREFIX}", prefix))
+    assert cell.ok, cell.error
+    found = {}
+    for line in cell.stdout.splitlines():
+        if " segment " in line:
+            words = line.split()
+            found[int(words[1].rstrip("]"))] = (Path("/dev/shm", words[3]), int(words[5]))
+    assert len(found) == 2 and all(path.exists() for path, _ in found.values()), cell.stdout
+    return found
+
+
+def test_named_segments_of_a_killed_rank_and_of_the_rank_mpiexec_ended_go_at_stop(ip):
+    prefix = f"dctest_{os.getpid()}_stop"
+    found = _named_segments(ip, prefix)
+    try:
+        os.kill(found[1][1], signal.SIGKILL)  # mpiexec then ends rank 0
+        run_cell(ip, "%distcomp stop shm")
+        assert _gone([path for path, _ in found.values()]) == []
+    finally:
+        for path in Path("/dev/shm").glob(f"{prefix}_*"):
+            path.unlink()
+
+
+def test_named_segments_of_a_killed_kernels_ranks_go(tmp_path):
+    """After a kernel's SIGKILL no hook of its runs: its ranks' segments go all the same."""
+    import psutil
+
+    from .test_ranks_kernel import Kernel
+
+    prefix = f"dctest_{os.getpid()}_kernel"
+    k = Kernel()
+    try:
+        k.run("%load_ext jupyter_distcomp")
+        k.run(f"%%distcomp shm\n{MPI_SPEC.replace('ranks_demo', 'shm')}")
+        k.run("shm.runsettings.resource_layout.configure(process_count_per_node=2)")
+        reply, text, _ = k.run(NAMED_CELL.replace("{PREFIX}", prefix))
+        assert reply["status"] == "ok", text
+        segments = sorted(Path("/dev/shm").glob(f"{prefix}_*"))
+        assert len(segments) == 2, text
+        psutil.Process(k.km.provisioner.process.pid).kill()
+        assert _gone(segments, 20) == []
+    finally:
+        k.close()
+        for path in Path("/dev/shm").glob(f"{prefix}_*"):
+            path.unlink()
+
+
+def test_a_recorded_segment_goes_once_its_tree_is_killed_and_a_sweep_finds_a_dead_folder(
+    tmp_path,
+):
+    """A process that records its segments, SIGKILLed with its resource tracker: the record
+    names the segment, and the sweep of a dead kernel's folder unlinks it."""
+    import subprocess
+    import sys
+
+    from jupyter_distcomp.machine import scratch
+    from jupyter_distcomp.rank_side import segments
+
+    folder = tmp_path / "distcomp-dead-x"
+    folder.mkdir()
+    name = f"dctest_{os.getpid()}_sweep"
+    program = (
+        "import sys, time, importlib.util\n"
+        f"spec = importlib.util.spec_from_file_location('rec', {segments.__file__!r})\n"
+        "rec = importlib.util.module_from_spec(spec); spec.loader.exec_module(rec)\n"
+        f"rec.install({str(folder / ('rank-0' + segments.SUFFIX))!r})\n"
+        "from multiprocessing import shared_memory\n"
+        f"gone = shared_memory.SharedMemory(name={name + '_gone'!r}, create=True, size=64)\n"
+        "gone.close(); gone.unlink()\n"
+        f"kept = shared_memory.SharedMemory(name={name!r}, create=True, size=64)\n"
+        "print('made', flush=True)\ntime.sleep(60)\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", program], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert child.stdout.readline().strip() == "made"
+        reaper.kill_tree([child.pid], include_roots=True, grace=0, sessions=[child.pid])
+        child.wait(10)
+        assert Path("/dev/shm", name).exists()  # its tracker died with it
+        assert segments.recorded_segments(str(folder)) == {f"/dev/shm/{name}"}
+        (folder / scratch.OWNER).write_text(f"{child.pid} 0.00")  # its owner is gone
+        assert scratch.sweep(str(tmp_path)) == [str(folder)]
+        assert not Path("/dev/shm", name).exists()
+    finally:
+        child.kill()
+        Path("/dev/shm", name).unlink(missing_ok=True)

@@ -10,8 +10,10 @@ that holds one (a SAS URL) is refused with the fix.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -88,6 +90,16 @@ def _refuse_credentials(
                 "read it from an Azure Key Vault (the workspace's; azure-keyvault-secrets) or "
                 "from a workspace connection; `%distcomp submit` can still send it as it is."
             )
+    given = bound(component, inputs, "input") if with_values else {}
+    for name, inp in component.inputs.items():
+        if is_secret_name(name) and (inp.default not in (None, "") or given.get(name)):
+            raise AzureMLError(
+                f"input '{name}' is named as a credential, and an exported file would keep "
+                "its value in clear for everyone who reads it; nothing was written. Fix: drop "
+                f"its default and its run-settings value, and have the script read it from an "
+                "Azure Key Vault (the workspace's; azure-keyvault-secrets) or from a workspace "
+                "connection; `%distcomp submit` can still send it as it is."
+            )
     values = {f"environment variable {n}": v for n, v in component.environment_variables.items()}
     if with_values:
         values.update({f"input '{n}'": v for n, v in bound(component, inputs, "input").items()})
@@ -126,9 +138,16 @@ def export(
     """Write ``component`` as a v2 job YAML (or, with ``component_form``, a component YAML).
 
     Returns the path written. Extra keyword arguments go to :func:`to_azureml_job` (or
-    ``to_azureml_component``). The folder is created if needed; an existing file is replaced.
+    ``to_azureml_component``). The folder is created if needed; an existing file is replaced;
+    a link at ``path`` is refused (writing through it would change the file it points to).
     """
-    target = Path(path).expanduser()
+    given = target = Path(path).expanduser()
+    if target.is_symlink():
+        raise AzureMLError(
+            f"{target} is a link (to {os.readlink(target)}): export writes a file of its "
+            "own, and writing through the link would replace what it points to; nothing was "
+            "written. Fix: give a file name that is not a link, or remove the link."
+        )
     if target.is_dir():
         raise AzureMLError(
             f"{target} is a folder. Fix: give a file name such as {target / 'job.yml'}."
@@ -138,16 +157,17 @@ def export(
             f"{target}: Azure ML reads YAML; give the file a .yml or .yaml suffix "
             f"(for example {target.with_suffix('.yml')})."
         )
-    target = target.resolve()
+    target = target.parent.resolve() / target.name  # a link in the folders' path is followed
     if component_form and (inputs or outputs or compute):
         raise AzureMLError(
             "a component has no input values, outputs or compute target (a job does). "
             "Fix: drop --input/--output/--compute, or export a job (without --component)."
         )
     _refuse_credentials(component, inputs, outputs, with_values=not component_form)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if kwargs.get("environment") is None:
-        kwargs["environment"] = inline_context_beside(component, target)
+    with _writing(given):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if kwargs.get("environment") is None:
+            kwargs["environment"] = inline_context_beside(component, target)
     if component_form:
         entity = to_azureml_component(component, **kwargs)
     else:
@@ -158,9 +178,26 @@ def export(
     if not component_form:
         _restore_booleans(data, input_values(component, inputs))
     text = yaml.safe_dump(_relativize(data, target.parent), sort_keys=False, allow_unicode=True)
-    # the file is its owner's alone (0600), as a job file may name private storage
-    descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(descriptor, 0o600)  # a file that was there keeps its mode through O_CREAT
-    with open(descriptor, "w", encoding="utf-8") as handle:
-        handle.write(text)
+    # the file is its owner's alone (0600), as a job file may name private storage; a link
+    # put there meanwhile is not followed
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    with _writing(given):
+        descriptor = os.open(target, flags, 0o600)
+        os.fchmod(descriptor, 0o600)  # a file that was there keeps its mode through O_CREAT
+        with open(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(text)
     return target
+
+
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """An OSError while writing ``path`` (or the folder and files beside it) as an
+    AzureMLError that says what the system said and the fix."""
+    try:
+        yield
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(path) else ""
+        raise AzureMLError(
+            f"cannot write {path}: {exc.strerror or exc}{where}; nothing usable was written. "
+            "Fix: give a path in a folder you can write to."
+        ) from None

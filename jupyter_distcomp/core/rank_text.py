@@ -8,6 +8,12 @@ the other C0 controls, a cursor move or erase (any CSI sequence but colour), and
 sequence (a hyperlink, a window title) are removed, the text inside a hyperlink kept. Colour
 (SGR) stays, and so does ``\\r``: the labeller puts the label after it (commands) or shows
 what the redrawn line shows (run cells).
+
+Colour carries from line to line in a notebook's stream output (JupyterLab renders a stream's
+text as one), so a colour a rank leaves on would draw the next label (white on white, the line
+read as another rank's). A labelled line whose text leaves a colour on ends with a reset, and
+the rank's next line starts with its colours again after the label: every label is drawn in
+the default colours, and a rank's colour still spans its lines.
 """
 
 from __future__ import annotations
@@ -22,6 +28,12 @@ _OSC = re.compile(r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\|$)")
 _CONTROL_SEQUENCE = re.compile(r"\x1b\[(?![0-9;]*m)[0-?]*[ -/]*[@-~]?|\x1b(?!\[)[ -/]*[0-~]?")
 _BREAKS = dict.fromkeys(map(ord, "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"), "\n")
 _REMOVED = {c: None for c in [*range(0x00, 0x09), *range(0x0E, 0x1C), 0x1F, 0x7F] if c != 0x1B}
+#: a colour (SGR) sequence, and one that only resets (``ESC [ m``, ``ESC [ 0 m``, ``ESC [ 0;0 m``)
+_SGR = re.compile(r"\x1b\[[0-9;]*m")
+_RESET_ONLY = re.compile(r"\x1b\[[0;]*m")
+RESET = "\x1b[0m"
+#: characters of colour sequences carried to a rank's next line at most (the latest kept)
+_CARRIED_CHARS = 200
 
 
 def label_safe(text: str) -> str:
@@ -34,13 +46,53 @@ def label_safe(text: str) -> str:
     return text.translate(_BREAKS).translate(_REMOVED)
 
 
-def labelled_lines(label: str, text: str) -> list[str]:
+class OpenColours:
+    """The colours a rank's text left on at the end of its last line, per rank and stream:
+    what :meth:`close` puts back after the next label."""
+
+    def __init__(self) -> None:
+        self._open: dict[object, str] = {}
+
+    def open(self, key: object) -> bool:
+        """Did ``key``'s last line leave a colour on?"""
+        return key in self._open
+
+    def close(self, key: object, text: str) -> str:
+        """``text`` (what follows a label: no line break, no ``\\r``) starting in the colours
+        ``key``'s last line left on, and ending with a reset while a colour is on."""
+        carried = self._open.get(key, "")
+        if not carried and "\x1b[" not in text:
+            return text  # the common case: no colour
+        still = carried
+        for match in _SGR.finditer(text):
+            code = match.group()
+            still = "" if _RESET_ONLY.fullmatch(code) else still + code
+        if len(still) > _CARRIED_CHARS:
+            start = still.find("\x1b[", len(still) - _CARRIED_CHARS)
+            still = still[start:] if start >= 0 else ""
+        if still:
+            self._open[key] = still
+        else:
+            self._open.pop(key, None)
+        return carried + text + (RESET if still else "")
+
+
+def labelled_lines(
+    label: str, text: str, colours: OpenColours | None = None, key: object = None
+) -> list[str]:
     """``text`` (no newline in it, or made safe first) as lines each starting with
     ``label``: a new line at each line break, and the label again after each ``\\r`` (a
-    redrawn line shows its label too)."""
+    redrawn line shows its label too). Every label is drawn in the default colours:
+    ``colours`` carries a colour left on to the next call's lines (of ``key``)."""
     prefix = label + " "
-    redrawn = "\r" + prefix
-    return [prefix + line.replace("\r", redrawn) for line in label_safe(text).split("\n")]
+    if "\x1b[" not in text and (colours is None or not colours.open(key)):
+        redrawn = "\r" + prefix
+        return [prefix + line.replace("\r", redrawn) for line in label_safe(text).split("\n")]
+    colours = colours or OpenColours()
+    return [
+        prefix + ("\r" + prefix).join(colours.close(key, piece) for piece in line.split("\r"))
+        for line in label_safe(text).split("\n")
+    ]
 
 
-__all__ = ["label_safe", "labelled_lines"]
+__all__ = ["RESET", "OpenColours", "label_safe", "labelled_lines"]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .layout import layout_text, tensorflow_tasks
-from .secrets import masked_repr
+from .secrets import masked_variable_repr
 
 if TYPE_CHECKING:
     from .model import Component, Input
@@ -96,7 +96,7 @@ def input_attributes(inp: Input) -> str:
     if inp.optional:
         parts.append("optional")
     if inp.default is not None:
-        parts.append(f"default {masked_repr(inp.default)}")
+        parts.append(f"default {masked_variable_repr(inp.name, inp.default)}")
     if inp.min is not None and inp.max is not None:
         parts.append(f"{inp.min} to {inp.max}")
     elif inp.min is not None:

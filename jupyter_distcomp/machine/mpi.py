@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..errors import RankError
+from ..rank_side.segments import RECORDS_VARIABLE
 from .hosts import Placement
 from .network import listen_address, network_of
 
@@ -65,13 +66,16 @@ def run_files_environment(
       ("The PMIx server's listener thread failed to start").
     - with ``segments``, the ranks' shared-memory segments, in that folder: a rank killed
       with its mpiexec leaves its segment in memory.
+    - the folder where the ranks record the segments they make themselves
+      (``rank_side/segments.py``), for the guard that ends mpiexec to unlink what is left.
     """
     wanted = {"PRTE_MCA_prte_local_tmpdir_base": folder}
     if "PRTE_MCA_prte_tmpdir_base" in given:  # Open MPI refuses both
         wanted = {}
     if segments is not None:
         wanted["OMPI_MCA_btl_sm_backing_directory"] = segments
-    return {key: value for key, value in wanted.items() if key not in given}
+    found = {key: value for key, value in wanted.items() if key not in given}
+    return {**found, RECORDS_VARIABLE: folder}
 
 
 #: the byte transfer layers ranks on one machine leave out

@@ -9,17 +9,22 @@ node writes lands in the user's code folder.
 
 Files are copied copy-on-write where the file system can (a reflink: ``FICLONE`` on btrfs, XFS,
 bcachefs; ``copy_file_range``, which some file systems serve without copying), else byte by
-byte. Never hard links: a write through one would change the user's file. The snapshot follows
-Azure ML's rules: ``.amlignore`` (else ``.gitignore``) in the code folder leaves files out, and
-a snapshot over Azure ML's limit is refused here as it would be there.
+byte. Never hard links, never links: a write through one would change the user's file. The
+snapshot follows Azure ML's rules: ``.amlignore`` (else ``.gitignore``) in the code folder leaves
+files out, a link is copied as what it points to (azure-ai-ml's ``get_upload_files_from_folder``
+walks with ``followlinks=True`` and uploads each link's target), and a snapshot over Azure ML's
+limit, counted in what links point to, is refused here as it would be there. A FIFO, socket or
+device is refused before anything is copied: reading one would wait for a writer forever.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fnmatch
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -82,15 +87,42 @@ def _ignored(relative: str, is_dir: bool, patterns: list[str]) -> bool:
     return False
 
 
+def _kind(mode: int) -> str | None:
+    """What a file that is not a regular file is (None: a regular file)."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def _refuse(code_dir: Path, problems: list[str], fix: str) -> SpecError:
+    shown = "; ".join(problems[:5]) + (
+        f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
+    )
+    return SpecError(f"cannot copy the code folder {code_dir} for each node: {shown}. Fix: {fix}")
+
+
 def snapshot(code_dir: Path, skip: Iterable[Path] = ()) -> tuple[list[Path], list[Path], int]:
     """The folders and files (relative) Azure ML would snapshot, and their total size;
-    ``skip``: folders left out (outputs inside the code folder, which stay shared)."""
+    ``skip``: folders left out (outputs inside the code folder, which stay shared).
+
+    As Azure ML's client uploads a snapshot, a link (to a file or a folder, inside the code
+    folder or not) is followed: its target's content is what is copied and counted. A link
+    to nothing, a link to a folder that holds it, and a FIFO, socket or device are refused,
+    each named (a copy would fail, never end, or wait for a writer forever)."""
     patterns = _ignore_patterns(code_dir)
     skipped = {Path(s).resolve() for s in skip}
     folders: list[Path] = []
     files: list[Path] = []
     size = 0
-    for top, dirs, names in os.walk(code_dir):
+    special: list[str] = []
+    broken: list[str] = []
+    for top, dirs, names in os.walk(code_dir, followlinks=True):
         here = Path(top)
         kept = []
         for name in sorted(dirs):
@@ -98,44 +130,83 @@ def snapshot(code_dir: Path, skip: Iterable[Path] = ()) -> tuple[list[Path], lis
             relative = path.relative_to(code_dir)
             if path.resolve() in skipped or _ignored(relative.as_posix(), True, patterns):
                 continue
-            if path.is_symlink():  # copied as a link, not followed
-                files.append(relative)
-                continue
+            if path.is_symlink() and _holds(path):
+                raise _refuse(
+                    code_dir,
+                    [f"{relative} is a link to {os.readlink(path)}, a folder that holds it"],
+                    "replace the link by what it should hold, or list it in the code "
+                    "folder's .amlignore.",
+                )
             kept.append(name)
             folders.append(relative)
         dirs[:] = kept
         for name in sorted(names):
-            relative = (here / name).relative_to(code_dir)
-            if not _ignored(relative.as_posix(), False, patterns):
-                files.append(relative)
-                with contextlib.suppress(OSError):
-                    size += (here / name).lstat().st_size
+            path = here / name
+            relative = path.relative_to(code_dir)
+            if _ignored(relative.as_posix(), False, patterns):
+                continue
+            try:
+                facts = path.stat()  # what a link points to
+            except OSError:
+                if path.is_symlink():
+                    broken.append(
+                        f"{relative} is a link to {os.readlink(path)}, which does not exist"
+                    )
+                continue  # gone since the walk: not in the snapshot
+            kind = _kind(facts.st_mode)
+            if kind is not None:
+                special.append(f"{relative} ({kind})")
+                continue
+            files.append(relative)
+            size += facts.st_size
+    if broken:
+        raise _refuse(
+            code_dir, broken, "remove the link, or list it in the code folder's .amlignore."
+        )
+    if special:
+        raise _refuse(
+            code_dir,
+            special,
+            "list it in the code folder's .amlignore, or move it out of the code folder "
+            "(a FIFO or socket a program opens at run time belongs in its TMPDIR).",
+        )
     return folders, files, size
 
 
+def _holds(link: Path) -> bool:
+    """Is the folder ``link`` points to one of the folders that hold ``link``?"""
+    target = link.resolve()
+    return any(target == parent.resolve() for parent in link.parents)
+
+
 def _copy_file(source: Path, target: Path) -> None:
-    """``source`` to ``target`` copy-on-write where the file system can, else by bytes."""
-    if source.is_symlink():
-        target.symlink_to(os.readlink(source))
-        return
+    """``source`` (a link: what it points to) to ``target``, copy-on-write where the file
+    system can, else by bytes; refused when it is no regular file by now (never waits on a
+    FIFO for a writer)."""
     import fcntl
 
-    with open(source, "rb") as src, open(target, "wb") as dst:
-        try:
-            fcntl.ioctl(dst.fileno(), _FICLONE, src.fileno())
-        except OSError:
-            left = os.fstat(src.fileno()).st_size
+    fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK)
+    with open(fd, "rb") as src:
+        kind = _kind(os.fstat(fd).st_mode)
+        if kind is not None:
+            raise OSError(errno.EINVAL, f"{kind}, not a regular file", str(source))
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        with open(target, "wb") as dst:
             try:
-                while left > 0:
-                    done = os.copy_file_range(src.fileno(), dst.fileno(), left)
-                    if done == 0:
-                        break
-                    left -= done
-            except OSError:  # not between these file systems: plain bytes
-                src.seek(0)
-                dst.seek(0)
-                dst.truncate()
-                shutil.copyfileobj(src, dst, 1 << 20)
+                fcntl.ioctl(dst.fileno(), _FICLONE, src.fileno())
+            except OSError:
+                left = os.fstat(src.fileno()).st_size
+                try:
+                    while left > 0:
+                        done = os.copy_file_range(src.fileno(), dst.fileno(), left)
+                        if done == 0:
+                            break
+                        left -= done
+                except OSError:  # not between these file systems: plain bytes
+                    src.seek(0)
+                    dst.seek(0)
+                    dst.truncate()
+                    shutil.copyfileobj(src, dst, 1 << 20)
     shutil.copymode(source, target)
 
 

@@ -4,7 +4,8 @@ shared-memory segments) that a dead kernel does not leave behind for good.
 Each folder holds an ``owner`` file naming the process that made it (pid and start time, so a
 reused pid does not count). A kernel removes its folders itself when a run ends; one that was
 SIGKILLed cannot, so the first scratch folder a kernel makes first sweeps the folders whose
-owner is gone.
+owner is gone, with the shared-memory segments that the ranks recorded there and left
+(``rank_side/segments.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
+
+from ..rank_side import segments
 
 OWNER = "owner"
 #: a file system in memory (Linux), where Open MPI keeps the ranks' shared-memory segments
@@ -69,6 +72,7 @@ def sweep(root: str | None = None) -> list[str]:
             continue
         with contextlib.suppress(ValueError, IndexError):
             if _identity(int(words[0])) != " ".join(words[:2]):
+                segments.unlink_recorded(str(folder))  # what its ranks made and left
                 shutil.rmtree(folder, ignore_errors=True)
                 removed.append(str(folder))
     return removed

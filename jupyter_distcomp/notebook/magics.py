@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import math
 import re
 import shlex
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -317,9 +318,38 @@ def compare_arguments(line: str) -> argparse.Namespace:
             raise UsageError(
                 f"%distcomp compare: --{option} {text!r} is not a number. Fix: --{option} {example}"
             ) from None
-    return argparse.Namespace(
-        subcommand="compare", name=name, expr=expr, ranks=options["ranks"], **numbers
+    return check_numbers(
+        argparse.Namespace(
+            subcommand="compare", name=name, expr=expr, ranks=options["ranks"], **numbers
+        )
     )
+
+
+#: each number argument: (what it must be, whether it holds, an example)
+_NUMBERS: dict[str, tuple[str, Any, str]] = {
+    "timeout": ("a number of seconds above 0", lambda v: math.isfinite(v) and v > 0, "120"),
+    "rtol": ("a relative tolerance of 0 or more", lambda v: math.isfinite(v) and v >= 0, "1e-6"),
+    "rank": ("a rank of 0 or more", lambda v: v >= 0, "0"),
+    "last": ("a count of 1 or more", lambda v: v >= 1, "10"),
+    "instance_count": ("a count of 1 or more", lambda v: v >= 1, "2"),
+    "process_count_per_node": ("a count of 1 or more", lambda v: v >= 1, "2"),
+    "worker_count": ("a count of 1 or more", lambda v: v >= 1, "2"),
+    "parameter_server_count": ("a count of 0 or more", lambda v: v >= 0, "1"),
+}
+
+
+def check_numbers(args: argparse.Namespace) -> argparse.Namespace:
+    """``args``, once each number in it is one a person would mean (no negative, NaN or
+    infinite time-out, say); a UsageError naming the range and an example otherwise."""
+    for dest, (meaning, holds, example) in _NUMBERS.items():
+        value = getattr(args, dest, None)
+        if value is not None and not holds(value):
+            flag = "--" + dest.replace("_", "-")
+            raise UsageError(
+                f"%distcomp {args.subcommand}: {flag} {value:g}: give {meaning}, "
+                f"e.g. {flag} {example}."
+            )
+    return args
 
 
 @magics_class
@@ -383,6 +413,7 @@ class DistCompMagics(Magics):
         parsed = self._parsed.get(key)
         if parsed is None:
             parsed = self._parser.parse_args(words)
+            check_numbers(parsed)
             if len(self._parsed) < PARSED_KEPT:
                 self._parsed[key] = parsed
         return copy.deepcopy(parsed)
@@ -519,8 +550,6 @@ class DistCompMagics(Magics):
         print(self.session.where(args.name, args.ranks).text())
 
     def _handle_collectives(self, args: argparse.Namespace, cell: str | None) -> None:
-        if args.last < 1:
-            raise UsageError(f"--last {args.last}: give a positive count. Fix: --last 10")
         print(self.session.collectives(args.name, args.last).text())
 
     def _handle_compare(self, args: argparse.Namespace, cell: str | None) -> None:
@@ -585,11 +614,6 @@ class DistCompMagics(Magics):
         from ..azureml.diagnose import diagnose_folder
         from .views.diagnosis import DiagnosisView
 
-        if args.process_count_per_node is not None and args.process_count_per_node < 1:
-            raise UsageError(
-                f"--process-count-per-node {args.process_count_per_node}: give a positive "
-                "count. Fix: --process-count-per-node 8"
-            )
         if args.target is None:
             args.target = self.session.job_name(None)
         if _names_a_job(args.target):
@@ -750,7 +774,7 @@ def _say_background(cell: Any) -> None:
     )
 
 
-__all__ = ["DistCompMagics", "key_values"]
+__all__ = ["DistCompMagics", "check_numbers", "key_values"]
 
 
 def _mask_message(exc: BaseException) -> None:

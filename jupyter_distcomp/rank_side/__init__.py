@@ -4,6 +4,8 @@
   mpiexec) and all it starts die with the kernel.
 - ``reaper``: the one process-tree killer, and the subreaper the supervisors are; the kernel
   ends the trees it started with it too.
+- ``segments``: each rank writes down the shared-memory segments it makes; the world's
+  stop, the guard and the next kernel's sweep unlink those a killed rank left.
 - ``rank_exec``: the supervisor of each rank of ``%distcomp command``, run as a file.
 - ``engine_start``: ``python -m jupyter_distcomp.rank_side.engine_start FILE ...``: an engine
   on this machine, started beside its controller; it initialises MPI while ipyparallel's

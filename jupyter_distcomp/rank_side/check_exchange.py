@@ -8,6 +8,14 @@ address passes once through the user's store, under two keys that the last rank 
 deletes. A default store that is not a TCPStore (a FileStore, say) is used itself, as is
 the user's TCPStore where the serving rank could not start one.
 
+A TCPStore lets anyone who reaches its port list, read and write its keys, and our ranks
+listen where every local user reaches them. So each value check mode writes (that address
+too) carries an HMAC of its key and its text under a key that only the world's ranks hold
+(:data:`KEY_VARIABLE`, in their environment, which other users cannot read): a value
+another process wrote, or moved to another key, is refused with what happened instead of
+being compared. Others can still read the signatures (the calls' names, shapes and call
+sites) and flood the port (docs/own-cluster.md, "what stays open").
+
 mpi4py: :class:`MpiExchange` sends each rank's signature to the other members of the
 communicator, point to point, on a duplicate of COMM_WORLD made when MPI is wrapped (so no
 user's receive, not even ``ANY_TAG``, sees them), and polls for theirs: a SIGINT (the
@@ -21,7 +29,10 @@ Standard library only at import; loaded by path on a rank, as ledger_hooks.py's 
 from __future__ import annotations
 
 import datetime
+import hashlib
+import hmac
 import ipaddress
+import os
 import socket
 import time
 from typing import Any
@@ -34,6 +45,45 @@ CONNECT = datetime.timedelta(seconds=60)
 TAG = 1
 #: seconds between looks once an exchange has waited a while (first it polls without pause)
 POLL = 0.0005
+#: the variable that gives a world's ranks the key that signs check mode's values
+KEY_VARIABLE = "DISTCOMP_CHECK_KEY"
+TAG_CHARS = 32  # hex digits of a value's HMAC-SHA256 kept in front of it
+
+
+class ForgedValue(RuntimeError):
+    """A value in check mode's store that no rank of this world wrote."""
+
+
+class Signer:
+    """Signs and checks the values check mode writes, with the world's key (none: values
+    as they are, as on a cluster of the user's own without our key)."""
+
+    def __init__(self, key: str | None = None) -> None:
+        key = os.environ.get(KEY_VARIABLE, "") if key is None else key
+        self.key = key.encode()
+
+    def _tag(self, name: str, text: str) -> str:
+        message = f"{name}\n{text}".encode("utf-8", "surrogateescape")
+        return hmac.new(self.key, message, hashlib.sha256).hexdigest()[:TAG_CHARS]
+
+    def sign(self, name: str, text: str) -> str:
+        """``text`` as written under ``name``."""
+        return self._tag(name, text) + text if self.key else text
+
+    def open(self, name: str, signed: str, where: str = "") -> str:
+        """The text of a value read under ``name``; ForgedValue when its HMAC is not ours."""
+        if not self.key:
+            return signed
+        tag, text = signed[:TAG_CHARS], signed[TAG_CHARS:]
+        if not hmac.compare_digest(tag, self._tag(name, text)):
+            raise ForgedValue(
+                f"check_collectives: the value under {name!r} in check mode's store{where} "
+                "was not written by a rank of this world: another process on this machine "
+                "wrote to the store, so this call's check is void. Fix: `%distcomp restart` "
+                "the ranks; on a machine shared with people you do not trust, run them in a "
+                "container or VM of your own."
+            )
+        return text
 
 
 def wait_keys(store, keys: list[str]) -> None:
@@ -72,11 +122,20 @@ class TorchStore:
 
     def __init__(self) -> None:
         self.store: Any = None
+        self.signer = Signer()
 
     def get(self, dist) -> Any:
         if self.store is None:
             self.store = self._connect(dist)
         return self.store
+
+    def post(self, name: str, text: str) -> None:
+        """``text`` under ``name`` in the store, signed."""
+        self.store.set(name, self.signer.sign(name, text))
+
+    def read(self, name: str) -> str:
+        """The text under ``name``; ForgedValue when no rank of this world wrote it."""
+        return self.signer.open(name, self.store.get(name).decode("utf-8", "surrogateescape"))
 
     def _connect(self, dist) -> Any:
         user = dist.distributed_c10d._get_default_store()
@@ -90,10 +149,10 @@ class TorchStore:
                 address = f"{host}\n{store.port}"
             except Exception:  # no store of its own: the user's, as it is said to all
                 store, address = user, ""
-            user.set(ADDRESS, address)
+            user.set(ADDRESS, self.signer.sign(ADDRESS, address))
         else:
             wait_keys(user, [ADDRESS])
-            address = user.get(ADDRESS).decode()
+            address = self.signer.open(ADDRESS, user.get(ADDRESS).decode(), " (its address)")
             if address:
                 host, port = address.split("\n")
                 store = dist.TCPStore(host, int(port), is_master=False, timeout=CONNECT)

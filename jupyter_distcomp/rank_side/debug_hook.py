@@ -215,7 +215,9 @@ def _written() -> dict:
 
 
 class _In(io.TextIOBase):
-    """pdb's stdin: each line is the answer to a prompt in the notebook ('' = EOF = quit)."""
+    """pdb's stdin: each line is the answer to a prompt in the notebook. A session the
+    kernel ended (an interrupt at the prompt, a stop) is a KeyboardInterrupt, never the end
+    of input, which pdb takes for ``q``."""
 
     def __init__(self, channel: _Channel):
         self.channel = channel
@@ -226,7 +228,7 @@ class _In(io.TextIOBase):
             reply = self.channel.recv()
         except (OSError, EOFError):  # the kernel ended the session (interrupt, stop)
             self.channel.close()
-            return ""
+            raise KeyboardInterrupt("the notebook ended this debug session") from None
         return reply.get("line", "") + "\n"
 
 

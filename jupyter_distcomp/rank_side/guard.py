@@ -10,7 +10,9 @@ passes every stop signal on to it, so that mpiexec stops its ranks and the contr
 schedulers. The guard is a child subreaper (see reaper.py): a process a rank starts and
 leaves behind, even a daemon that detaches with ``setsid``, is adopted by the guard, not by
 PID 1, and is killed when CMD ends, or ``GRACE`` seconds after a stop signal if CMD lingers.
-The guard ends as CMD did (same exit code or signal). Elsewhere it just runs CMD.
+The guard ends as CMD did (same exit code or signal), once it has unlinked the shared-memory
+segments the ranks recorded and left (``segments.py``: ``DISTCOMP_SEGMENT_RECORDS`` in its
+environment names the folder). Elsewhere it just runs CMD.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import signal
 import sys
 import threading
 
-from . import reaper
+from . import reaper, segments
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 _STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -110,7 +112,11 @@ def main(argv: list[str]) -> None:
         sys.exit(1)
     reaper.become_subreaper()
     signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
-    _exit_like(_supervise(_start(argv)))
+    code = _supervise(_start(argv))
+    records = os.environ.get(segments.RECORDS_VARIABLE)
+    if records:  # what the ranks' resource trackers, killed with them, did not unlink
+        segments.unlink_recorded(records)
+    _exit_like(code)
 
 
 if __name__ == "__main__":

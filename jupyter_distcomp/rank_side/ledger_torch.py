@@ -358,8 +358,9 @@ class _Torch:
         ranks = members or tuple(range(dist.get_world_size()))
         exchange = core._sibling("check_exchange")
         store = self.check_store()
+        signed = self.store  # signs what it posts, checks what it reads
         prefix = f"distcomp-check/{epoch}/{label}/"
-        store.set(f"{prefix}{round_}/{me}", core.ledger.SEP.join(map(str, sig)))
+        signed.post(f"{prefix}{round_}/{me}", core.ledger.SEP.join(map(str, sig)))
         keys = [f"{prefix}{round_}/{r}" for r in ranks]
         posted = self.posted.setdefault(prefix, [])
         posted.append(round_)
@@ -376,9 +377,7 @@ class _Torch:
         del posted[:-1]
         sigs = {}
         for rank, key in zip(ranks, keys):
-            op, data, reduce, root, file, line, function = (
-                store.get(key).decode().split(core.ledger.SEP)
-            )
+            op, data, reduce, root, file, line, function = signed.read(key).split(core.ledger.SEP)
             sigs[rank] = (op, data, reduce, root, file, int(line or 0), function)
         core.mismatch(label, seq, sigs, me)
 

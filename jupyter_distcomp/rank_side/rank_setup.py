@@ -52,6 +52,7 @@ def setup_rank(
     lean: str = "",
     cwd: str = "",
     cell_label: str = "",
+    segments: tuple[str, str] | None = None,
 ) -> dict:
     """Apply this rank's variables, arm the stack dump and the collectives ledger, keep cells
     that follow a failed one (and give them a working stdout and stderr), and say who we are.
@@ -72,6 +73,9 @@ def setup_rank(
     ``cell_label`` is :data:`CELL_LABEL`: a request's cell is named by its value in the
     rank's tracebacks (IPython's ``Cell In[12]``), not by the engine's own count, and in
     the ledger's call sites (``In [12], line 7``, in check mode's errors).
+
+    ``segments`` is ``(segments.py, record file)``: the rank writes down the shared-memory
+    segments it makes, which go with it even when a SIGKILL ends its resource tracker.
 
     ``drop`` lists variables to remove unless ``env`` sets them. SIGUSR1 makes faulthandler
     write every thread's Python stack to ``stack_path`` even while the main thread is stuck
@@ -249,6 +253,11 @@ def setup_rank(
             by_path("distcomp_flow", flow[0]).install(flow[1])
         except Exception as exc:
             print(f"distcomp: this rank's output is not paced: {exc!r}", file=sys.stderr)
+    if segments is not None and os.path.exists(segments[0]):
+        try:
+            by_path("distcomp_segments", segments[0]).install(segments[1])
+        except Exception as exc:
+            print(f"distcomp: this rank's shared memory is not recorded: {exc!r}", file=sys.stderr)
     mpi_rank = mpi_size = None
     if "mpi4py.MPI" in sys.modules:
         comm = sys.modules["mpi4py.MPI"].COMM_WORLD

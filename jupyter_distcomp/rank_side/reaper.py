@@ -199,9 +199,8 @@ def end_gently(pids: Iterable[int], grace: float = TERM_GRACE) -> list[int]:
         time.sleep(0.02)
 
 
-def _mapped(pid: int) -> set[str]:
-    """The Python shared-memory segments ``pid`` has mapped."""
-    prefix = os.path.join(SHARED_MEMORY, PYTHON_SEGMENT)
+def _mapped(pid: int, prefix: str = SHARED_MEMORY + "/") -> set[str]:
+    """The shared-memory files (under ``prefix``) ``pid`` has mapped."""
     try:
         with open(f"{_PROC}/{pid}/maps", encoding="utf-8", errors="replace") as handle:
             return {
@@ -217,7 +216,7 @@ def mapped_segments(pids: Iterable[int]) -> set[str]:
     """The Python shared-memory segments (not unlinked yet) that ``pids`` have mapped."""
     found: set[str] = set()
     for pid in pids:
-        found |= _mapped(pid)
+        found |= _mapped(pid, os.path.join(SHARED_MEMORY, PYTHON_SEGMENT))
     return {path for path in found if not path.endswith(" (deleted)")}
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from ...core.joblog.state import MARK, parse_state_line
 from ...core.ranges import format_ranks
-from ...core.rank_text import labelled_lines
+from ...core.rank_text import OpenColours, labelled_lines
 from ...core.tracebacks import HeldTracebacks
 from ...errors import AzureMLError
 from ..failures import explain, scrub
@@ -91,6 +91,7 @@ class Follower:
         self.facts = read_job(ml_client, name)
         self.reader = LogReader(ml_client, self.facts.rank_of, spool=spool)
         self.tracebacks = HeldTracebacks()
+        self.colours = OpenColours()  # no colour a rank leaves on reaches a label
         self.completed_at: dict[int, float] = {}  # rank -> when its held traceback completed
         self.ranks: dict[int, RankSeen] = {}
         self.stalled: set[int] = set()  # ranks whose last state line says they stall
@@ -137,7 +138,7 @@ class Follower:
         return True
 
     def _labelled(self, rank: int, text: str) -> str:
-        return "\n".join(labelled_lines(self.facts.label(rank), text))
+        return "\n".join(labelled_lines(self.facts.label(rank), text, self.colours, rank))
 
     def _release_tracebacks(self, ranks: list[int] | None) -> None:
         """Show the held tracebacks of ``ranks`` (all: None), identical ones once."""

@@ -29,11 +29,13 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from secrets import token_hex
 from typing import IO
 
 from ...machine import mpi, scratch, shim
 from ...machine.hosts import Placement
 from ...rank_side import reaper
+from ...rank_side.check_exchange import KEY_VARIABLE as CHECK_KEY_VARIABLE
 from ..debug.dap import debugpy_out_of_children
 
 #: a line with no newline yet is shown after this many seconds (progress output)
@@ -52,7 +54,8 @@ def base_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     mpiexec and scripts that look for ``OMPI_COMM_WORLD_RANK``). The kernel's Python comes
     first on PATH, so ``python train.py`` runs with the kernel's packages, as ``python`` in
     an Azure ML environment runs with that environment's. ``PYTHONUNBUFFERED=1`` (unless set)
-    makes ``print`` reach the notebook when it happens, not when a buffer fills.
+    makes ``print`` reach the notebook when it happens, not when a buffer fills. The
+    ranks of one run share a key of their own (check_exchange.Signer).
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith(_STRIPPED_PREFIXES)}
     env.update({key: str(value) for key, value in (extra or {}).items()})
@@ -61,6 +64,7 @@ def base_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     if bin_dir not in path.split(os.pathsep):
         env["PATH"] = bin_dir + (os.pathsep + path if path else "")
     env.setdefault("PYTHONUNBUFFERED", "1")
+    env[CHECK_KEY_VARIABLE] = token_hex(16)  # signs check mode's store values (the run's)
     return env
 
 

@@ -11,7 +11,6 @@ the same stderr are shown once ("ranks 1-3").
 
 from __future__ import annotations
 
-import shlex
 import signal
 from collections import deque
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ...core.ranges import format_ranks
-from ...core.secrets import mask_secrets
+from ...core.secrets import masked_command, secret_values
 from ...machine.gpus import no_gpu_notice
 
 TAIL_LINES = 20
@@ -180,5 +179,6 @@ def failure_message(result: Any) -> str:
     if all(r.pid is None and r.returncode is None for r in result.ranks) and result.launcher_tail:
         lines.append("mpiexec said:")
         lines.extend(f"    {line}" for line in result.launcher_tail)
-    lines.append(f"command: {mask_secrets(shlex.join(result.argv))}  (in {result.cwd})")
+    argv = masked_command(result.argv, secret_values(result.inputs))
+    lines.append(f"command: {argv}  (in {result.cwd})")
     return "\n".join(lines)

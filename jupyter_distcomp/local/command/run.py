@@ -24,7 +24,7 @@ from ...contracts import RankState
 from ...core.bindings import local_inputs, local_outputs
 from ...core.layout import MPI_LAUNCHERS, env_places
 from ...core.ranges import format_ranks, rank_label
-from ...core.rank_text import labelled_lines
+from ...core.rank_text import OpenColours, labelled_lines
 from ...core.tf_config import empty_ps_hint
 from ...core.tracebacks import HeldTracebacks
 from ...errors import RankError, SpecError
@@ -227,6 +227,7 @@ class _Run:
         self.stop_deadline: float | None = None
         self.killed = False
         self.launcher_tail: deque = deque(maxlen=TAIL_LINES)
+        self.colours = OpenColours()  # no colour a rank leaves on reaches a label
         self.debugger: DebugChannel | None = None
         self.quits: set[int] = set()  # ranks whose user typed q at a prompt
         self.held: HeldStops | None = None  # a run in the background: its stops wait
@@ -266,7 +267,7 @@ class _Run:
                     if batch:
                         self._emit(batch, batch_stream)
                         batch = []
-                    self._emit([self._labelled(rank, text) for text in released], "stderr")
+                    self._emit([self._labelled(rank, t, "stderr") for t in released], "stderr")
                 if not held:
                     if batch and stream_name != batch_stream:
                         self._emit(batch, batch_stream)
@@ -284,10 +285,10 @@ class _Run:
     def _record(self, rank: int, stream_name: str, text: str) -> str:
         outcome = self.result.ranks[rank]
         (outcome.stderr_tail if stream_name == "stderr" else outcome.stdout_tail).append(text)
-        return self._labelled(rank, text)
+        return self._labelled(rank, text, stream_name)
 
-    def _labelled(self, rank: int, text: str) -> str:
-        return "\n".join(labelled_lines(self.labels[rank], text))
+    def _labelled(self, rank: int, text: str, stream_name: str) -> str:
+        return "\n".join(labelled_lines(self.labels[rank], text, self.colours, (rank, stream_name)))
 
     def _emit(self, lines: list[str], stream_name: str) -> None:
         if self.stream is not None:

@@ -151,9 +151,12 @@ class Adapter:
         if not isinstance(message, dict):
             raise Malformed(f"a request must be an object, not {type(message).__name__}")
         command = message.get("command", "")
-        args = message.get("arguments")
-        if args is None:
-            args = {}
+        if "arguments" in message and message["arguments"] is None:  # debugpy never answers
+            raise Malformed(
+                f"request {command!r}: 'arguments' is null; send an object, or leave it out "
+                "where the request takes none"
+            )
+        args = message.get("arguments", {})
         if not isinstance(command, str) or not isinstance(args, dict):
             raise Malformed(
                 f"request {command!r}: 'command' must be a string and 'arguments' an object"

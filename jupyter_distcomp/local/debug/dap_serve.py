@@ -260,7 +260,8 @@ class Serving:
         group = self.group
         assert group is not None
         members = {m: f"{'distcomp_call'} {name} {json.dumps(args)}" for m in self._members(ranks)}
-        answers = group._ask_ranks(members)
+        said = f"the debugger's {name} request"
+        answers = group._ask_ranks(members, said)
         found: dict[int, Any] = {}
         for member, answer in answers.items():
             if "error" in answer:
@@ -268,6 +269,13 @@ class Serving:
                 raise RuntimeError(f"rank {rank}: {answer['error']}{self._late(rank)}")
             found[member.session.rank] = answer.get("value")
         missing = ranks - set(found)
+        ended = {m.session.rank for m in members if m.state == "ended"} & missing
+        if ended:
+            raise RuntimeError(
+                f"{format_ranks(ended)} ended while it answered {said} (its process exited: "
+                "os._exit, a crash or a kill): it is stopped no longer. Fix: `%distcomp "
+                "restart` brings its rank back."
+            )
         if missing:
             raise RuntimeError(
                 f"{format_ranks(missing)} did not answer within the time limit of "

@@ -72,10 +72,16 @@ class Member:
     data: dict | None = None  # the rank's answer to RANK_COMPARE
     ran: bool = False  # it ran on since the last command was sent
     line: str = ""  # the command it was sent last
+    said: str = ""  # that command as the notebook names it (else the line, quoted)
     since: float = 0.0  # when it was sent
     timed_out: bool = False  # the command ran past the time limit: the rank was interrupted
     owed: bool = False  # it came to its prompt since its output was last caught up with
     written: list | None = None  # [cell, units] it had written then (None: not counted)
+
+
+def _named(member: Member) -> str:
+    """The command a member was sent, as the notebook names it."""
+    return member.said or repr(member.line.strip())
 
 
 def eval_seconds() -> float:
@@ -271,11 +277,13 @@ class Group:
 
         return table(self.name, expr, summaries, rtol, diff_kept)
 
-    def _ask_ranks(self, lines: dict[Member, str]) -> dict[Member, dict]:
-        """Send each member its own command (at once); the data each answered."""
+    def _ask_ranks(self, lines: dict[Member, str], said: str = "") -> dict[Member, dict]:
+        """Send each member its own command (at once); the data each answered. ``said``:
+        the commands as the notebook names them (the visual debugger's requests)."""
         for member, line in lines.items():
             member.data, member.state = None, "busy"
             self._send(member, line)
+            member.said = said
         self._wait(list(lines), settle=0.0)
         return {m: m.data for m in lines if m.data is not None}
 
@@ -301,6 +309,7 @@ class Group:
     @staticmethod
     def _send(member: Member, line: str) -> None:
         member.line, member.since, member.timed_out = line, time.monotonic(), False
+        member.said = ""
         member.session.send(line=line)
 
     # -- waiting for the ranks -----------------------------------------------------------
@@ -334,7 +343,7 @@ class Group:
                 self.interrupt(ranks)
             said = "interrupted" if self.interrupt is not None else "not interrupted here"
             print(
-                f"{format_ranks(ranks)}: {late[0].line.strip()!r} ran past the debugger's time "
+                f"{format_ranks(ranks)}: {_named(late[0])} ran past the debugger's time "
                 f"limit of {limit:g} s for an evaluation: {said}.",
                 flush=True,
             )
@@ -344,7 +353,7 @@ class Group:
                 member.state = "stuck"
             print(
                 f"{format_ranks(m.session.rank for m in stuck)} did not answer "
-                f"{stuck[0].line.strip()!r} after the interrupt (blocked in C code, such as "
+                f"{_named(stuck[0])} after the interrupt (blocked in C code, such as "
                 "a collective the other ranks did not join): it leaves the prompt, and "
                 "rejoins if it answers. Fix: `%distcomp restart` if it stays so.",
                 flush=True,

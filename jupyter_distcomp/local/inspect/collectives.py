@@ -95,6 +95,28 @@ def group_lines(
     return lines
 
 
+def _no_wait(
+    ledgers: dict[int, list[ledger.Entry]], groups: list[tuple[str, list[str]]]
+) -> list[str]:
+    """The verdict where no rank waits for a call that cannot come: the ranks agree, unless
+    a row below diverges (a ledger damaged, read as empty, or cut short)."""
+    if not any(DIVERGES in line for _, lines in groups for line in lines):
+        return [
+            "every group's ranks agree on their calls, and no rank waits for one that cannot come"
+        ]
+    lines = [
+        "no rank waits for a call that cannot come, but the ranks' ledgers do not hold the "
+        f"same calls (the rows marked {DIVERGES})"
+    ]
+    empty = [rank for rank, entries in sorted(ledgers.items()) if not entries]
+    if empty:
+        lines.append(
+            f"{ledger.ranks_text(empty)}: no call in its ledger (a damaged ledger counts as "
+            "empty, and is said where it was read)"
+        )
+    return lines
+
+
 def report(
     title: str,
     ledgers: dict[int, list[ledger.Entry]],
@@ -112,12 +134,13 @@ def report(
     if not any(ledgers.values()):
         sections.append(("no collective recorded yet", []))
         return WhereReport(title, sections)
-    agree = "every group's ranks agree on their calls, and no rank waits for one that cannot come"
-    sections.append(("verdict", verdict or [agree]))
+    groups = []
     for group, table in ledger.by_group(ledgers).items():
         first = next(iter(next(iter(table.values())).values()))
         members = [r for r in (first.members or range(world_size)) if r in ledgers]
-        sections.append((group, group_lines(table, members, last, now)))
+        groups.append((group, group_lines(table, members, last, now)))
+    sections.append(("verdict", verdict or _no_wait(ledgers, groups)))
+    sections.extend(groups)
     p2p = []
     for rank, entries in sorted(ledgers.items()):
         for e in [e for e in entries if e.kind == ledger.P2P][-last:]:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ...core.rank_text import label_safe
+from ...core.rank_text import OpenColours, label_safe
 from ...rank_side.flow import RICH_KINDS, tally
 from .flow import MESSAGE_CHARS, pace_iopub
 
@@ -87,6 +87,7 @@ class RankOutput:
         self._groups: dict[int, list[tuple[str, Any]]] = {}
         self._cell = ""  # names the cell's displays; made with the first one
         self._prefixes: dict[int, str] = {}  # rank -> its label and a space
+        self._colours = OpenColours()  # no colour a rank leaves on reaches a label
         self._shown = 0  # lines shown in place so far
         #: the kernel whose iopub thread sends the output on (None outside a kernel)
         self._kernel = pace_iopub(shell)
@@ -166,6 +167,7 @@ class RankOutput:
         prefix = self._prefixes.get(rank)
         if prefix is None:
             prefix = self._prefixes[rank] = self.label(rank) + " "
+        lines = [self._colours.close((rank, name), line) for line in lines]
         text = prefix + ("\n" + prefix).join(lines) + "\n"
         if self.group:
             self._groups.setdefault(rank, []).append((name, text))

@@ -45,6 +45,8 @@ CATCH_UP = 1.0
 ALIVE_CHECK = 0.2  # seconds between checks that every rank's process still exists
 SEND_LIMIT = 30.0  # seconds ipyparallel's thread has to send a cell's requests
 SAID_LINES = 40  # lines of mpiexec's output shown with a death
+#: the heading of the stack of a rank still running after the interrupt (it did not stop)
+STILL_AT = "did not stop; at the interrupt it was at"
 REPORT_LINES = 2000  # lines of mpiexec's output searched for the cause of a death
 
 
@@ -411,7 +413,10 @@ class CellRun:
             if prompt:
                 fix = f"The debug session ended. {fix}"
         self.running.clear()
-        sections += stack_sections(stacks, self.code, "stopped at", self.cell)
+        # where each rank was at the interrupt: those still running did not stop there
+        for ranks, label in ((stopped, "stopped at"), (still, STILL_AT)):
+            chosen = {r: stacks[r] for r in ranks if r in stacks}
+            sections += stack_sections(chosen, self.code, label, self.cell)
         raise RankInterrupt(message, sections=sections, fix=fix) from None
 
     def _on_death(self) -> None:

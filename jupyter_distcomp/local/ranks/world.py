@@ -14,17 +14,20 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from secrets import token_hex
 from typing import TYPE_CHECKING, Any
 
 from ...contracts import RankState
 from ...core.layout import env_places, layout_text
 from ...core.ranges import format_ranks
-from ...errors import RankError
+from ...errors import RankError, SpecError
 from ...machine import mpi, remote, scratch, shim
 from ...machine.hosts import Placement
 from ...machine.network import is_local_host
 from ...machine.node_disks import make_node_disks
 from ...rank_side import flow, reaper
+from ...rank_side import segments as records
+from ...rank_side.check_exchange import KEY_VARIABLE as CHECK_KEY_VARIABLE
 from ...rank_side.rank_setup import CELL_LABEL, LEAN_REQUEST, OPEN_MPI_WORLD_KEYS, setup_rank
 from . import ipp, ledgers
 from .connection import Connection, connect_client
@@ -104,6 +107,7 @@ class World(WorldHealth):
         self._stopped = False
         self._lock = threading.RLock()
         self._tmp = scratch.make_folder(f"distcomp-{name}-")
+        self._check_key = token_hex(16)  # the ranks' alone (check_exchange.Signer)
         #: the ranks' shared-memory segments (on this machine), removed with the world
         self._segments = (
             scratch.shared_memory_folder(f"distcomp-{name}-") if self.placement.local else None
@@ -177,13 +181,18 @@ class World(WorldHealth):
             pass
         except BaseException as exc:
             if not self._stopped:
-                self.error = exc if isinstance(exc, RankError) else self._start_failure(exc)
+                passes = isinstance(exc, (RankError, SpecError))  # says what to fix itself
+                self.error = exc if passes else self._start_failure(exc)
         finally:
             with self._lock:
                 self._start_finished = True
                 teardown = self._stopped or self.error is not None
             if teardown:  # a stop() during the start left the teardown to us
                 self._teardown()
+            if self.error is not None:  # no rank is left starting
+                for info in self.ranks:
+                    if info.state != RankState.DEAD:
+                        info.state, info.death = RankState.DEAD, "did not start"
             self._done.set()
             self._changed()
 
@@ -266,7 +275,12 @@ class World(WorldHealth):
             list(range(self.world_size)),
             setup_rank,
             lambda info: (
-                {**private, **self.envs[info.rank], **self._node_environment(info.rank)},
+                {
+                    **private,
+                    **self.envs[info.rank],
+                    **self._node_environment(info.rank),
+                    CHECK_KEY_VARIABLE: self._check_key,  # signs check mode's store values
+                },
                 list(OPEN_MPI_WORLD_KEYS),
                 os.path.join(self._tmp, f"rank-{info.rank}.stack"),
                 (ledgers.HOOKS_FILE, self.ledger_path(info.rank)),
@@ -274,6 +288,9 @@ class World(WorldHealth):
                 LEAN_REQUEST,
                 cwds[info.rank],
                 CELL_LABEL,
+                (records.__file__, os.path.join(self._tmp, f"rank-{info.rank}{records.SUFFIX}"))
+                if self.placement.local
+                else None,
             ),
         )
         # on this machine the hooks need nothing the setup answers: their calls follow it
@@ -424,6 +441,7 @@ class World(WorldHealth):
             self.cluster.stop()  # keeps what mpiexec printed, for the reports
             # what a rank killed before its resource tracker could act left behind
             reaper.unlink_unused(segments)
+            records.unlink_recorded(self._tmp)
             if not self.placement.local:  # the ranks' stack files on their hosts
                 say(f"removing the ranks' files on {self.placement.describe()}")
                 remote.remove(self.placement.ssh_command, self.placement.hosts, self._tmp)

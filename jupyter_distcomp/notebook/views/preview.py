@@ -9,14 +9,19 @@ information, never a traceback.
 
 from __future__ import annotations
 
-import shlex
 from html import escape
 from typing import TYPE_CHECKING, Any
 
 from ...core.bindings import input_values, output_values
 from ...core.layout import PORT_AT_START, layout_text, tensorflow_tasks
 from ...core.rank_view import rank_view
-from ...core.secrets import mask_secrets, masked, masked_repr
+from ...core.secrets import (
+    mask_secrets,
+    masked,
+    masked_command,
+    masked_variable_repr,
+    secret_values,
+)
 from ...errors import DistcompError
 
 if TYPE_CHECKING:
@@ -55,8 +60,9 @@ def rank_rows(component: Component, envs: Envs) -> tuple[list[str], list[list[st
 def command_line(component: Component) -> str:
     """Rank 0's command line with the run settings (unset outputs at their default folder),
     or a DistcompError saying what is missing or invalid."""
-    argv = component.render_command(input_values(component), output_values(component))
-    return mask_secrets(shlex.join(str(a) for a in argv))
+    values = input_values(component)
+    argv = component.render_command(values, output_values(component))
+    return masked_command(argv, secret_values(values))
 
 
 def _try(func: Any, *args: Any) -> tuple[Any, str]:
@@ -127,9 +133,9 @@ def summary_text(component: Component, name: str, envs: Envs | None = None) -> s
     lines.append(f"  layout:  {_layout_line(component)}")
     for inp in component.inputs.values():
         if inp.name in settings.inputs:
-            shown = masked_repr(settings.inputs[inp.name])
+            shown = masked_variable_repr(inp.name, settings.inputs[inp.name])
         elif inp.is_parameter and inp.default is not None:
-            shown = f"{masked_repr(inp.default)} (default)"
+            shown = f"{masked_variable_repr(inp.name, inp.default)} (default)"
         else:
             shown = "unset" + ("" if inp.optional else " (required)")
         lines.append(f"  input   {inp.name} = {shown}")

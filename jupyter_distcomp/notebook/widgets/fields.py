@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as w
 
 from ...core.bindings import default_output, is_remote
-from ...core.secrets import MASK, has_secret, mask_secrets, masked
+from ...core.secrets import MASK, mask_secrets, masked_variable, masked_variable_repr
 from ...core.values import coerce_value
 from ...errors import SpecError
 
@@ -123,10 +123,10 @@ class _Field:
             return
         value = change["new"]
         held = self.bound().get(self.name)
-        if isinstance(value, str) and has_secret(held) and MASK in value:
+        if isinstance(value, str) and self.masked(held) != held and MASK in value:
             # the box shows the held value with its credential masked: unchanged, nothing to
             # write; edited around the mask, the value must be typed again in full
-            if value != masked(held):
+            if value != self.masked(held):
                 self.message.value = (
                     "<span style='color:#c00'>&#10007; the value's credential is shown as "
                     f"{MASK}: type or paste the whole value again</span>"
@@ -142,7 +142,7 @@ class _Field:
         if not change["new"]:
             self._write(None)
             return
-        value = self.control.value
+        value = self.unmasked(self.control.value)
         if value is None or (isinstance(value, str) and self.clears_when_empty() and not value):
             value = self.value_when_set()
         if value is None:
@@ -167,12 +167,15 @@ class _Field:
                 try:
                     shown = self.check(value)
                 except SpecError as exc:
-                    problem = f"the settings hold {value!r}: {exc.message}"
+                    problem = f"the settings hold {self.masked_repr(value)}: {exc.message}"
                 else:
                     if _shows(self.control, shown):
-                        self.control.value = masked(shown)
+                        self.control.value = self.masked(shown)
                     else:
-                        problem = f"the settings hold {value!r}, outside what this control allows"
+                        problem = (
+                            f"the settings hold {self.masked_repr(value)}, outside what this "
+                            "control allows"
+                        )
             else:
                 self.show_unset()
             self.control.disabled = self.unsettable and not is_set and self.disable_when_unset()
@@ -186,6 +189,19 @@ class _Field:
         else:
             hint = mask_secrets(self.hint(bound.get(self.name), is_set))
             self.message.value = f"<span style='color:#888'>{escape(hint)}</span>" if hint else ""
+
+    # -- what the control shows: credentials masked, by the field's name or the value ----
+    def masked(self, value: Any) -> Any:
+        """``value`` as the control (and so the saved widget state) holds it."""
+        return masked_variable(self.name, value) if isinstance(value, str) else value
+
+    def masked_repr(self, value: Any) -> str:
+        return masked_variable_repr(self.name, value)
+
+    def unmasked(self, value: Any) -> Any:
+        """What the control's ``value`` stands for when the box is checked: itself, unless
+        it is a masked value the field showed (then the value it masks)."""
+        return value
 
     # -- per kind -----------------------------------------------------------------------
     def check(self, value: Any) -> Any:
@@ -237,9 +253,20 @@ class InputField(_Field):
             except SpecError:
                 return
             if _shows(self.control, default):
-                self.control.value = default
+                self.control.value = self.masked(default)
         else:
             super().show_unset()
+
+    def unmasked(self, value: Any) -> Any:
+        default = self.inp.default
+        if isinstance(value, str) and MASK in value and self.inp.is_parameter:
+            try:
+                default = coerce_value(self.inp, default)
+            except SpecError:
+                return value
+            if isinstance(default, str) and value == self.masked(default) != default:
+                return default  # the spec's default, shown masked
+        return value
 
     def clears_when_empty(self) -> bool:
         # an empty path means nothing; an empty string may be a value the user wants
@@ -249,7 +276,7 @@ class InputField(_Field):
         inp = self.inp
         if not is_set:
             if inp.is_parameter and inp.default is not None:
-                return f"default {inp.default!r}"
+                return f"default {self.masked_repr(inp.default)}"
             return "unset (optional)" if inp.optional else "required: give a value"
         if inp.is_data and isinstance(value, str) and not is_remote(value):
             path = Path(value).expanduser()
