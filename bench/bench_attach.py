@@ -16,6 +16,9 @@ figures show what SSH, the tunnels and the hops cost, not a real network's laten
    this machine (2 emulated nodes x 2: MPI in shared memory, not TCP between hosts); the
    same program, the same prompt code. ``BENCH_LINE`` replaces the stepped line (``x = x +
    1``: the debugger's path alone).
+3. what a job nobody attaches to pays: a Python process's start (``python -c pass``, as the
+   job's bash runs it) with the rank side of attach armed, against the diagnostics alone and
+   against no prefix, STARTS alternated runs each (no root needed).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import builtins
 import io
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -51,6 +55,7 @@ PROGRAM = "from mpi4py import MPI\nc = MPI.COMM_WORLD\nx = c.rank\nbreakpoint()\
 #: the file ``go`` exists
 RUNNING = "import os, time\nwhile not os.path.exists({go!r}):\n    time.sleep(0.1)\n"
 COUNT = 5
+STARTS = 30
 
 
 def _component(folder: Path, program: str = PROGRAM):
@@ -181,10 +186,42 @@ def attached(hosts: NamespaceHosts, folder: Path) -> tuple[list[float], list[flo
     return times, peers, steps
 
 
+def starts(folder: Path) -> dict[str, float]:
+    """Median seconds of ``python -c pass`` in a snapshot: plain, diagnosed, debugged."""
+    from jupyter_distcomp.azureml.snapshot import diagnosed_command, job_files
+
+    for source, name in job_files(debug=True):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(source.read_bytes())
+    plain = f"{sys.executable} -c pass"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DISTCOMP_")}
+    env.pop("PYTHONPATH", None)
+    sides = {
+        "plain": (plain, env),
+        "diagnosed": (diagnosed_command(plain), env),
+        "debugged": (diagnosed_command(plain), {**env, "DISTCOMP_ATTACH_DIR": str(folder / "a")}),
+    }
+    took: dict[str, list[float]] = {side: [] for side in sides}
+    for _ in range(STARTS):
+        for side, (command, side_env) in sides.items():
+            tic = time.perf_counter()
+            subprocess.run(["bash", "-c", command], cwd=folder, env=side_env, check=True)
+            took[side].append(time.perf_counter() - tic)
+    return {side: statistics.median(times) for side, times in took.items()}
+
+
 def main() -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-attach-") as root:
+        start = starts(Path(root))
+    print(
+        f"a Python process's start in a --debug job nobody attaches to: "
+        f"{start['debugged'] / start['diagnosed']:.2f}x the diagnostics alone "
+        f"(+{(start['debugged'] - start['diagnosed']) * 1e3:.1f} ms on "
+        f"{start['diagnosed'] * 1e3:.0f} ms; without any prefix {start['plain'] * 1e3:.0f} ms)"
+    )
     why = unavailable()
     if why:
-        print(f"bench_attach: skipped, no namespaced hosts: {why}")
+        print(f"bench_attach: the attach figures skipped, no namespaced hosts: {why}")
         return
     with tempfile.TemporaryDirectory(prefix="bench-attach-") as root:
         folder = Path(root)

@@ -198,3 +198,36 @@ def test_a_folder_others_can_read_turns_attach_off(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert "is not a folder of this user's alone: `%distcomp attach` is off here" in err, err
     assert not list(folder.glob("proc-*"))  # the rank left nothing there
+
+
+QUIET = """\
+import sys
+print("out", sum(range(10)), flush=True)
+print("err", file=sys.stderr, flush=True)
+sys.exit(3)
+"""
+
+
+def test_a_job_nobody_attaches_to_ends_as_without_debug(tmp_path):
+    """No breakpoint(): the same exit status and output with the rank side of attach armed
+    as with the diagnostics alone."""
+    code = _snapshot(tmp_path)
+    (code / "quiet.py").write_text(QUIET)
+    env = {
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": str(code / ".distcomp/rank_side/job_site"),
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+    }
+    runs = []
+    for extra in ({}, {"DISTCOMP_ATTACH_DIR": str(tmp_path / "attach")}):
+        done = subprocess.run(
+            [BASE_PYTHON, "quiet.py"],
+            cwd=code,
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+        )
+        runs.append((done.returncode, done.stdout, done.stderr))
+    assert runs[0] == runs[1] == (3, "out 45\n", "err\n")
+    assert [p.name.split("-")[0] for p in (tmp_path / "attach").iterdir()] == ["proc", "proc"]
