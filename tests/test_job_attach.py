@@ -71,8 +71,8 @@ def _start(
     return proc, folder
 
 
-def _waiting(folder: str, timeout: float = 60) -> dict:
-    """The rank's beacon once it says it waits at a breakpoint."""
+def _waiting(folder: str, timeout: float = 60, after: float = 0.0) -> dict:
+    """The rank's beacon once it says it waits at a breakpoint (since later than ``after``)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for name in os.listdir(folder) if os.path.isdir(folder) else ():
@@ -81,7 +81,7 @@ def _waiting(folder: str, timeout: float = 60) -> dict:
                     data = json.loads(Path(folder, name).read_text())
                 except ValueError:
                     continue
-                if data.get("waiting"):
+                if data.get("waiting") and data["waiting"]["since"] > after:
                     return data
         time.sleep(0.05)
     raise AssertionError(f"no rank waits at a breakpoint in {folder}")
@@ -176,9 +176,9 @@ def test_a_stale_attach_is_skipped_and_the_next_one_is_waited_for(tmp_path, monk
     gone.close()  # a notebook whose tunnel no longer answers (a killed kernel's)
     channel = DebugChannel("127.0.0.1")
     try:
-        _waiting(folder)
+        first = _waiting(folder)["waiting"]["since"]
         _attach(folder, gone, "old")
-        time.sleep(1.0)
+        _waiting(folder, after=first)  # the stale tunnel refused: the rank waits again
         assert proc.poll() is None
         _answers(monkeypatch, ["c"])
         _attach(folder, channel, "new")
