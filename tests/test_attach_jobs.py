@@ -54,8 +54,13 @@ x = c.rank * 10 + 1
 breakpoint()
 total = c.allreduce(x)
 print("total", total, flush=True)
-while not os.path.exists("{go}"):
-    time.sleep(0.1)
+try:
+    while not os.path.exists("{go}"):
+        time.sleep(0.1)
+except KeyboardInterrupt:  # `%distcomp interrupt`
+    print("SIGINT caught", flush=True)
+    while not os.path.exists("{go}"):
+        time.sleep(0.1)
 y = total + c.rank
 breakpoint()
 print("y", y, flush=True)
@@ -206,6 +211,14 @@ def test_a_breakpoint_before_an_allreduce_is_answered_at_the_notebooks_prompt(
     ), collectives.text
     status = kernel.run(f"%distcomp status {name}")
     assert "node 1 (ssh://root@" in status.text and "ranks 0-3: running" in status.text, status.text
+    interrupted = kernel.run(f"%distcomp interrupt {name}")
+    assert f"Sent SIGINT to ranks 0-3 of job {name}." in interrupted.text, interrupted.text
+    wait_for(
+        lambda: all(
+            "SIGINT caught" in job.log_text(f"user_logs/std_log_process_{r}.txt") for r in range(4)
+        ),
+        what="the SIGINT in every rank",
+    )
 
     # detach: the job runs on; its next breakpoint waits for the next attach
     detached = kernel.run(f"%distcomp detach {name}")
