@@ -331,6 +331,13 @@ def test_a_node_whose_ssh_dies_is_named_and_the_others_go_on(
     # new attach, which reconnects their node
     (folder / "go").write_text("")
     waiting_ranks(job, [2, 3], times=2)
+    wait_for(
+        lambda: "ranks 0-1: at the debugger prompt" in kernel.run(f"%distcomp status {name}").text,
+        60,
+        "node 0's ranks held at their breakpoint",
+    )
+    compared = kernel.run(f"%distcomp compare {name} y --ranks 0-1")
+    assert re.search(r"1\s+65\s+DIFFERS\s+1\b", compared.text), compared.text
     served = kernel.run(f"%distcomp wait {name} --timeout 5", ["p y", "c"], timeout=120)
     assert served.ok, served.text
     assert "[node 0 rank 1] 65\n" in served.transcript, served.transcript
