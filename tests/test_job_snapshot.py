@@ -17,6 +17,7 @@ import pytest
 from jupyter_distcomp import AzureMLError, load_component
 from jupyter_distcomp.azureml import submit
 from jupyter_distcomp.azureml.snapshot import (
+    DEBUG_FILES,
     JOB_FILES,
     RANK_SIDE,
     diagnosed_command,
@@ -43,7 +44,7 @@ OURS = {f".distcomp/rank_side/{name}" for name in JOB_FILES}
 
 
 def test_what_travels_runs_on_python_3_8_and_needs_nothing_else():
-    paths = [str(source) for source, _ in job_files()]
+    paths = [str(source) for source, _ in job_files(debug=True)]
     found = subprocess.run(
         [Path(sys.executable).with_name("vermin"), "--target=3.8-", "--violations", *paths],
         capture_output=True,
@@ -52,14 +53,18 @@ def test_what_travels_runs_on_python_3_8_and_needs_nothing_else():
     assert found.returncode == 0, found.stdout + found.stderr
     # every sibling a travelling file loads travels too (check mode's exchange aside: a
     # job never turns check mode on)
-    travels = {Path(name).stem for name in JOB_FILES}
+    # (a job submitted with --debug carries DEBUG_FILES too: the rank side of attach)
+    travels = {Path(name).stem for name in JOB_FILES + DEBUG_FILES}
     everything = set()
-    for source, _ in job_files():
+    for source, _ in job_files(debug=True):
         text = source.read_text()
         loaded = set(re.findall(r'_sibling\("(\w+)"\)', text))
         loaded |= set(re.findall(r'"(\w+)\.py"\)', text))  # os.path.join(here, "x.py")
         assert loaded - travels <= {"check_exchange"}, (source.name, loaded - travels)
-        assert "import jupyter_distcomp" not in text and "from jupyter_distcomp" not in text
+        if source.name != "debug_hook.py":  # its package import is for %distcomp command
+            # ranks; in a job, compare.py is loaded by path (tests/test_job_attach.py runs it
+            # on an interpreter without the package)
+            assert "import jupyter_distcomp" not in text and "from jupyter_distcomp" not in text
         everything |= loaded
     # and nothing travels that no other travelling file loads (the sitecustomize aside)
     assert everything - {"check_exchange"} == travels - {"sitecustomize"}
@@ -234,6 +239,44 @@ def test_submit_magic_diagnoses_by_default_and_not_when_told(ip, standin, tmp_pa
     assert [body["command"] for body in bodies] == [PREFIX + PLAIN, PLAIN, PREFIX + PLAIN, PLAIN]
     ours = [{n for n in _uploaded(standin, b["codeId"]) if ".distcomp/" in n} for b in bodies]
     assert ours == [{f"proj/{name}" for name in OURS}, set()] * 2
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:The `context` parameter is deprecated")
+def test_submit_debug_sends_the_ssh_service_the_attach_side_and_its_variables(
+    ip, standin, tmp_path, monkeypatch
+):
+    from .test_azureml_submit import _configure
+
+    code = _project(tmp_path)
+    monkeypatch.chdir(code)
+    public = tmp_path / "me.pub"
+    public.write_text(
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJustATestKeyForTheJobsSshService me@here\n"
+    )
+    assert ip.run_cell(f"%%distcomp train\n{SPEC}").success
+    _configure(ip, standin)
+    line = f"%distcomp submit train --compute cpu --debug --idle-limit 12 --ssh-key {public}"
+    result = ip.run_cell(line)
+    assert result.success, result.error_in_exec
+    bad = ip.run_cell(
+        f"%distcomp submit train --compute cpu --debug --idle-limit 0 --ssh-key {public}"
+    )
+    assert "--idle-limit 0: a breakpoint must wait some minutes" in str(bad.error_in_exec)
+    (put,) = standin.job_puts()
+    name, body = put.path.rsplit("/", 1)[-1], put.body["properties"]
+    assert body["environmentVariables"] == {
+        "DISTCOMP_ATTACH_DIR": f"/tmp/distcomp-attach-{name}",
+        "DISTCOMP_IDLE_MINUTES": "12",
+    }
+    (ssh,) = [s for s in body["services"].values() if s["jobServiceType"] == "SSH"]
+    assert ssh["properties"]["sshPublicKeys"] == public.read_text().strip()
+    assert ssh["nodes"] == {"nodesValueType": "All"}
+    assert body["command"] == PREFIX + PLAIN
+    ours = {n for n in _uploaded(standin, body["codeId"]) if ".distcomp/" in n}
+    assert ours == {f"proj/{n}" for n in OURS} | {
+        f"proj/.distcomp/rank_side/{n}" for n in DEBUG_FILES
+    }
 
 
 def test_each_sitecustomize_on_the_path_runs_once(tmp_path):

@@ -11,6 +11,9 @@ package.
 - ``submit(..., diagnose=True)``: the job's code snapshot carries our rank side and its command
   the prefix that loads it: each rank says where it is on a stall, SIGTERM or a failure
   (``snapshot``)
+- ``submit(..., debug=True)``: the notebook can attach to the running job: the SSH service on
+  every node, the rank side of attach in the snapshot (``debugged``); where each node's SSH
+  service is once it runs (``attach``)
 - :func:`find_credentials`: is anyone signed in? (offline check, for demos and CI)
 - the values of a job follow ``core/bindings.py``, as local runs do (``values``)
 """

@@ -45,6 +45,9 @@ JOB_FILES = (
     "after_import.py",
     "torch_record.py",
 )
+#: what a job submitted with ``--debug`` carries as well: the rank side of ``%distcomp
+#: attach`` and the debugger it loads
+DEBUG_FILES = ("job_attach.py", "debug_hook.py", "compare.py")
 SITE = f"{FOLDER}/rank_side/job_site"
 #: what the command's prefix sets PYTHONPATH to: bash expands it in the code folder, where
 #: Azure ML starts the command; the job's own PYTHONPATH, if any, follows
@@ -97,9 +100,11 @@ def diagnosed_command(command: str) -> str:
     return f"export PYTHONPATH={PYTHONPATH_VALUE} && {command}"
 
 
-def job_files() -> list[tuple[Path, str]]:
-    """Each file of :data:`JOB_FILES` in this package, with its place in the snapshot."""
-    return [(RANK_SIDE / name, f"{FOLDER}/rank_side/{name}") for name in JOB_FILES]
+def job_files(debug: bool = False) -> list[tuple[Path, str]]:
+    """Each file of :data:`JOB_FILES` (and, with ``debug``, :data:`DEBUG_FILES`) in this
+    package, with its place in the snapshot."""
+    names = JOB_FILES + (DEBUG_FILES if debug else ())
+    return [(RANK_SIDE / name, f"{FOLDER}/rank_side/{name}") for name in names]
 
 
 def _upload_list(folder: Path) -> list[tuple[str, str]]:
@@ -137,10 +142,11 @@ def _let_ours_in(copy: Path, ours: list[str]) -> None:
 
 
 @contextlib.contextmanager
-def diagnosed_snapshot(code_dir: Path) -> Iterator[Path]:
+def diagnosed_snapshot(code_dir: Path, debug: bool = False) -> Iterator[Path]:
     """A temporary copy of what azure-ai-ml would upload from ``code_dir``, with
-    ``.distcomp/`` added (a ``.distcomp`` of the user's is replaced); removed on exit.
-    The copy's folder has the code folder's name, so the upload's paths are the same."""
+    ``.distcomp/`` added (a ``.distcomp`` of the user's is replaced; ``debug``: with the
+    rank side of attach); removed on exit. The copy's folder has the code folder's name,
+    so the upload's paths are the same."""
     code_dir = Path(code_dir).resolve()
     root = scratch.make_folder("distcomp-snapshot-")
     try:
@@ -160,7 +166,7 @@ def diagnosed_snapshot(code_dir: Path) -> Iterator[Path]:
                 ) from None
             wanted.add(name)
         ours = []
-        for file, name in job_files():
+        for file, name in job_files(debug):
             (copy / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(file, copy / name)
             ours.append(name)

@@ -132,6 +132,9 @@ def submit(
     on_warning: Callable[[str], None] | None = None,
     diagnose: bool = False,
     handle: str | None = None,
+    debug: bool = False,
+    idle_minutes: float | None = None,
+    ssh_key: Any = None,
     **job_kwargs: Any,
 ):
     """Build the job from the component's run settings and submit it; returns the created Job.
@@ -142,14 +145,30 @@ def submit(
     warnings go to ``on_warning`` (default: an AzureMLWarning). With ``diagnose``, the job's
     code snapshot carries our rank side and its command the prefix that loads it (see
     :mod:`~jupyter_distcomp.azureml.snapshot`): each rank writes a ``[distcomp rank-state]``
-    line into its log on a stall, on SIGTERM or on a failure. With ``wait``, follows the job
-    until it ends (see :func:`wait_for_job`) and returns the final job. ``handle``: the
-    notebook's name of the component, which the preflight's fixes name (default: its spec's
-    ``name:``).
+    line into its log on a stall, on SIGTERM or on a failure. With ``debug`` (diagnostics
+    too), the notebook can attach to the running job (see :mod:`~jupyter_distcomp.azureml.
+    attach`): the SSH service on every node with the public key ``ssh_key`` (default: the
+    first of ~/.ssh), and each ``breakpoint()`` waits ``idle_minutes`` (default 30) for the
+    notebook. With ``wait``, follows the job until it ends (see :func:`wait_for_job`) and
+    returns the final job. ``handle``: the notebook's name of the component, which the
+    preflight's fixes name (default: its spec's ``name:``).
     """
+    attach: dict[str, str] = {}
+    if debug:
+        from .debugged import debugged
+
+        job_kwargs, attach = debugged(job_kwargs, idle_minutes, ssh_key)
+        diagnose = True
     with contextlib.ExitStack() as snapshot:
         created = _create(
-            component, ml_client, snapshot, (preflight, handle), on_warning, diagnose, job_kwargs
+            component,
+            ml_client,
+            snapshot,
+            (preflight, handle),
+            on_warning,
+            diagnose,
+            job_kwargs,
+            attach,
         )
     if wait:
         return wait_for_job(
@@ -171,18 +190,23 @@ def _create(
     on_warning: Callable[[str], None] | None,
     diagnose: bool,
     job_kwargs: dict[str, Any],
+    attach: dict[str, str] | None = None,
 ) -> Any:
-    """The job built (from a snapshot with our rank side, with ``diagnose``), checked and
-    created; the snapshot lives as long as ``snapshot`` (the upload reads it). ``preflight``:
-    whether to check the layout against the compute, and the component's handle."""
+    """The job built (from a snapshot with our rank side, with ``diagnose``; with that of
+    attach and its variables too, with ``attach``), checked and created; the snapshot
+    lives as long as ``snapshot`` (the upload reads it). ``preflight``: whether to check
+    the layout against the compute, and the component's handle."""
     code = None
     if diagnose:
         from .convert import code_folder
         from .snapshot import diagnosed_snapshot
 
         code = code_folder(component, job_kwargs.get("code"))
-        job_kwargs = {**job_kwargs, "code": snapshot.enter_context(diagnosed_snapshot(code))}
+        copy = snapshot.enter_context(diagnosed_snapshot(code, bool(attach)))
+        job_kwargs = {**job_kwargs, "code": copy}
     job = to_azureml_job(component, **job_kwargs)
+    if attach:
+        job.environment_variables = {**(job.environment_variables or {}), **attach}
     plain_command = job.command
     try:
         if code is not None:

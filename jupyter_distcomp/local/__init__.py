@@ -5,9 +5,11 @@ of the hosts the user names), each with the variables Azure ML gives it.
   component, its cells, output, failures and health
 - ``command``: ``%distcomp command``: the spec's own command, one process per rank
 - ``debug``: ``breakpoint()`` on a rank prompts in the notebook (both of the above)
+- ``attached``: the ranks of a running Azure ML job, reached through each node's SSH
+  service (``%distcomp attach``): its ``breakpoint()`` at the same group prompt
 - ``inspect``: where each rank is, and one value compared across ranks
 - ``stacks``: a rank's current Python stack, here or on its host
 
-Lower folders never import higher ones: ``inspect`` reads worlds and command runs, which use
-``debug``, which uses neither; ``stacks`` is used by all.
+Lower folders never import higher ones: ``inspect`` reads worlds, command runs and attached
+jobs, which use ``debug``, which uses none of them; ``stacks`` is used by all.
 """

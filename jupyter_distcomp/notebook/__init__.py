@@ -5,6 +5,7 @@
 - ``session``: one per shell, every operation the magics, the panel and the comm perform
 - ``config``: the ``%config DistComp`` and ``AzureML`` settings
 - ``comm``: the JupyterLab ranks panel's channel
+- ``attached``: the Azure ML jobs this kernel is attached to (``%distcomp attach``)
 - ``views``: how everything is shown, as HTML and text
 - ``widgets``: the run-settings panel below each definition
 """

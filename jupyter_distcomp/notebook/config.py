@@ -168,6 +168,24 @@ class AzureML(_Settings):
         "PYTHONPATH prefix on the command): each rank writes a [distcomp rank-state] line "
         "into its log on a stall, SIGTERM or a failure, and nothing otherwise.",
     )
+    ssh_command = Unicode(
+        "ssh",
+        config=True,
+        help="The ssh that `%distcomp attach` reaches a job's nodes with (your key and "
+        "options, e.g. 'ssh -i ~/.ssh/id_ed25519'); the key never leaves this machine.",
+    )
+    ssh_user = Unicode(
+        "azureuser",
+        config=True,
+        help="The user `%distcomp attach` logs in as where a node's SSH endpoint names none "
+        "(az ml job connect-ssh's).",
+    )
+    idle_limit = Float(
+        30.0,
+        config=True,
+        help="Minutes a breakpoint() of a job submitted with --debug waits for a notebook "
+        "(and a prompt for a command) before the rank runs on (submit --idle-limit).",
+    )
 
 
 __all__ = ["AzureML", "DistComp"]

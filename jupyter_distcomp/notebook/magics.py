@@ -238,6 +238,41 @@ def _build_parser() -> _Parser:
         help="each rank writes where it is into its log on a stall, SIGTERM or a failure "
         "(default: %%config AzureML.diagnose)",
     )
+    submit.add_argument(
+        "--debug",
+        action="store_true",
+        help="the notebook can attach to the running job (`attach`): the SSH service on every "
+        "node, and breakpoint() waits for the notebook",
+    )
+    submit.add_argument(
+        "--idle-limit",
+        type=float,
+        default=None,
+        dest="idle_limit",
+        metavar="MINUTES",
+        help="with --debug: minutes a breakpoint() waits for a notebook, then the rank runs on "
+        "(default: %%config AzureML.idle_limit)",
+    )
+
+    attach = sub.add_parser(
+        "attach",
+        help="reach the ranks of a running job submitted with --debug, through its nodes' SSH "
+        "service: breakpoint() stops at the prompt here",
+    )
+    attach.add_argument(
+        "name",
+        metavar="JOB",
+        nargs="?",
+        default=None,
+        help="the job's name (default: the job submitted last in this kernel)",
+    )
+    attach.add_argument(
+        "--timeout", type=float, default=600.0, help="seconds to wait for the job to run"
+    )
+    for flag in ("--workspace-config", "--subscription", "--resource-group", "--workspace"):
+        attach.add_argument(flag, default=None)
+    detach = sub.add_parser("detach", help="leave an attached job; it keeps running")
+    detach.add_argument("name", metavar="JOB", nargs="?", default=None)
 
     follow = sub.add_parser(
         "follow", help="every rank's output of an Azure ML job, labelled, until it ends"
@@ -528,6 +563,10 @@ class DistCompMagics(Magics):
     def _handle_status(self, args: argparse.Namespace, cell: str | None) -> None:
         from IPython.display import display
 
+        if self.session._is_attached(args.name):
+            print("\n".join(self.session.attached.get(args.name).describe()))
+            return
+
         from .views.status import StatusTable
 
         records = self.session.status(args.name)
@@ -536,6 +575,15 @@ class DistCompMagics(Magics):
             print(line)
 
     def _handle_wait(self, args: argparse.Namespace, cell: str | None) -> None:
+        if self.session._is_attached(args.name):
+            job = self.session.attached.get(args.name)
+            try:
+                why = job.wait(args.timeout, self.session.attached.ended(args.name))
+            except KeyboardInterrupt:
+                print(f"Stopped waiting; job {args.name} keeps running, still attached.")
+                return
+            print(f"{args.name}: {why}.")
+            return
         try:
             cell_run = self.session.wait_background(args.name, args.timeout)
         except KeyboardInterrupt:
@@ -693,9 +741,19 @@ class DistCompMagics(Magics):
             preflight=args.preflight,
             diagnose=args.diagnose,
             no_environment=bool(no_environment),
+            debug=args.debug,
+            idle_minutes=args.idle_limit,
         )
         job = submission.job
         display(JobSummary(job, spec_name=args.name))
+        if args.debug:
+            idle = (
+                args.idle_limit if args.idle_limit is not None else self.session.azureml.idle_limit
+            )
+            print(
+                f"{job.name}: a breakpoint() in its ranks waits for `%distcomp attach {job.name}` "
+                f"(at most {idle:g} min, then the rank runs on)."
+            )
         if args.follow:
             self.session.follow(job.name, ml_client=submission.ml_client)
             return
@@ -712,6 +770,32 @@ class DistCompMagics(Magics):
             print(f"Stopped waiting; job {job.name} keeps running on Azure ML: {job.studio_url}")
             return
         print(f"Job {job.name} completed: {final.studio_url or job.studio_url}")
+
+    def _handle_attach(self, args: argparse.Namespace, cell: str | None) -> None:
+        """Reach the job's ranks; serve those already waiting at a breakpoint."""
+        import time
+
+        from .attached import attached_text
+        from .session import Workspace
+
+        name = self.session.job_name(args.name)
+        workspace = Workspace(
+            args.subscription, args.resource_group, args.workspace, args.workspace_config
+        )
+
+        def status(new: str) -> None:
+            print(f"{time.strftime('%H:%M:%S')}  {name}: {new}", flush=True)
+
+        job = self.session.attach(name, workspace, args.timeout, status)
+        print(attached_text(job, self.session.attached.seconds[name]), flush=True)
+        job.say_notices()
+        try:
+            job.serve_arrivals()
+        except KeyboardInterrupt:
+            print(f"Left the prompt; job {name} keeps running, still attached.")
+
+    def _handle_detach(self, args: argparse.Namespace, cell: str | None) -> None:
+        print(self.session.attached.detach(self.session.job_name(args.name)))
 
     def _handle_follow(self, args: argparse.Namespace, cell: str | None) -> None:
         """Every rank's output of an Azure ML job (any command job, ours or not)."""

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AzureMLError, DistcompError, RankError
+from .attached import AttachedJobs
 from .config import AzureML, DistComp
 
 if TYPE_CHECKING:
@@ -92,6 +93,8 @@ class Session:
         self.last_job = ""
         #: where the logs of the Azure ML jobs followed or diagnosed here are kept
         self._job_logs: str | None = None
+        #: the Azure ML jobs attached in this kernel (`%distcomp attach JOB`)
+        self.attached = AttachedJobs(self.azureml)
 
     # -- settings -----------------------------------------------------------------------
     @property
@@ -379,6 +382,11 @@ class Session:
         from ..core.ranges import parse_ranks
         from ..local.inspect.where import where, where_processes
 
+        if self._is_attached(name):
+            from ..local.inspect.attached import where_job
+
+            job = self.attached.get(name)
+            return where_job(job, parse_ranks(ranks, job.world_size))
         self.component(name)
         command = self._running_command(name)
         if command is None:
@@ -404,6 +412,10 @@ class Session:
         from ..local.debug.evaluate import compare_stopped
         from ..local.inspect.compare import compare
 
+        if self._is_attached(name):  # a job's ranks: in their stopped frames only
+            job = self.attached.get(name)
+            chosen = parse_ranks(ranks, job.world_size)
+            return compare_stopped(job, chosen, expr, rtol, job._interrupt_late)  # type: ignore[arg-type]
         self.component(name)
         world = self.backend.running_world(name)
         chosen = parse_ranks(ranks, world.world_size)
@@ -549,6 +561,10 @@ class Session:
             command = running_command(name)
         return command
 
+    def _is_attached(self, name: str | None) -> bool:
+        """``name`` is an attached job's, not a component's."""
+        return name is not None and name in self.attached and name not in self.components
+
     def interrupt(self, name: str) -> list[int]:
         """SIGINT to the busy ranks of ``name`` (its `%distcomp command` run, while one runs)."""
         self.component(name)
@@ -563,6 +579,13 @@ class Session:
         from ..core.ranges import format_ranks
         from ..local.ranks.ledgers import stuck_fix, verdict_lines
 
+        if self._is_attached(name):
+            sent = self.attached.get(name).interrupt()
+            return (
+                f"Sent SIGINT to {format_ranks(sent)} of job {name}."
+                if sent
+                else "No running rank."
+            )
         self.component(name)
         if self._running_command(name) is not None:
             sent = self.interrupt(name)
@@ -584,6 +607,10 @@ class Session:
         """The recent collectives of ``name``'s ranks (or of its `%distcomp command` run)."""
         from ..local.inspect.collectives import collectives, collectives_processes
 
+        if self._is_attached(name):
+            from ..local.inspect.attached import collectives_job
+
+            return collectives_job(self.attached.get(name), last)
         self.component(name)
         command = self._running_command(name)
         if command is None:
@@ -672,6 +699,8 @@ class Session:
         on_warning: Callable[[str], None] | None = None,
         diagnose: bool | None = None,
         no_environment: bool = False,
+        debug: bool = False,
+        idle_minutes: float | None = None,
     ) -> Submission:
         """Submit the component as an Azure ML job; ``interactive`` adds Azure ML's
         interactive services (jupyterlab, vscode, ssh with ``ssh_key``) on every node.
@@ -680,7 +709,9 @@ class Session:
         ``diagnose`` (default ``%config AzureML.diagnose``): the job carries our rank side,
         and each rank says where it is in its log on a stall, SIGTERM or a failure.
         A spec that names no environment is refused, before anything reaches the workspace,
-        unless ``no_environment`` says to submit it in Azure ML's base image."""
+        unless ``no_environment`` says to submit it in Azure ML's base image.
+        ``debug``: the notebook can attach to the running job (`%distcomp attach`); its
+        ``breakpoint()`` waits ``idle_minutes`` (default ``%config AzureML.idle_limit``)."""
         from ..azureml import submit
         from ..azureml.environment import missing_environment
 
@@ -706,10 +737,24 @@ class Session:
             on_warning=on_warning,
             diagnose=self.azureml.diagnose if diagnose is None else diagnose,
             handle=handle,
+            debug=debug,
+            idle_minutes=self.azureml.idle_limit if idle_minutes is None else idle_minutes,
+            ssh_key=ssh_key,
             **extra,
         )
         self.last_job = job.name
         return Submission(job, ml_client)
+
+    def attach(
+        self,
+        name: str,
+        workspace: Workspace | None = None,
+        timeout: float = 600.0,
+        on_status: Callable[[str], None] | None = None,
+    ) -> Any:
+        """Attach to Azure ML job ``name`` (submitted with ``--debug``) once it runs: its
+        ranks become a world of this kernel's debugger (notebook/attached.py)."""
+        return self.attached.attach(name, self.ml_client(workspace), timeout, on_status)
 
     def job_name(self, name: str | None) -> str:
         """``name``, or the job submitted last in this kernel when it is None."""
@@ -812,6 +857,7 @@ class Session:
 
     def shutdown(self) -> None:
         """Stop every rank this session started (at kernel exit); remove the job logs kept."""
+        self.attached.shutdown()  # the jobs run on
         if self._backend is not None:
             self._backend.shutdown()
         if self._job_logs is not None:

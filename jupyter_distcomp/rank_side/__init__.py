@@ -21,6 +21,8 @@
   diagnostics carries in its code snapshot (with the ledger's files, see
   azureml/snapshot.py): each rank writes a ``[distcomp rank-state]`` line into its log on a
   stall, on SIGTERM or on a failure.
+- ``job_attach``: what a job submitted with ``--debug`` carries besides (with ``debug_hook``
+  and ``compare``): its ``breakpoint()`` waits for the notebook (``%distcomp attach``).
 
 None of them imports anything else from this package, so they start fast and run where the
 package is not installed (a user's own cluster, another host).

@@ -352,7 +352,7 @@ def serve_value(
                 if not hmac.compare_digest(typed, token.encode()):
                     return
                 _send(conn, pickle.dumps({"frames": len(frames), "mapping": is_mapping}))
-                for head, (_, body) in zip(heads, frames, strict=True):
+                for head, (_, body) in zip(heads, frames):
                     _send(conn, head)
                     _send(conn, body, framed=False)
             except OSError:

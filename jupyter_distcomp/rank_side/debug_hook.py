@@ -533,28 +533,26 @@ class RankPdb(pdb.Pdb):
         sent to the kernel (the table is made there); an array or mapping is kept for
         ``distcomp_serve`` and ``distcomp_diff``."""
         try:
-            from jupyter_distcomp.rank_side.compare import SLOT, summarize_in_frame
+            compare = _compare()
         except ImportError as exc:
             summary = {"kind": "error", "text": f"compare needs jupyter-distcomp here: {exc}"}
         else:
             frame = self.curframe
             space = frame.f_globals if frame is not None else {}
-            summary = summarize_in_frame(arg, SLOT, space, self.curframe_locals)
+            summary = compare.summarize_in_frame(arg, compare.SLOT, space, self.curframe_locals)
         self._answer(summary)
 
     def do_distcomp_serve(self, arg):
         """The reference rank of compare: serve the kept value (``serve_value``'s
         arguments but the slot, as JSON); its address and port."""
-        from jupyter_distcomp.rank_side.compare import SLOT, serve_value
-
-        self._answer({"served": serve_value(SLOT, *json.loads(arg))})
+        compare = _compare()
+        self._answer({"served": compare.serve_value(compare.SLOT, *json.loads(arg))})
 
     def do_distcomp_diff(self, arg):
         """A rank of compare: max |diff| of the kept value against the served reference
         (``diff_value``'s arguments but the slot, as JSON; no source: forget it)."""
-        from jupyter_distcomp.rank_side.compare import SLOT, diff_value
-
-        self._answer(diff_value(SLOT, *json.loads(arg)))
+        compare = _compare()
+        self._answer(compare.diff_value(compare.SLOT, *json.loads(arg)))
 
     def do_distcomp_call(self, arg):
         """The visual debugger's question at this stop: ``NAME JSON`` calls
@@ -599,11 +597,22 @@ class RankPdb(pdb.Pdb):
             self.message(f"SystemExit: {exc.code} (caught: back at the rank's prompt)")
         finally:
             sys.stdin, sys.stdout, builtins.input = stdin, stdout, read
-            for name, value in zip(("ps1", "ps2"), prompts, strict=True):
+            for name, value in zip(("ps1", "ps2"), prompts):
                 if value is None:
                     delattr(sys, name)
                 else:
                     setattr(sys, name, value)
+
+
+def _compare() -> Any:
+    """rank_side/compare.py: loaded by path in a submitted job (``distcomp_compare``,
+    job_attach.py), else this package's."""
+    loaded = sys.modules.get("distcomp_compare")
+    if loaded is not None:
+        return loaded
+    from jupyter_distcomp.rank_side import compare
+
+    return compare
 
 
 def _debugger() -> RankPdb | None:

@@ -154,7 +154,10 @@ class StandInJob:
             self.write(self.log_name(process), "")
         self.started_at = time.time()
         from ..local.command import run_command
+        from ..machine.hosts import Placement
 
+        placement = Placement(self.standin.hosts, self.standin.ssh_command)
+        keys = self._let_keys_in()
         try:
             result = run_command(
                 plan.component,
@@ -165,11 +168,16 @@ class StandInJob:
                 check=False,
                 name=self.run_name,
                 on_line=self._on_line,
+                placement=placement,
+                debugger=False,  # Azure ML has no notebook waiting for a breakpoint()
             )
         except KeyboardInterrupt:
             return self._end("Canceled")
         except DistcompError as exc:
             return self._end("Failed", "UserError", str(exc))
+        finally:
+            self._shut_out(keys)
+            self._clear_nodes()
         for rank in result.ranks:
             self._system(f"process rank {rank.rank} on node {rank.node}: {rank.status}")
         if self._cancelled.is_set():
@@ -187,6 +195,47 @@ class StandInJob:
             f"{first.returncode}. Please check log file '{self.log_name(first.rank)}' for "
             "error details. Error: " + "\n".join(tail),
         )
+
+    # -- the nodes' SSH service and disks ----------------------------------------------------
+    def _ssh_keys(self) -> list[str]:
+        """The public keys of the job's SSH service (``SshJobService.ssh_public_keys``)."""
+        keys = []
+        for service in (self.props.get("services") or {}).values():
+            if service.get("jobServiceType") == "SSH":
+                text = str((service.get("properties") or {}).get("sshPublicKeys") or "")
+                keys += [line.strip() for line in text.splitlines() if line.strip()]
+        return keys
+
+    def _let_keys_in(self) -> list[str]:
+        """While the job runs, its nodes' sshd let its SSH service's keys in."""
+        path = self.standin.authorized_keys
+        keys = self._ssh_keys() if path is not None and self.standin.hosts else []
+        if keys and path is not None:
+            with self.standin.keys_lock, open(path, "a", encoding="utf-8") as handle:
+                handle.write("".join(f"{key}\n" for key in keys))
+        return keys
+
+    def _shut_out(self, keys: list[str]) -> None:
+        path = self.standin.authorized_keys
+        if not keys or path is None:
+            return
+        with self.standin.keys_lock:
+            lines = path.read_text(encoding="utf-8").splitlines()
+            for key in keys:
+                if key in lines:
+                    lines.remove(key)
+            path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+
+    def _clear_nodes(self) -> None:
+        """The job's folder of ``%distcomp attach`` goes with its nodes' disks."""
+        from ..azureml.debugged import FOLDER_PREFIX
+
+        env = self.props.get("environmentVariables") or {}
+        folder = str(env.get("DISTCOMP_ATTACH_DIR") or "")
+        if folder.startswith(FOLDER_PREFIX) and "/" not in folder[len(FOLDER_PREFIX) :]:
+            import shutil
+
+            shutil.rmtree(folder, ignore_errors=True)
 
     def _end(self, status: str, code: str = "", message: str = "") -> None:
         if code:

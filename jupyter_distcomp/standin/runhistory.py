@@ -135,7 +135,9 @@ def _resolved(standin: AzureStandIn, asset_ids: list[str]) -> dict:
 
 
 def _service_instances(standin: AzureStandIn, name: str, node: str) -> dict:
-    """Each interactive service of a running job, on node ``node``."""
+    """Each interactive service of a running job, on node ``node``. With hosts, the SSH
+    service is that node's host's sshd (the direct route's endpoint; the websocket proxy
+    that ``az ml job connect-ssh`` uses is named in ``properties`` but not served)."""
     if _status(standin, name) != "Running":
         return {"instances": {}}
     services = standin.jobs[name]["properties"].get("services") or {}
@@ -144,10 +146,17 @@ def _service_instances(standin: AzureStandIn, name: str, node: str) -> dict:
         kind = service.get("jobServiceType")
         if kind in ("Studio", "Tracking"):
             continue
-        instances[key] = {
+        instance = {
             "type": kind,
             "port": service.get("port") or 8888,
             "status": "Running",
             "endpoint": INTERACTIVE_ENDPOINT.format(key) + f"?node={node}",
         }
+        if kind == "SSH":
+            instance["port"] = 22
+            instance["properties"] = {"ProxyEndpoint": INTERACTIVE_ENDPOINT.format(key)}
+            index = int(node) if str(node).isdigit() else -1
+            if 0 <= index < len(standin.hosts):
+                instance["endpoint"] = f"ssh://{standin.ssh_user}@{standin.hosts[index]}:22"
+        instances[key] = instance
     return {"instances": instances}

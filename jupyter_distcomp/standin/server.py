@@ -88,7 +88,12 @@ class AzureStandIn:
     ranks start and after they end (``NotStarted``, ``Queued``, ``Preparing``,
     ``Finalizing``). ``latency``: seconds each answer waits (a network round trip, for
     benches). ``root``: the folder of the datastores and the jobs' code (default: a scratch
-    folder removed at stop()).
+    folder removed at stop()). ``hosts``: the machines a job's nodes run on, node i on host i
+    (each with its own sshd, reached with ``ssh_command``, which runs the ranks there with
+    mpiexec), as on a cluster; none: every node on this machine. A job's SSH service
+    (``SshJobService``) is then each node's sshd, at ``ssh://ssh_user@HOST:22``, and its
+    public keys are let in through ``authorized_keys`` (the file those sshds read) while
+    the job runs.
     """
 
     def __init__(
@@ -101,6 +106,10 @@ class AzureStandIn:
         latency: float = 0.0,
         delays: dict[str, float] | None = None,
         root: str | Path | None = None,
+        hosts: tuple[str, ...] = (),
+        ssh_command: str = "ssh",
+        authorized_keys: str | Path | None = None,
+        ssh_user: str = "root",
     ):
         self.subscription = subscription
         self.resource_group = resource_group
@@ -117,6 +126,11 @@ class AzureStandIn:
         self.store = BlobStore()
         self.failures: list[_Failure] = []
         self.computes: dict[str, tuple[str, str, int]] = dict(COMPUTES)
+        self.hosts = tuple(hosts)
+        self.ssh_command = ssh_command
+        self.authorized_keys = Path(authorized_keys) if authorized_keys else None
+        self.ssh_user = ssh_user
+        self.keys_lock = threading.Lock()  # jobs that start or end edit authorized_keys
         self._own_root = root is None
         self.root = Path(root or scratch.make_folder("distcomp-standin-"))
         for name, container in DATASTORES.items():

@@ -40,6 +40,8 @@ class JobFacts:
     command: str
     compute: str
     studio_url: str
+    #: the job's environment variables, as (name, value) pairs
+    environment_variables: tuple[tuple[str, str], ...] = ()
 
     def places(self) -> list[tuple[int, int]]:
         """(node, local rank) of every rank the layout has."""
@@ -146,6 +148,9 @@ def read_job(ml_client: Any, name: str) -> JobFacts:
         command=str(getattr(job, "command", "") or ""),
         compute=str(getattr(job, "compute", "") or ""),
         studio_url=str(getattr(job, "studio_url", "") or ""),
+        environment_variables=tuple(
+            (str(k), str(v)) for k, v in (getattr(job, "environment_variables", None) or {}).items()
+        ),
     )
 
 

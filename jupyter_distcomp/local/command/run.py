@@ -91,6 +91,7 @@ def run_command(
     background: Any = None,
     name: str | None = None,
     on_line: Callable[[int, str, str], Any] | None = None,
+    debugger: bool = True,
 ) -> CommandResult:
     """Run the component's command on every rank of its current layout.
 
@@ -106,6 +107,8 @@ def run_command(
     what the notebook calls the component (default: the spec's name); ``%distcomp where`` and
     ``interrupt`` find the run by it. ``on_line(rank, stream, text)``: called with each line a
     rank prints, as it printed it (no label; ``stream`` is "stdout" or "stderr").
+    ``debugger``: False leaves a rank's ``breakpoint()`` to the rank (pdb's own, as on Azure
+    ML, where nothing of the notebook's waits for it).
     """
     cwd = Path(cwd or Path.cwd()).resolve()
     bound_inputs = local_inputs(component, inputs, cwd)
@@ -132,8 +135,9 @@ def run_command(
     if short and stream is not None:
         stream(short, file=sys.stderr, flush=True)
     # breakpoint() in a rank prompts here, through a channel on the ranks' address
-    debugger = DebugChannel(placement.listen())
-    envs = [{**env, **debugger.rank_environment(r, base_env)} for r, env in enumerate(envs)]
+    channel = DebugChannel(placement.listen()) if debugger else None
+    if channel is not None:
+        envs = [{**env, **channel.rank_environment(r, base_env)} for r, env in enumerate(envs)]
     ranks = [RankResult(rank=r, node=node) for r, (node, _) in enumerate(env_places(envs))]
     result = CommandResult(
         component=component.name,
@@ -149,10 +153,10 @@ def run_command(
     labels = [rank_label(r.rank, r.node, nodes) for r in ranks]
     run = _Run(result, labels, stream, timeout, grace)
     run.on_line = on_line
-    run.debugger = debugger
-    if background is not None:  # this thread cannot prompt: `%distcomp wait` does
+    run.debugger = channel
+    if background is not None and channel is not None:  # `%distcomp wait` prompts
         run.held = HeldStops(
-            debugger,
+            channel,
             component.name,
             run._label,
             run.quits,

@@ -4,6 +4,7 @@ prompt does), on idle ranks in their namespace; the stops stay for ``%distcomp w
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ...contracts import RankState
@@ -18,8 +19,16 @@ if TYPE_CHECKING:
     from ..ranks.world import World
 
 
-def compare_stopped(world: World, ranks: list[int], expr: str, rtol: float | None) -> CompareTable:
-    """``expr`` on ``ranks``: in their stopped frames, or (idle ranks) their namespace."""
+def compare_stopped(
+    world: World,
+    ranks: list[int],
+    expr: str,
+    rtol: float | None,
+    interrupt: Callable[[list[int]], None] | None = None,
+) -> CompareTable:
+    """``expr`` on ``ranks``: in their stopped frames, or (idle ranks) their namespace.
+    ``interrupt``: how ranks past the evaluation's time limit are interrupted (default: the
+    world's ranks, by pid)."""
     check_expression(world.name, expr)
     states = world.states()
     channel = getattr(world, "debugger", None)
@@ -44,7 +53,7 @@ def compare_stopped(world: World, ranks: list[int], expr: str, rtol: float | Non
         return table(world.name, expr, summaries, rtol)
     assert channel is not None
     group = Group(channel, lambda session, prompt: "", lambda: None, None, None, None, world.name)
-    group.interrupt = lambda late: interrupt_ranks(world, late)
+    group.interrupt = interrupt or (lambda late: interrupt_ranks(world, late))
     members = group.hold(stops)
     try:
         summaries.update(group.evaluate(members, expr))

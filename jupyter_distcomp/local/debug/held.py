@@ -28,8 +28,10 @@ class HeldStops:
         interrupt: Callable[[], None],
         states: Callable[[], dict[int, RankState]] | None = None,
         interrupt_ranks: Callable[[list[int]], None] | None = None,
+        before_prompt: Callable[[], None] = lambda: None,
     ) -> None:
         self.channel = channel
+        self.before_prompt = before_prompt  # what to show before each prompt
         #: SIGINT to some ranks: an evaluation at the prompt past its time limit
         self.interrupt_ranks = interrupt_ranks
         self.name = name
@@ -69,6 +71,7 @@ class HeldStops:
         try:
             serve(
                 self.channel,
+                before_prompt=self.before_prompt,
                 label=self.label,
                 quits=self.quits,
                 states=self.states,

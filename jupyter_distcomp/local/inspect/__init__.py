@@ -1,2 +1,3 @@
-"""Looking into running ranks: ``%distcomp where`` (each rank's current stack, for cells and
-command runs) and ``%distcomp compare`` (one value, every rank, one table)."""
+"""Looking into running ranks: ``%distcomp where`` (each rank's current stack, for cells,
+command runs and attached jobs: ``attached``) and ``%distcomp compare`` (one value, every
+rank, one table)."""

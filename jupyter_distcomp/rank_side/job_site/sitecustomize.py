@@ -2,7 +2,8 @@
 (azureml/snapshot.py): each Python process of the job keeps its collectives ledger and
 writes one line into its log on a stall, on SIGTERM or on a failure (``../job_watch.py``,
 loaded by path: the job needs no package of ours). Then the next ``sitecustomize`` on
-``sys.path``, if any (the image's, a virtualenv's), runs as it would without this one.
+``sys.path``, if any (the image's, a virtualenv's), runs as it would without this one; in a
+job submitted with ``--debug``, ``../job_attach.py`` after it.
 Standard library only, Python 3.8 or newer.
 """
 
@@ -46,8 +47,22 @@ def _chain() -> None:
     spec.loader.exec_module(module)
 
 
+def _attach() -> None:
+    """A job submitted with ``--debug``: ``breakpoint()`` waits for the notebook and
+    ``%distcomp attach`` finds this process (``../job_attach.py``); after the sitecustomize
+    this one hides, so that the stacks on SIGUSR1 are written where attach reads them."""
+    import sys
+
+    if os.environ.get("DISTCOMP_ATTACH_DIR") and "distcomp_job_watch" in sys.modules:
+        sys.modules["distcomp_job_watch"]._sibling("job_attach").arm()
+
+
 try:
     _arm()
 except Exception:  # never stop the user's program from starting
     pass
 _chain()
+try:
+    _attach()
+except Exception:
+    pass
