@@ -96,6 +96,11 @@ class _Channel:
             self.output = []
         self.conn.send_bytes(json.dumps(message).encode())
 
+    def session_ended(self) -> str:
+        """What pdb reads once the kernel ended the session: a KeyboardInterrupt in the
+        rank's code (a job's channel, whose notebook may come back, reads the end of input)."""
+        raise KeyboardInterrupt("the notebook ended this debug session") from None
+
     def request(self, timeout: float | None, **message) -> dict:
         """Send ``message`` (a stop, a question) and return the kernel's answer, within
         ``timeout`` s of each try. The connection of an earlier stop, which the kernel
@@ -228,7 +233,7 @@ class _In(io.TextIOBase):
             reply = self.channel.recv()
         except (OSError, EOFError):  # the kernel ended the session (interrupt, stop)
             self.channel.close()
-            raise KeyboardInterrupt("the notebook ended this debug session") from None
+            return self.channel.session_ended()
         return reply.get("line", "") + "\n"
 
 

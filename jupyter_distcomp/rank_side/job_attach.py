@@ -170,6 +170,10 @@ def _job_channel() -> Any:
                     )
                 raise
 
+        def session_ended(self) -> str:
+            """The end of input: pdb's EOF, where the rank runs on (JobPdb.do_EOF)."""
+            return ""
+
         def send(self, connect: bool = False, **message: Any) -> None:
             if self.conn is not None or not connect:
                 return super().send(connect, **message)
