@@ -242,3 +242,42 @@ def run_cell_at(page, index: int) -> None:
         }""",
         index,
     )
+
+
+RANKS_PANEL = "#jupyter-distcomp-ranks"
+
+
+def overflow(page, selector: str = RANKS_PANEL) -> list[str]:
+    """What does not fit the ranks panel at its width: the panel's content if wider than the
+    panel, and each element that reaches past its inner edge or cuts its own text (a button's
+    label clipped); [] when all of it fits. The panel's width is said in each finding."""
+    return page.evaluate(
+        """selector => {
+            const panel = document.querySelector(selector);
+            if (!panel) return [`${selector} is not on the page`];
+            const style = getComputedStyle(panel);
+            const box = panel.getBoundingClientRect();
+            const inner = box.right - parseFloat(style.paddingRight)
+                - parseFloat(style.borderRightWidth);
+            const width = `${Math.round(box.width)} px panel`;
+            const found = [];
+            if (panel.scrollWidth > panel.clientWidth) {
+                found.push(`content ${panel.scrollWidth} px wide in the ${width}`);
+            }
+            for (const el of panel.querySelectorAll('*')) {
+                const r = el.getBoundingClientRect();
+                if (r.width === 0 || r.height === 0) continue;
+                const name = `${el.tagName.toLowerCase()}.${el.className} "${
+                    (el.innerText || '').slice(0, 30)}"`;
+                if (r.right > inner + 0.5) {
+                    found.push(`${name} ends at ${r.right} px, past ${inner} px (${width})`);
+                }
+                const clips = getComputedStyle(el).overflowX !== 'visible';
+                if (clips && el.scrollWidth > el.clientWidth + 1 && el.tagName !== 'PRE') {
+                    found.push(`${name} cuts its text (${el.scrollWidth} in ${el.clientWidth} px)`);
+                }
+            }
+            return found;
+        }""",
+        selector,
+    )

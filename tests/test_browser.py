@@ -17,6 +17,7 @@ from .browser_support import (
     command,
     languages,
     open_notebook,
+    overflow,
     run_cell_at,
     screenshot,
     wait_kernel_idle,
@@ -199,6 +200,7 @@ def test_ranks_panel_follows_a_running_cell_and_stops_ranks(lab, page):
     layout = page.locator(".distcomp-world-layout").inner_text()
     assert layout == "2 nodes x 2 processes per node = 4 ranks"
     assert page.locator(".distcomp-ranks-status").inner_text() == "distcomp: 4 ranks (1 busy)"
+    assert not overflow(page), overflow(page)  # 2 nodes: every column, at the default width
     screenshot(page, "panel-busy")
     output = cell(page, 3).locator(".jp-OutputArea")
     output.get_by_text("end 0").wait_for(timeout=30_000)
@@ -224,6 +226,7 @@ def test_ranks_panel_follows_a_running_cell_and_stops_ranks(lab, page):
         assert internal not in said, said
     assert all(_alive(pid) for pid in pids)
     page.locator(".distcomp-ranks-message", has_text="Interrupted.").wait_for(timeout=5_000)
+    assert not overflow(page), overflow(page)
     screenshot(page, "panel-interrupted")
 
     # Restart asks first, as JupyterLab does before a kernel restart: Cancel keeps the ranks
@@ -248,6 +251,7 @@ def test_ranks_panel_follows_a_running_cell_and_stops_ranks(lab, page):
     assert not [pid for pid in pids if _alive(pid)], "rank processes left after Stop"
     kernel_children = _kernel_descendants(lab)
     assert not [p for p in kernel_children if _is_rank_process(p)], kernel_children
+    assert not overflow(page), overflow(page)
     screenshot(page, "panel-stopped")
 
 
@@ -384,6 +388,7 @@ def test_ranks_panel_shows_a_debugging_rank_and_where_for_a_background_cell(lab,
     text = where.inner_text()
     assert "rank 0: busy, current stack" in text and "rank 1: at a debugger prompt" in text
     assert "in load_batch" in text and "time.sleep(120)" in text
+    assert not overflow(page), overflow(page)  # debugging, the background line, where's stacks
     screenshot(page, "panel-where")
 
     # a stop of busy ranks asks first

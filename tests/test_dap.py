@@ -3,6 +3,7 @@ MPI ranks, sent the debug requests exactly as JupyterLab sends them (dap_support
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -428,6 +429,8 @@ def test_this_rank_only_steps_one_rank_and_the_others_stay(debugger):
     frames = dap.request("stackTrace", threadId=step["body"]["threadId"])["body"]["stackFrames"]
     lines = {f["name"]: f["line"] for f in frames}
     assert lines == {f"rank {r}: <module>": 4 if r == 1 else 3 for r in range(RANKS)}, lines
+    # where the step went, printed in the cell, is named with its rank
+    assert re.search(r"\[rank 1\]\n> In \[\d+\], line 4", dap.output(msg_id)), dap.output(msg_id)
     assert dap.request("distcompStepOnly", rank=None)["body"] == {"rank": None}
     dap.request("continue", threadId=1)
     reply = dap.wait_reply(msg_id)

@@ -748,3 +748,25 @@ def test_panel_for_reuses_the_panel_of_the_same_component():
     second = panel_for("wreuse", component(), session)
     assert second is not first and first.closed
     second.close()
+
+
+def test_a_bounded_input_reads_as_people_write_its_range(panel):
+    spec = """\
+name: bounded
+type: CommandComponent
+inputs:
+  lr: {type: Float, min: 0}
+  steps: {type: Integer, max: 9}
+  n: {type: Integer, min: 1, max: 4}
+command: python t.py --lr {inputs.lr} --steps {inputs.steps} --n {inputs.n}
+"""
+    p = panel(load_component(spec))
+    labels = {
+        name: next(
+            x.value for x in all_widgets(p) if isinstance(x, w.HTML) and f"<b>{name}</b>" in x.value
+        )
+        for name in ("lr", "steps", "n")
+    }
+    assert "number (&gt;= 0)" in labels["lr"], labels
+    assert "integer (&lt;= 9)" in labels["steps"], labels
+    assert "integer (1 to 4)" in labels["n"] and "[" not in "".join(labels.values()), labels

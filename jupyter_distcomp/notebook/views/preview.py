@@ -18,6 +18,7 @@ from ...core.layout import PORT_AT_START, layout_text, tensorflow_tasks
 from ...core.rank_view import rank_view
 from ...core.secrets import mask_secrets, masked, masked_repr
 from ...errors import DistcompError
+from .code_marks import rich
 
 if TYPE_CHECKING:
     from ...core.model import Component
@@ -77,7 +78,7 @@ def preview_html(component: Component, envs: Envs | None = None) -> str:
     table, problem = _try(lambda: rank_rows(component, _envs(component, envs)))
     if problem:
         parts.append(
-            f"<div class='distcomp-preview-error' style='color:#c00'>{escape(problem)}</div>"
+            f"<div class='distcomp-preview-error' style='color:#c00'>{rich(problem)}</div>"
         )
     elif table and table[0]:
         header, rows, same = table
@@ -98,7 +99,7 @@ def preview_html(component: Component, envs: Envs | None = None) -> str:
     if problem:
         parts.append(
             "<div class='distcomp-command-error' style='color:#a60'>command: cannot be "
-            f"rendered yet: {escape(problem)}</div>"
+            f"rendered yet: {rich(problem)}</div>"
         )
     else:
         parts.append(
