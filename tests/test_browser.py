@@ -63,12 +63,18 @@ def test_spec_cell_is_yaml_and_run_cell_stays_python(lab, page):
     page.keyboard.press("Control+Home")
     page.keyboard.type("%%distcomp live\n")
     wait_language(page, 2, "yaml")
+    assert wait_linted(page, 2) >= 1  # a spec now: checked, and `x = 1` is no spec
     screenshot(page, "highlight-typed")
     page.keyboard.press("Control+Home")
     page.keyboard.press("Shift+End")
     page.keyboard.press("Delete")
     wait_language(page, 2, "python")
     assert languages(page) == ["yaml", "python", "python"]
+    # Python again: our gutter and count are gone with the magic line
+    page.wait_for_function(
+        "c => !c.querySelector('.cm-gutters, .cm-panels')", arg=cell(page, 2).element_handle()
+    )
+    assert ours_in_editor(page, 1)["gutters"] == ours_in_editor(page, 1)["panels"] == 0
 
     # the palette's template command inserts a spec cell: YAML, and valid (no marks)
     command(page, "distcomp:insert-template", {"launcher": "torch.distributed"})
@@ -85,7 +91,12 @@ def test_spec_cell_is_yaml_and_run_cell_stays_python(lab, page):
 def test_misspelt_keys_get_marks_at_their_lines(lab, page):
     text = SPEC.replace("description:", "descripton:").replace("default: 2", "defualt: 2")
     url = lab.write_notebook(
-        "diagnostics.ipynb", [f"%%distcomp demo\n{text}", "%%distcomp run demo\nlancher = 1"]
+        "diagnostics.ipynb",
+        [
+            f"%%distcomp demo\n{text}",
+            "%%distcomp run demo\nlancher = 1",
+            "%%distcomp other\nversion: 1\ntype: CommandComponent\ncommand: python x.py",
+        ],
     )
     open_notebook(page, url)
     spec = cell(page, 0)
@@ -109,17 +120,26 @@ def test_misspelt_keys_get_marks_at_their_lines(lab, page):
     assert spec.locator(".distcomp-diagnostic-count").inner_text() == (
         "1 error, 1 warning in this spec"
     )
-    # the run cell is Python: no spec diagnostics there, no gutter, no count
-    assert wait_linted(page, 1) == 0
+    # the run cell is Python: nothing of ours in its editor (no linter, gutter or count)
+    assert ours_in_editor(page, 1) == {"gutters": 0, "panels": 0, "linted": False}
     assert cell(page, 1).locator("[class*='cm-lintRange']").count() == 0
-    assert not cell(page, 1).locator(".cm-gutter-lint").is_visible()
-    assert not cell(page, 1).locator(".distcomp-diagnostic-count").is_visible()
 
     error.hover()
     tooltip = page.locator(".cm-tooltip-lint")
     tooltip.wait_for(timeout=10_000)
     assert "unknown key 'defualt' in inputs.n. Did you mean 'default'?" in tooltip.inner_text()
     screenshot(page, "diagnostics-hover")
+
+    # a message with code in it: the code drawn as code, no backticks
+    page.mouse.move(0, 0)
+    tooltip.wait_for(state="detached", timeout=10_000)
+    missing = cell(page, 2).locator(".cm-lintRange-error").first
+    missing.wait_for(timeout=15_000)
+    missing.hover()
+    tooltip.wait_for(timeout=10_000)
+    assert "Fix: add name: my_component." in tooltip.inner_text(), tooltip.inner_text()
+    assert "`" not in tooltip.inner_text()
+    assert tooltip.locator("code", has_text="name: my_component").count() == 1
 
 
 def completer_offers(page) -> list[str]:
@@ -154,6 +174,18 @@ def test_tab_in_a_spec_cell_offers_launcher_types_and_spec_keys(lab, page):
     page.keyboard.press("Tab")
     # the launcher types, not the words of the cell (`name`, `:`, `0.0.1`, `$schema`)
     assert completer_offers(page) == ["torch.distributed"]
+    # its type label, whole, on the offer's one line inside the completer's box
+    fits = page.locator(".jp-Completer-typeExtended").evaluate_all(
+        """labels => labels.map(label => {
+            const box = label.closest('.jp-Completer').getBoundingClientRect();
+            const r = label.getBoundingClientRect();
+            const item = label.closest('.jp-Completer-item').getBoundingClientRect();
+            return [label.textContent, r.right <= box.right + 0.5,
+                    r.top >= item.top - 0.5 && r.bottom <= item.bottom + 0.5,
+                    label.scrollWidth <= label.clientWidth];
+        })"""
+    )
+    assert fits == [["spec", True, True, True]], fits
     screenshot(page, "complete-launcher-type")
     page.keyboard.press("Enter")
     page.wait_for_function(
@@ -253,6 +285,16 @@ def test_ranks_panel_follows_a_running_cell_and_stops_ranks(lab, page):
     assert not [p for p in kernel_children if _is_rank_process(p)], kernel_children
     assert not overflow(page), overflow(page)
     screenshot(page, "panel-stopped")
+
+
+def ours_in_editor(page, index: int) -> dict:
+    """What this extension put into cell ``index``'s editor: gutters, panels, and whether
+    its linter ever ran there."""
+    return cell(page, index).evaluate(
+        """c => ({gutters: c.querySelectorAll('.cm-gutters').length,
+                  panels: c.querySelectorAll('.cm-panels').length,
+                  linted: c.querySelector('.cm-editor').dataset.distcompLinted !== undefined})"""
+    )
 
 
 def wait_linted(page, index: int, timeout: float = 15) -> int:

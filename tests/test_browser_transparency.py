@@ -12,7 +12,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from .browser_support import cell, open_notebook
+from .browser_support import NOTEBOOK, cell, open_notebook
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -103,6 +103,36 @@ def test_a_plain_notebook_renders_the_same_with_and_without_the_extension(lab, p
     assert cleared == ["frame 2", "'shown last'"], cleared
     assert with_it == without
     assert page.locator(".distcomp-rankview").count() == 0, "a plain cell got a per-rank view"
+
+
+GEOMETRY = ["import math\nx = math.pi", "def f(a):\n    return a + 1", "print('plain')"]
+#: each plain cell's boxes, from the cell to its first line of text
+BOXES = """cells => cells.map(c => ({
+    boxes: ['.jp-Cell', '.jp-InputArea-editor', '.cm-editor', '.cm-scroller', '.cm-content',
+            '.cm-line'].map(s => {
+        const r = (c.matches(s) ? c : c.querySelector(s)).getBoundingClientRect();
+        return [s, r.x, r.y, r.width, r.height].map(v => typeof v === 'number'
+            ? Math.round(v * 100) / 100 : v);
+    }),
+    gutters: c.querySelectorAll('.cm-gutters').length,
+    panels: c.querySelectorAll('.cm-panels').length
+}))"""
+
+
+def test_a_plain_cell_is_drawn_to_the_pixel_as_without_the_extension(lab, page):
+    """No gutter, panel or anything else of ours in a plain Python cell's editor: every box
+    of it, from the cell to its first line, where JupyterLab alone puts it."""
+    try:
+        lab.disable((PACKAGE,))
+        open_notebook(page, lab.write_notebook("geometry-without.ipynb", GEOMETRY))
+        without = page.locator(f"{NOTEBOOK} .jp-Cell").evaluate_all(BOXES)
+    finally:
+        lab.disable(())
+    open_notebook(page, lab.write_notebook("geometry-with.ipynb", GEOMETRY))
+    assert page.evaluate(f"() => window.jupyterapp.isPluginActivated('{PACKAGE}:plugin')")
+    with_it = page.locator(f"{NOTEBOOK} .jp-Cell").evaluate_all(BOXES)
+    assert all(c["gutters"] == c["panels"] == 0 for c in with_it), with_it
+    assert with_it == without
 
 
 SPEC = """\
