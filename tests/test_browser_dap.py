@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from playwright.sync_api import expect
 
 from .browser_support import (
     DOCS_SCREENSHOTS,
@@ -131,6 +132,20 @@ def test_gutter_breakpoint_stops_every_rank_and_next_continue_act_on_all(lab, pa
     wait_frames(page, expected)
     page.locator(".jp-DebuggerCallstackFrame-name", has_text="rank 2: <module>").click()
     wait_variable(page, "x", "20")
+    # rank 2's array expands to its elements, each drawn with its value, not its type
+    name = page.locator(".jp-DebuggerVariables-name", has_text=re.compile("^arr$")).first
+    name.click()
+    page.wait_for_function(
+        """() => {
+            const text = document.querySelector('.jp-DebuggerVariables-body').innerText
+                .replace(/\\s+/g, ' ');
+            return /\\[0\\]\\s*:?\\s*0\\s*\\[1\\]\\s*:?\\s*2\\s*\\[2\\]\\s*:?\\s*4\\b/
+                .test(text) && /\\bmax\\s*:?\\s*4\\b/.test(text);
+        }""",
+        timeout=30_000,
+    )
+    screenshot(page, "visual-debugger-array-values")
+    name.click()  # folded again
     # the magnifier of rank 2's x opens its rich view, and so does that of an array
     wait_text(page, open_rich_view(page, "x", NB), "\\b20\\b")
     screenshot(page, "visual-debugger-stopped")
@@ -146,6 +161,12 @@ def test_gutter_breakpoint_stops_every_rank_and_next_continue_act_on_all(lab, pa
         timeout=60_000,
     )
     wait_frames(page, expected)
+    # the rank chosen before the step stays chosen, and the Variables are still its own
+    selected = page.locator(".jp-DebuggerCallstackFrame.selected .jp-DebuggerCallstackFrame-name")
+    expect(selected).to_have_text("rank 2: <module>", timeout=30_000)
+    wait_variable(page, "total", str(sum(10 * r for r in range(RANKS))))
+    wait_variable(page, "x", "20")
+    screenshot(page, "visual-debugger-next-keeps-rank-2")
     page.locator(".jp-DebuggerCallstackFrame-name", has_text="rank 1: <module>").click()
     wait_variable(page, "total", str(sum(10 * r for r in range(RANKS))))
     # rank 1's x after rank 2's: the one view of x shows rank 1's, and says so

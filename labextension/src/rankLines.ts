@@ -118,7 +118,10 @@ export function outputsOfRank(
       if (owner === rank) {
         // a line as the rank printed it: without its label, as its other lines
         const match = LABEL.exec(line.text);
-        addText(line.stream, match ? line.text.slice(match[0].length) : line.text);
+        addText(
+          line.stream,
+          match ? line.text.slice(match[0].length) : line.text
+        );
       }
     } else if (owner === null || owner === rank) {
       items.push({ kind: 'output', output });

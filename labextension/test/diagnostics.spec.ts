@@ -140,9 +140,7 @@ describe('specDiagnostics', () => {
       "missing required key 'name' in the spec. Fix: add name: my_component."
     );
     expect(messages.join(' ')).not.toContain('`');
-    expect(
-      messageParts("Fix: add `name: my_component`, or `type:`.")
-    ).toEqual([
+    expect(messageParts('Fix: add `name: my_component`, or `type:`.')).toEqual([
       { code: false, text: 'Fix: add ' },
       { code: true, text: 'name: my_component' },
       { code: false, text: ', or ' },
