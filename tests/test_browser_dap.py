@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import expect
 
 from .browser_support import (
@@ -94,6 +95,21 @@ def open_rich_view(page, name: str, notebook: str):
     return view
 
 
+def expand_until(page, name, shown: str, tries: int = 5) -> None:
+    """Click the tree item of ``name`` until what it lists makes ``shown`` true: JupyterLab
+    draws the Variables anew (folded) when it fetches them again, which a first click may
+    meet."""
+    for _ in range(tries):
+        if not name.evaluate("n => Boolean(n.closest('.jp-TreeItem').expanded)"):
+            name.click()
+        try:
+            page.wait_for_function(shown, timeout=6_000)
+            return
+        except PlaywrightTimeout:
+            continue
+    page.wait_for_function(shown, timeout=1_000)
+
+
 def wait_text(page, locator, pattern: str, timeout: float = 30_000) -> None:
     page.wait_for_function(
         "([el, pattern]) => new RegExp(pattern).test(el.textContent)",
@@ -134,23 +150,25 @@ def test_gutter_breakpoint_stops_every_rank_and_next_continue_act_on_all(lab, pa
     wait_variable(page, "x", "20")
     # rank 2's array expands to its elements, each drawn with its value, not its type
     name = page.locator(".jp-DebuggerVariables-name", has_text=re.compile("^arr$")).first
-    name.click()
-    page.wait_for_function(
+    expand_until(
+        page,
+        name,
         """() => {
             const text = document.querySelector('.jp-DebuggerVariables-body').innerText
                 .replace(/\\s+/g, ' ');
             return /\\[0\\]\\s*:?\\s*0\\s*\\[1\\]\\s*:?\\s*2\\s*\\[2\\]\\s*:?\\s*4\\b/
                 .test(text) && /\\bmax\\s*:?\\s*4\\b/.test(text);
         }""",
-        timeout=30_000,
     )
+    last = page.locator(".jp-DebuggerVariables-name", has_text=re.compile(r"^\[2\]$")).first
+    last.scroll_into_view_if_needed()  # the array's elements in sight, with their values
     screenshot(page, "visual-debugger-array-values")
+    DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(DOCS_SCREENSHOTS / "visual-debugger.png"))
     name.click()  # folded again
     # the magnifier of rank 2's x opens its rich view, and so does that of an array
     wait_text(page, open_rich_view(page, "x", NB), "\\b20\\b")
     screenshot(page, "visual-debugger-stopped")
-    DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(DOCS_SCREENSHOTS / "visual-debugger.png"))
     wait_text(page, open_rich_view(page, "arr", NB), "array\\(\\[0, 2, 4\\]\\)")
 
     command(page, "debugger:next")  # over the collective, on every rank

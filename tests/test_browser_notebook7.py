@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from .browser_support import LabServer, cell, command, open_notebook, overflow, screenshot
-from .test_browser_transparency import outputs, run_answering
+from .test_browser_transparency import answered_lines, assert_in_order, outputs, run_answering
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -90,22 +90,14 @@ def test_run_cell_panel_and_group_prompt_in_notebook_7(notebook7, page):
 
     # the group prompt: each answer, then both ranks' replies, before the next answer
     run_answering(page, 4, ["p x", "c"], timeout=300)
-    shown = [
-        re.sub(r"^\(Pdb [^)]*\)\s*", "", line.strip())
-        for text in outputs(page, 4)
-        for line in text.splitlines()
-        if line.strip()
-    ]
-    order = [
-        ["[ranks 0-1] stopped at In [5], line 4, in <module>"],
-        ["p x"],
-        ["[rank 0] 10", "[rank 1] 11"],
-        ["c"],
-        ["[rank 0] done 10", "[rank 1] done 11"],
-    ]
-    start = 0
-    for group in order:
-        at = [shown.index(line, start) if line in shown[start:] else -1 for line in group]
-        assert -1 not in at, f"{group} not after line {start}: {shown}"
-        start = max(at) + 1
+    assert_in_order(
+        answered_lines(page, 4),
+        [
+            ["[ranks 0-1] stopped at In [5], line 4, in <module>"],
+            ["p x"],
+            ["[rank 0] 10", "[rank 1] 11"],
+            ["c"],
+            ["[rank 0] done 10", "[rank 1] done 11"],
+        ],
+    )
     screenshot(page, "notebook7-group-prompt")

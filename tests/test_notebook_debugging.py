@@ -34,7 +34,9 @@ def test_debugging_notebook_finds_the_divergent_rank_and_the_shape_error(tmp_pat
     assert re.search(r"\[rank 0\] stopped at In \[\d+\], line 4, in warm_start", stop), stop
     assert "0.8000, -1.5000,  2.5000,  0.4000" in stop  # the checkpoint, after the load
     assert "breakpoint() skipped on ranks 1-2" in stop
-    assert "rank 0" in text("%distcomp compare")  # the divergent rank
+    before_fix, after_fix = [text_of(c) for c in code if c.source.startswith("%distcomp compare")]
+    assert re.search(r"^0 .*DIFFERS", before_fix, re.M), before_fix  # rank 0 alone differs
+    assert "All ranks agree." in after_fix, after_fix
     assert "[rank 2] 3 batches" in text("%%distcomp run ddp", "// 16 * 16")  # the fix
     post_mortem = text("%distcomp debug ddp")
     assert re.search(r"\[rank 2\] stopped at In \[\d+\], line 6, in make_batches", post_mortem)

@@ -169,3 +169,13 @@ def test_a_cell_that_prints_gets_no_line_and_a_quick_one_neither(kernel):
     assert status == [], status  # it showed something: nothing to say
     reply, others, status = kernel.run("%%distcomp run quiet\nx = 1")
     assert status == [], status
+
+
+def test_only_what_the_cell_called_counts_as_an_import():
+    """An engine whose own start ran under ``import`` (frames below the cell's) imports
+    nothing while its cell sleeps."""
+    engine_started_by_import = RUNNING + (
+        '  File "<frozen importlib._bootstrap>", line 1360 in _find_and_load\n'
+        '  File "/venv/lib/python3.11/site-packages/ipyparallel/engine/app.py", line 9 in <module>\n'
+    )
+    assert imported_module(engine_started_by_import) is None

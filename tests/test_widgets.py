@@ -751,16 +751,9 @@ def test_panel_for_reuses_the_panel_of_the_same_component():
 
 
 def test_a_bounded_input_reads_as_people_write_its_range(panel):
-    spec = """\
-name: bounded
-type: CommandComponent
-inputs:
-  lr: {type: Float, min: 0}
-  steps: {type: Integer, max: 9}
-  n: {type: Integer, min: 1, max: 4}
-command: python t.py --lr {inputs.lr} --steps {inputs.steps} --n {inputs.n}
-"""
-    p = panel(load_component(spec))
+    from .test_display import WITH_PORTS  # lr >= 0, steps <= 9, n from 1 to 4
+
+    p = panel(load_component(WITH_PORTS))
     labels = {
         name: next(
             x.value for x in all_widgets(p) if isinstance(x, w.HTML) and f"<b>{name}</b>" in x.value

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...contracts import RankState
 from ...core.ranges import format_ranks
-from ..stacks import AT_PROMPT, stack_frames
+from ..stacks import AT_PROMPT, CELL_FILE, stack_frames
 from . import ledgers
 
 if TYPE_CHECKING:
@@ -40,6 +40,9 @@ def imported_module(stack: str) -> str | None:
     the outermost module that ``import`` runs, named by its package (``torch`` for
     ``.../site-packages/torch/__init__.py``); None when it imports nothing."""
     frames = [m["file"] for m in map(_FRAME.match, stack.splitlines()) if m]
+    cells = [i for i, path in enumerate(frames) if CELL_FILE.search(path)]
+    if cells:  # what the cell's innermost line called, not how the engine itself runs
+        frames = frames[: cells[0]]
     for index in range(len(frames) - 1, 0, -1):  # from the outermost frame inwards
         if _FROZEN.match(frames[index]):
             inner = next((f for f in reversed(frames[:index]) if not _FROZEN.match(f)), None)
