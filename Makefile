@@ -81,9 +81,10 @@ test: lint $(CHROMIUM) $(SSHD)
 test-gpu: $(TEST_STAMP)
 	$(PY) -m pytest -m gpu tests/
 
-# the documentation site, with the shipped notebooks executed as pages (build/docs/html/)
+# the documentation site, with the shipped notebooks executed as pages (build/docs/html/;
+# docs/execute.py runs them, the debugging notebook's prompts answered as its cells script)
 docs: $(TEST_STAMP)
-	$(PY) docs/build.py build/docs --execute
+	$(PY) docs/build.py build/docs
 
 # the edit loop: no test that starts ranks, kernels, servers or browsers
 test-fast: $(TEST_STAMP)

@@ -45,10 +45,14 @@ def free_port() -> int:
 
 
 class LabServer:
-    """``python -m jupyterlab`` for one test module. ``disabled``: extensions or plugins the
-    page leaves out (``disabledExtensions`` of its page_config)."""
+    """``python -m jupyterlab`` for one test module (``app="notebook"``: Notebook 7, which
+    loads the same extensions). ``disabled``: extensions or plugins the page leaves out
+    (``disabledExtensions`` of its page_config)."""
 
-    def __init__(self, workdir: Path, disabled: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, workdir: Path, disabled: tuple[str, ...] = (), app: str = "jupyterlab"
+    ) -> None:
+        self.app = app
         self.root = workdir / "notebooks"
         self.root.mkdir(parents=True)
         self.port = free_port()
@@ -70,7 +74,7 @@ class LabServer:
             [
                 sys.executable,
                 "-m",
-                "jupyterlab",
+                app,
                 "--no-browser",
                 "--allow-root",
                 "--ServerApp.ip=127.0.0.1",
@@ -78,9 +82,15 @@ class LabServer:
                 "--ServerApp.port_retries=0",
                 f"--IdentityProvider.token={self.token}",
                 f"--ServerApp.root_dir={self.root}",
-                "--LabApp.expose_app_in_browser=True",
-                "--LabApp.news_url=",
-                "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                *(
+                    [
+                        "--LabApp.expose_app_in_browser=True",
+                        "--LabApp.news_url=",
+                        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                    ]
+                    if app == "jupyterlab"
+                    else ["--JupyterNotebookApp.expose_app_in_browser=True"]
+                ),
             ],
             env=env,
             cwd=self.root,
@@ -121,6 +131,8 @@ class LabServer:
         }
         nb.cells = [nbformat.v4.new_code_cell(source) for source in cells]
         nbformat.write(nb, self.root / name)
+        if self.app != "jupyterlab":  # Notebook 7's page of one notebook
+            return f"{self.url}/notebooks/{name}?token={self.token}"
         return f"{self.url}/lab/tree/{name}?reset&token={self.token}"
 
     def stop(self) -> None:
@@ -241,4 +253,43 @@ def run_cell_at(page, index: int) -> None:
             void window.jupyterapp.commands.execute('notebook:run-cell');
         }""",
         index,
+    )
+
+
+RANKS_PANEL = "#jupyter-distcomp-ranks"
+
+
+def overflow(page, selector: str = RANKS_PANEL) -> list[str]:
+    """What does not fit the ranks panel at its width: the panel's content if wider than the
+    panel, and each element that reaches past its inner edge or cuts its own text (a button's
+    label clipped); [] when all of it fits. The panel's width is said in each finding."""
+    return page.evaluate(
+        """selector => {
+            const panel = document.querySelector(selector);
+            if (!panel) return [`${selector} is not on the page`];
+            const style = getComputedStyle(panel);
+            const box = panel.getBoundingClientRect();
+            const inner = box.right - parseFloat(style.paddingRight)
+                - parseFloat(style.borderRightWidth);
+            const width = `${Math.round(box.width)} px panel`;
+            const found = [];
+            if (panel.scrollWidth > panel.clientWidth) {
+                found.push(`content ${panel.scrollWidth} px wide in the ${width}`);
+            }
+            for (const el of panel.querySelectorAll('*')) {
+                const r = el.getBoundingClientRect();
+                if (r.width === 0 || r.height === 0) continue;
+                const name = `${el.tagName.toLowerCase()}.${el.className} "${
+                    (el.innerText || '').slice(0, 30)}"`;
+                if (r.right > inner + 0.5) {
+                    found.push(`${name} ends at ${r.right} px, past ${inner} px (${width})`);
+                }
+                const clips = getComputedStyle(el).overflowX !== 'visible';
+                if (clips && el.scrollWidth > el.clientWidth + 1 && el.tagName !== 'PRE') {
+                    found.push(`${name} cuts its text (${el.scrollWidth} in ${el.clientWidth} px)`);
+                }
+            }
+            return found;
+        }""",
+        selector,
     )

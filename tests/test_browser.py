@@ -17,6 +17,7 @@ from .browser_support import (
     command,
     languages,
     open_notebook,
+    overflow,
     run_cell_at,
     screenshot,
     wait_kernel_idle,
@@ -62,12 +63,18 @@ def test_spec_cell_is_yaml_and_run_cell_stays_python(lab, page):
     page.keyboard.press("Control+Home")
     page.keyboard.type("%%distcomp live\n")
     wait_language(page, 2, "yaml")
+    assert wait_linted(page, 2) >= 1  # a spec now: checked, and `x = 1` is no spec
     screenshot(page, "highlight-typed")
     page.keyboard.press("Control+Home")
     page.keyboard.press("Shift+End")
     page.keyboard.press("Delete")
     wait_language(page, 2, "python")
     assert languages(page) == ["yaml", "python", "python"]
+    # Python again: our gutter and count are gone with the magic line
+    page.wait_for_function(
+        "c => !c.querySelector('.cm-gutters, .cm-panels')", arg=cell(page, 2).element_handle()
+    )
+    assert ours_in_editor(page, 1)["gutters"] == ours_in_editor(page, 1)["panels"] == 0
 
     # the palette's template command inserts a spec cell: YAML, and valid (no marks)
     command(page, "distcomp:insert-template", {"launcher": "torch.distributed"})
@@ -84,7 +91,12 @@ def test_spec_cell_is_yaml_and_run_cell_stays_python(lab, page):
 def test_misspelt_keys_get_marks_at_their_lines(lab, page):
     text = SPEC.replace("description:", "descripton:").replace("default: 2", "defualt: 2")
     url = lab.write_notebook(
-        "diagnostics.ipynb", [f"%%distcomp demo\n{text}", "%%distcomp run demo\nlancher = 1"]
+        "diagnostics.ipynb",
+        [
+            f"%%distcomp demo\n{text}",
+            "%%distcomp run demo\nlancher = 1",
+            "%%distcomp other\nversion: 1\ntype: CommandComponent\ncommand: python x.py",
+        ],
     )
     open_notebook(page, url)
     spec = cell(page, 0)
@@ -108,17 +120,26 @@ def test_misspelt_keys_get_marks_at_their_lines(lab, page):
     assert spec.locator(".distcomp-diagnostic-count").inner_text() == (
         "1 error, 1 warning in this spec"
     )
-    # the run cell is Python: no spec diagnostics there, no gutter, no count
-    assert wait_linted(page, 1) == 0
+    # the run cell is Python: nothing of ours in its editor (no linter, gutter or count)
+    assert ours_in_editor(page, 1) == {"gutters": 0, "panels": 0, "linted": False}
     assert cell(page, 1).locator("[class*='cm-lintRange']").count() == 0
-    assert not cell(page, 1).locator(".cm-gutter-lint").is_visible()
-    assert not cell(page, 1).locator(".distcomp-diagnostic-count").is_visible()
 
     error.hover()
     tooltip = page.locator(".cm-tooltip-lint")
     tooltip.wait_for(timeout=10_000)
     assert "unknown key 'defualt' in inputs.n. Did you mean 'default'?" in tooltip.inner_text()
     screenshot(page, "diagnostics-hover")
+
+    # a message with code in it: the code drawn as code, no backticks
+    page.mouse.move(0, 0)
+    tooltip.wait_for(state="detached", timeout=10_000)
+    missing = cell(page, 2).locator(".cm-lintRange-error").first
+    missing.wait_for(timeout=15_000)
+    missing.hover()
+    tooltip.wait_for(timeout=10_000)
+    assert "Fix: add name: my_component." in tooltip.inner_text(), tooltip.inner_text()
+    assert "`" not in tooltip.inner_text()
+    assert tooltip.locator("code", has_text="name: my_component").count() == 1
 
 
 def completer_offers(page) -> list[str]:
@@ -153,6 +174,18 @@ def test_tab_in_a_spec_cell_offers_launcher_types_and_spec_keys(lab, page):
     page.keyboard.press("Tab")
     # the launcher types, not the words of the cell (`name`, `:`, `0.0.1`, `$schema`)
     assert completer_offers(page) == ["torch.distributed"]
+    # its type label, whole, on the offer's one line inside the completer's box
+    fits = page.locator(".jp-Completer-typeExtended").evaluate_all(
+        """labels => labels.map(label => {
+            const box = label.closest('.jp-Completer').getBoundingClientRect();
+            const r = label.getBoundingClientRect();
+            const item = label.closest('.jp-Completer-item').getBoundingClientRect();
+            return [label.textContent, r.right <= box.right + 0.5,
+                    r.top >= item.top - 0.5 && r.bottom <= item.bottom + 0.5,
+                    label.scrollWidth <= label.clientWidth];
+        })"""
+    )
+    assert fits == [["spec", True, True, True]], fits
     screenshot(page, "complete-launcher-type")
     page.keyboard.press("Enter")
     page.wait_for_function(
@@ -199,6 +232,7 @@ def test_ranks_panel_follows_a_running_cell_and_stops_ranks(lab, page):
     layout = page.locator(".distcomp-world-layout").inner_text()
     assert layout == "2 nodes x 2 processes per node = 4 ranks"
     assert page.locator(".distcomp-ranks-status").inner_text() == "distcomp: 4 ranks (1 busy)"
+    assert not overflow(page), overflow(page)  # 2 nodes: every column, at the default width
     screenshot(page, "panel-busy")
     output = cell(page, 3).locator(".jp-OutputArea")
     output.get_by_text("end 0").wait_for(timeout=30_000)
@@ -224,6 +258,7 @@ def test_ranks_panel_follows_a_running_cell_and_stops_ranks(lab, page):
         assert internal not in said, said
     assert all(_alive(pid) for pid in pids)
     page.locator(".distcomp-ranks-message", has_text="Interrupted.").wait_for(timeout=5_000)
+    assert not overflow(page), overflow(page)
     screenshot(page, "panel-interrupted")
 
     # Restart asks first, as JupyterLab does before a kernel restart: Cancel keeps the ranks
@@ -248,7 +283,18 @@ def test_ranks_panel_follows_a_running_cell_and_stops_ranks(lab, page):
     assert not [pid for pid in pids if _alive(pid)], "rank processes left after Stop"
     kernel_children = _kernel_descendants(lab)
     assert not [p for p in kernel_children if _is_rank_process(p)], kernel_children
+    assert not overflow(page), overflow(page)
     screenshot(page, "panel-stopped")
+
+
+def ours_in_editor(page, index: int) -> dict:
+    """What this extension put into cell ``index``'s editor: gutters, panels, and whether
+    its linter ever ran there."""
+    return cell(page, index).evaluate(
+        """c => ({gutters: c.querySelectorAll('.cm-gutters').length,
+                  panels: c.querySelectorAll('.cm-panels').length,
+                  linted: c.querySelector('.cm-editor').dataset.distcompLinted !== undefined})"""
+    )
 
 
 def wait_linted(page, index: int, timeout: float = 15) -> int:
@@ -384,6 +430,7 @@ def test_ranks_panel_shows_a_debugging_rank_and_where_for_a_background_cell(lab,
     text = where.inner_text()
     assert "rank 0: busy, current stack" in text and "rank 1: at a debugger prompt" in text
     assert "in load_batch" in text and "time.sleep(120)" in text
+    assert not overflow(page), overflow(page)  # debugging, the background line, where's stacks
     screenshot(page, "panel-where")
 
     # a stop of busy ranks asks first

@@ -17,6 +17,8 @@ from .browser_support import cell, doc_screenshot, open_notebook, run_cell_at, w
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 RANKS = 16
+#: a line too long for the cell's width
+LONG = ("its loss is high, which the next 40 steps may or may not bring down; " * 4).strip()
 SPEC = """\
 name: many
 type: DistributedComponent
@@ -83,7 +85,7 @@ def test_progress_bars_and_the_per_rank_view_with_16_ranks(lab, page):
             "for i in tqdm(range(5)):\n    time.sleep(0.2)",
             "%%distcomp run many\nimport sys\nprint('hello from', mpi_rank)\n"
             "print('loss', round(1 / (1 + mpi_rank), 3))\n"
-            "if mpi_rank == 3:\n    print('rank 3 warns', file=sys.stderr)",
+            f"if mpi_rank == 3:\n    print('rank 3 warns', {LONG!r}, file=sys.stderr)",
         ],
     )
     open_notebook(page, url)
@@ -106,6 +108,15 @@ def test_progress_bars_and_the_per_rank_view_with_16_ranks(lab, page):
     assert sorted(bars) == list(range(RANKS)), seen[-1]
     for lines in bars.values():
         assert len(lines) == 1 and lines[0].startswith("100%|") and "5/5" in lines[0], lines
+    # one rank's bar alone: without its label, as that rank's printed lines are
+    cell(page, 3).locator(".distcomp-rankview-bar button", has_text=re.compile("^3$")).click()
+    page.wait_for_function(
+        f"el => /100%\\|/.test(({SHOWN})(el)) && !/\\[rank/.test(({SHOWN})(el))",
+        arg=cell(page, 3).element_handle(),
+        timeout=10_000,
+    )
+    alone = [line for line in shown_text(page, 3).splitlines() if "%|" in line]
+    assert len(alone) == 1 and alone[0].startswith("100%|"), alone
 
     # tqdm.notebook on the ranks: a progress widget per rank, each at its end
     run_and_wait(page, 4, r"(5/5[\s\S]*){16}")
@@ -134,8 +145,23 @@ def test_progress_bars_and_the_per_rank_view_with_16_ranks(lab, page):
         timeout=10_000,
     )
     alone = [line for line in shown_text(page, 5).splitlines() if line.strip()]
-    assert alone[alone.index("hello from 3") :] == ["hello from 3", "loss 0.25", "rank 3 warns"]
+    warning = f"rank 3 warns {LONG}"
+    assert alone[alone.index("hello from 3") :] == ["hello from 3", "loss 0.25", warning]
     assert not any(re.search(r"hello from (?!3$)", line) for line in alone), alone
+    # the long line wraps as in the cell's own outputs: nothing of it is cut off
+    items = (
+        cell(page, 5)
+        .locator(".distcomp-rankview-item")
+        .evaluate_all(
+            """items => items.map(item => {
+            const pre = item.querySelector('pre') || item;
+            return [pre.innerText.slice(0, 20), pre.scrollWidth - pre.clientWidth,
+                    item.getBoundingClientRect().height];
+        })"""
+        )
+    )
+    assert all(cut <= 0 for _, cut, _ in items), items
+    assert max(height for *_, height in items) > 40, items  # the warning takes several lines
     doc_screenshot(cell(page, 5), "per-rank-view")
 
     bar.locator("button", has_text=re.compile("^all$")).click()

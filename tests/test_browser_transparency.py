@@ -12,7 +12,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from .browser_support import cell, open_notebook
+from .browser_support import NOTEBOOK, cell, open_notebook
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -73,6 +73,27 @@ def run_answering(page, index: int, answers: list[str], timeout: float = 120) ->
     )
 
 
+def answered_lines(page, index: int) -> list[str]:
+    """Cell ``index``'s output lines, an answered prompt's as its answer alone
+    ("(Pdb ranks 0-1)  p x" reads "p x")."""
+    return [
+        re.sub(r"^\(Pdb [^)]*\)\s*", "", line.strip())
+        for text in outputs(page, index)
+        for line in text.splitlines()
+        if line.strip()
+    ]
+
+
+def assert_in_order(lines: list[str], order: list[list[str]]) -> None:
+    """Each group of ``order`` in ``lines`` (in any order within the group), after the
+    group before it."""
+    start = 0
+    for group in order:
+        at = [lines.index(line, start) if line in lines[start:] else -1 for line in group]
+        assert -1 not in at, f"{group} not after line {start}: {lines}"
+        start = max(at) + 1
+
+
 def rendered(page, lab, name: str) -> list[list[str]]:
     open_notebook(page, lab.write_notebook(name, PLAIN))
     shown = []
@@ -103,6 +124,36 @@ def test_a_plain_notebook_renders_the_same_with_and_without_the_extension(lab, p
     assert cleared == ["frame 2", "'shown last'"], cleared
     assert with_it == without
     assert page.locator(".distcomp-rankview").count() == 0, "a plain cell got a per-rank view"
+
+
+GEOMETRY = ["import math\nx = math.pi", "def f(a):\n    return a + 1", "print('plain')"]
+#: each plain cell's boxes, from the cell to its first line of text
+BOXES = """cells => cells.map(c => ({
+    boxes: ['.jp-Cell', '.jp-InputArea-editor', '.cm-editor', '.cm-scroller', '.cm-content',
+            '.cm-line'].map(s => {
+        const r = (c.matches(s) ? c : c.querySelector(s)).getBoundingClientRect();
+        return [s, r.x, r.y, r.width, r.height].map(v => typeof v === 'number'
+            ? Math.round(v * 100) / 100 : v);
+    }),
+    gutters: c.querySelectorAll('.cm-gutters').length,
+    panels: c.querySelectorAll('.cm-panels').length
+}))"""
+
+
+def test_a_plain_cell_is_drawn_to_the_pixel_as_without_the_extension(lab, page):
+    """No gutter, panel or anything else of ours in a plain Python cell's editor: every box
+    of it, from the cell to its first line, where JupyterLab alone puts it."""
+    try:
+        lab.disable((PACKAGE,))
+        open_notebook(page, lab.write_notebook("geometry-without.ipynb", GEOMETRY))
+        without = page.locator(f"{NOTEBOOK} .jp-Cell").evaluate_all(BOXES)
+    finally:
+        lab.disable(())
+    open_notebook(page, lab.write_notebook("geometry-with.ipynb", GEOMETRY))
+    assert page.evaluate(f"() => window.jupyterapp.isPluginActivated('{PACKAGE}:plugin')")
+    with_it = page.locator(f"{NOTEBOOK} .jp-Cell").evaluate_all(BOXES)
+    assert all(c["gutters"] == c["panels"] == 0 for c in with_it), with_it
+    assert with_it == without
 
 
 SPEC = """\
@@ -137,25 +188,17 @@ def test_replies_at_the_group_debugger_prompt_show_under_their_command(lab, page
     # the per-rank view is there, before the outputs, and they are in order all the same
     expect(cell(page, 2).locator(".distcomp-rankview-bar button")).to_have_text(["all", "0", "1"])
     # an answer shows after its prompt: "(Pdb ranks 0-1)  p x" reads "p x"
-    lines = [
-        re.sub(r"^\(Pdb [^)]*\)\s*", "", line.strip())
-        for text in outputs(page, 2)
-        for line in text.splitlines()
-        if line.strip()
-    ]
     # each answer, then the replies of both ranks, before the next answer
-    order = [
-        ["[ranks 0-1] stopped at In [3], line 4, in step"],  # the third cell run
-        ["p x"],
-        ["[rank 0] 10", "[rank 1] 11"],
-        ["n"],
-        ["p x"],
-        ["[rank 0] 20", "[rank 1] 22"],
-        ["c"],
-        ["[rank 0] done 20", "[rank 1] done 22"],
-    ]
-    start = 0
-    for group in order:
-        at = [lines.index(line, start) if line in lines[start:] else -1 for line in group]
-        assert -1 not in at, f"{group} not after line {start}: {lines}"
-        start = max(at) + 1
+    assert_in_order(
+        answered_lines(page, 2),
+        [
+            ["[ranks 0-1] stopped at In [3], line 4, in step"],  # the third cell run
+            ["p x"],
+            ["[rank 0] 10", "[rank 1] 11"],
+            ["n"],
+            ["p x"],
+            ["[rank 0] 20", "[rank 1] 22"],
+            ["c"],
+            ["[rank 0] done 20", "[rank 1] done 22"],
+        ],
+    )

@@ -3,6 +3,7 @@ MPI ranks, sent the debug requests exactly as JupyterLab sends them (dap_support
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -199,18 +200,22 @@ def test_a_ranks_variable_in_the_rich_view_and_copied_to_the_ranks_globals(debug
 EXPAND_CELL = """%%distcomp run dbg
 t = torch.arange(3.0) + comm.rank
 box = {"t": t, "n": [1, 2]}
+import numpy as np; grid = np.arange(6).reshape(2, 3) * comm.rank; big = torch.zeros(5000)
 y = 1"""
 
 
 @pytest.mark.slow
 def test_a_ranks_tensor_expands_and_its_variables_follow_an_evaluate(debugger):
-    """As in a plain cell: a tensor lists its attributes and elements, and after Evaluate
-    (which JupyterLab follows with stackTrace) the frames are new, so their Variables are
-    asked for again and show what the evaluation changed."""
+    """As in a plain cell, with values: a tensor lists its shape, dtype, min and max, then its
+    elements as numbers (JupyterLab's tree draws the value of a number, the type's name of
+    anything else), its other attributes in a group; an array's rows expand to numbers; a
+    large tensor lists its first 300 and says how many more. After Evaluate (which
+    JupyterLab follows with stackTrace) the frames are new, so their Variables are asked
+    for again and show what the evaluation changed."""
     dap, _ = debugger
     reply, text = dap.run("%%distcomp run dbg\nimport torch")
     assert reply["status"] == "ok", text
-    dap.breakpoints(EXPAND_CELL, [4])
+    dap.breakpoints(EXPAND_CELL, [5])
     dap.request("configurationDone")
     since = len(dap.events)
     msg_id = dap.execute(EXPAND_CELL)
@@ -225,14 +230,41 @@ def test_a_ranks_tensor_expands_and_its_variables_follow_an_evaluate(debugger):
     named = {v["name"]: v for v in children["body"]["variables"]}
     assert named["shape"]["value"] == "torch.Size([3])", named.keys()
     assert named["dtype"]["value"] == "torch.float32", named["dtype"]
-    assert named["[2]"]["value"] == "tensor(3.)", named["[2]"]  # rank 1: [1., 2., 3.]
+    # rank 1: [1., 2., 3.], each element a number the tree draws
+    assert [(named[f"[{i}]"]["value"], named[f"[{i}]"]["type"]) for i in range(3)] == [
+        ("1.0", "float"),
+        ("2.0", "float"),
+        ("3.0", "float"),
+    ], named
+    assert (named["min"]["value"], named["max"]["value"]) == ("1.0", "3.0"), named
     assert "add" not in named and "__class__" not in named  # data, not methods
+    group = dap.request("variables", variablesReference=named["attributes"]["variablesReference"])
+    assert {"grad", "requires_grad", "T"} <= {v["name"] for v in group["body"]["variables"]}
+    grid = next(v for v in found["body"]["variables"] if v["name"] == "grid")
+    rows = dap.request("variables", variablesReference=grid["variablesReference"])["body"]
+    row = next(v for v in rows["variables"] if v["name"] == "[1]")
+    assert row["type"] == "ndarray" and row["variablesReference"] > 0, row
+    cells = dap.request("variables", variablesReference=row["variablesReference"])["body"]
+    assert [(v["value"], v["type"]) for v in cells["variables"] if v["name"].startswith("[")] == [
+        ("3", "int"),
+        ("4", "int"),
+        ("5", "int"),
+    ], cells  # rank 1's [[0, 1, 2], [3, 4, 5]]
+    big = next(v for v in found["body"]["variables"] if v["name"] == "big")
+    listed = dap.request("variables", variablesReference=big["variablesReference"])["body"]
+    elements = [v for v in listed["variables"] if v["name"].startswith("[")]
+    assert len(elements) == 300 and elements[-1]["name"] == "[299]", len(elements)
+    (more,) = [v for v in listed["variables"] if v["name"] == "..."]
+    assert more["value"] == "4,700 more of 5,000 (the first 300 shown)" and "type" not in more
     rich = dap.request("richInspectVariables", variableName="t", frameId=ranks[1]["id"])
     assert rich["success"], rich
     assert rich["body"]["data"]["text/plain"] == "tensor([1., 2., 3.])", rich
     box = next(v for v in found["body"]["variables"] if v["name"] == "box")
     inner = dap.request("variables", variablesReference=box["variablesReference"])
     assert {v["name"] for v in inner["body"]["variables"]} == {"'t'", "'n'"}, inner
+    listing = next(v for v in inner["body"]["variables"] if v["name"] == "'n'")
+    items = dap.request("variables", variablesReference=listing["variablesReference"])["body"]
+    assert [(v["name"], v["value"]) for v in items["variables"]] == [("0", "1"), ("1", "2")]
 
     evaluated = dap.request(
         "evaluate", expression="evaluated_here = 41", frameId=ranks[1]["id"], context="repl"
@@ -243,6 +275,46 @@ def test_a_ranks_tensor_expands_and_its_variables_follow_an_evaluate(debugger):
     ranks = by_rank(again)
     assert variables_of(dap, ranks[1])["evaluated_here"] == "41"
     assert "evaluated_here" not in variables_of(dap, ranks[2])  # on rank 1 only
+    dap.request("continue", threadId=1)
+    assert dap.wait_reply(msg_id)["status"] == "ok", dap.output(msg_id)
+
+
+@pytest.mark.slow
+def test_the_rank_chosen_in_the_call_stack_stays_first_across_steps_continues_and_refreshes(
+    debugger,
+):
+    """JupyterLab selects the first frame of each stackTrace (after every stop and every
+    refresh): once the person chooses rank 2's frame (JupyterLab then asks for its scopes),
+    rank 2's frames come first, and its thread stops last, until the person chooses another."""
+    dap, _ = debugger
+    dap.breakpoints(CELL, [2, 4])
+    dap.request("configurationDone")
+    since = len(dap.events)
+    msg_id = dap.execute(CELL)
+    current = dap.wait_events("stopped", RANKS, since)[-1]["body"]["threadId"]
+    frames = dap.request("stackTrace", threadId=current)["body"]["stackFrames"]
+    assert frames[0]["name"] == "rank 0: <module>", frames
+    variables_of(dap, frames[0])  # what JupyterLab asks of the frame it selects
+    variables_of(dap, by_rank(frames)[2])  # the person chooses rank 2
+
+    def first_after(request: str, reason: str, **arguments) -> tuple[int, dict]:
+        """The thread JupyterLab shows after ``request`` and the first frame it selects."""
+        since = len(dap.events)
+        assert dap.request(request, **arguments)["success"]
+        thread = dap.wait_events("stopped", RANKS, since, reason=reason)[-1]["body"]["threadId"]
+        assert rank_of(thread) == 2, thread
+        frames = dap.request("stackTrace", threadId=thread)["body"]["stackFrames"]
+        return thread, frames[0]
+
+    thread, first = first_after("next", "step", threadId=current)
+    assert (first["name"], first["line"]) == ("rank 2: <module>", 3), first
+    assert variables_of(dap, first)["x"] == "20"  # JupyterLab's own request keeps rank 2
+    dap.request("evaluate", expression="z = 1", frameId=first["id"], context="repl")
+    again = dap.request("stackTrace", threadId=thread)["body"]["stackFrames"]
+    assert again[0]["name"] == "rank 2: <module>", again  # the refresh after an evaluation
+    _, first = first_after("continue", "breakpoint", threadId=1)  # to line 4's breakpoint
+    assert (first["name"], first["line"]) == ("rank 2: <module>", 4), first
+    assert variables_of(dap, first)["total"] == "60"
     dap.request("continue", threadId=1)
     assert dap.wait_reply(msg_id)["status"] == "ok", dap.output(msg_id)
 
@@ -362,6 +434,8 @@ def test_this_rank_only_steps_one_rank_and_the_others_stay(debugger):
     frames = dap.request("stackTrace", threadId=step["body"]["threadId"])["body"]["stackFrames"]
     lines = {f["name"]: f["line"] for f in frames}
     assert lines == {f"rank {r}: <module>": 4 if r == 1 else 3 for r in range(RANKS)}, lines
+    # where the step went, printed in the cell, is named with its rank
+    assert re.search(r"\[rank 1\]\n> In \[\d+\], line 4", dap.output(msg_id)), dap.output(msg_id)
     assert dap.request("distcompStepOnly", rank=None)["body"] == {"rank": None}
     dap.request("continue", threadId=1)
     reply = dap.wait_reply(msg_id)

@@ -26,10 +26,10 @@ launcher:
 """
 
 
-def test_ranges_read_as_words():
+def test_ranges_read_as_people_write_them():
     text = component_text(load_component(WITH_PORTS))
-    assert "lr: Float (at least 0)" in text
-    assert "steps: Integer (at most 9)" in text
+    assert "lr: Float (>= 0)" in text
+    assert "steps: Integer (<= 9)" in text
     assert "n: Integer (1 to 4)" in text
     assert "[" not in text.split("command:")[0], text
 
@@ -87,3 +87,33 @@ def test_env_table_of_a_tf_spec_has_no_raw_json():
     component.runsettings.resource_layout.configure(instance_count=2, process_count_per_node=1)
     text = repr(EnvTable(component, component.rank_environments()))
     assert "{" not in text and "TF_CONFIG task" in text and "worker 1" in text, text
+
+
+def test_the_name_shows_once_and_a_display_name_that_says_more_beside_it():
+    bare = load_component(WITH_PORTS)
+    assert component_text(bare).splitlines()[0] == "ported, DistributedComponent"
+    assert component_html(bare).count("ported") == 1  # the header names it once
+    named = load_component(WITH_PORTS.replace("name: ported", "name: ported\ndisplay_name: Ported"))
+    assert component_text(named).splitlines()[0] == "ported, DistributedComponent"
+    titled = load_component(
+        WITH_PORTS.replace("name: ported", "name: ported\ndisplay_name: MPI demo")
+    )
+    assert component_text(titled).splitlines()[0] == "MPI demo (ported), DistributedComponent"
+    assert "<b>MPI demo</b> <code>ported</code>" in component_html(titled)
+
+
+def test_text_shows_no_markdown_and_html_draws_code_as_code():
+    from jupyter_distcomp.notebook.views.code_marks import plain, rich
+    from jupyter_distcomp.notebook.views.env import files_text
+
+    assert plain("run `%distcomp restart t` <now>") == "run %distcomp restart t <now>"
+    assert rich("run `%distcomp restart t` <now>") == (
+        "run <code>%distcomp restart t</code> &lt;now&gt;"
+    )
+    component = load_component(MPI_SPEC)
+    component.runsettings.resource_layout.configure(instance_count=2, process_count_per_node=1)
+    table = EnvTable(component, component.rank_environments(), files=files_text(2, True))
+    text = repr(table)
+    assert "files: %%distcomp run: each node in its own copy" in text and "`" not in text, text
+    assert "files: <code>%%distcomp run</code>: each node" in table._repr_html_()
+    assert "`" not in table._repr_html_()

@@ -1,12 +1,15 @@
 """Every notebook in notebooks/ runs top to bottom in a real kernel, as a user would run it.
 
-Executed with nbclient in the ``python3`` kernel of this environment, in a copy of the
-folder (so relative paths work and the repository stays clean). New notebooks are picked
-up by the glob.
+Executed as the documentation site executes them (docs/execute.py: nbclient in the
+``python3`` kernel of this environment, the debugger's prompts of debugging.ipynb answered
+with the lines its cells' metadata scripts), in a copy of the folder (so relative paths work
+and the repository stays clean). New notebooks are picked up by the glob.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import re
 import shutil
 import subprocess
 import sys
@@ -14,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-#: debugging.ipynb answers debugger prompts (stdin), which nbclient cannot: its own test runs it
-PATHS = sorted(p for p in NOTEBOOKS.glob("*.ipynb") if p.name != "debugging.ipynb")
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+PATHS = sorted(NOTEBOOKS.glob("*.ipynb"))
 
 pytestmark = pytest.mark.slow
 
@@ -36,21 +39,25 @@ def executed(path: Path, tmp_path_factory) -> object:
     return _EXECUTED[path.name]
 
 
-def execute(path: Path, workdir: Path):
-    import nbformat
-    from jupyter_client import KernelManager
-    from nbclient import NotebookClient
+def docs_module(name: str):
+    """A module of docs/ (a folder of scripts, not a package), loaded by its path."""
+    spec = importlib.util.spec_from_file_location(f"docs_{name}", ROOT / "docs" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-    shutil.copytree(NOTEBOOKS, workdir, ignore=shutil.ignore_patterns("outputs", ".ipynb_*"))
-    notebook = nbformat.read(workdir / path.name, as_version=4)
-    km = KernelManager(kernel_name="python3")
+
+def execute(path: Path, workdir: Path):
+    from jupyter_client import KernelManager
+
     # the kernelspec says "python", which jupyter_client runs as this very interpreter
-    assert km.kernel_spec.argv[0] in ("python", "python3", sys.executable)
-    client = NotebookClient(
-        notebook, km=km, timeout=600, resources={"metadata": {"path": str(workdir)}}
+    assert KernelManager(kernel_name="python3").kernel_spec.argv[0] in (
+        "python",
+        "python3",
+        sys.executable,
     )
-    client.execute()
-    return notebook
+    return docs_module("execute").execute(path, workdir)
 
 
 @pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
@@ -85,6 +92,21 @@ def test_mpi_quickstart_shows_the_allreduce_on_four_ranks(tmp_path_factory):
     # its command, quickstart/train.py beside the notebook, ran on the same four ranks
     assert text.count("allreduce sum = 10") == 8, text
     assert "rank 0 still has total = 10.0" in text
+
+
+def test_the_landing_pages_example_shows_what_the_quickstart_printed(tmp_path_factory):
+    """docs/index.md's 30-second example: its output, line by line, is the quickstart's."""
+    page = (ROOT / "docs" / "index.md").read_text()
+    block = page.split("<!-- the example's output", 1)[1].split("<!-- /the example's output")[0]
+    lines = [line for line in block.splitlines()[2:] if line and not line.startswith("```")]
+    assert len(lines) == 4, lines
+    notebook = executed(NOTEBOOKS / "mpi_quickstart.ipynb", tmp_path_factory)
+    text = "".join(text_of(c) for c in notebook.cells if c.cell_type == "code")
+    for line in lines:
+        assert line in text.splitlines(), (line, text)
+    run_cell = next(c.source for c in notebook.cells if "comm.Allreduce" in c.source)
+    shown = page.split("%%distcomp run quickstart", 1)[1].split("```", 1)[0]
+    assert shown.strip() in run_cell, "the example's run cell is not the quickstart's"
 
 
 def test_tensorflow_layout_runs_multi_worker_mirrored_strategy(tmp_path_factory):
@@ -153,6 +175,21 @@ def test_documentation_site_builds_with_the_executed_notebooks(tmp_path_factory)
         assert (html / f"{page}.html").is_file(), page
     quickstart = (html / "notebooks" / "mpi_quickstart.html").read_text()
     assert "rank 3 of 4 (local rank 1): allreduce sum = 10" in quickstart
+    # the four ranks' lines of one output are one block, not a grey box each
+    blocks = re.findall(r"<pre>(.*?)</pre>", quickstart, re.S)
+    allreduce = next(b for b in blocks if "rank 0 of 4 (local rank 0): allreduce sum" in b)
+    assert all(f"rank {r} of 4" in allreduce for r in range(4)), allreduce
+    # the debugging notebook's page: executed, its prompts answered as a person would
+    debugging = (html / "notebooks" / "debugging.html").read_text()
+    assert "(Pdb ranks 0-2) compare loss" in debugging and "All ranks agree." in debugging
+    # every page of the manual: the sidebar lists every guide, and a guide has sub-headings
+    index = (html / "index.html").read_text()
+    for guide in ("using", "commands", "debugging", "azureml-jobs", "own-cluster", "speed"):
+        assert f'href="{guide}.html"' in index, guide
+        page = (html / f"{guide}.html").read_text()
+        nav = page.split('class="bd-docs-nav', 1)[-1].split("</nav>", 1)[0]
+        assert 'href="using.html"' in nav or guide == "using", (guide, nav[:300])
+    assert (html / "debugging.html").read_text().count("<h2") >= 4
 
 
 def test_azureml_job_follows_every_rank_and_names_the_rank_that_never_came(tmp_path_factory):

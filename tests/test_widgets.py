@@ -774,3 +774,18 @@ def test_panel_for_reuses_the_panel_of_the_same_component():
     second = panel_for("wreuse", component(), session)
     assert second is not first and first.closed
     second.close()
+
+
+def test_a_bounded_input_reads_as_people_write_its_range(panel):
+    from .test_display import WITH_PORTS  # lr >= 0, steps <= 9, n from 1 to 4
+
+    p = panel(load_component(WITH_PORTS))
+    labels = {
+        name: next(
+            x.value for x in all_widgets(p) if isinstance(x, w.HTML) and f"<b>{name}</b>" in x.value
+        )
+        for name in ("lr", "steps", "n")
+    }
+    assert "number (&gt;= 0)" in labels["lr"], labels
+    assert "integer (&lt;= 9)" in labels["steps"], labels
+    assert "integer (1 to 4)" in labels["n"] and "[" not in "".join(labels.values()), labels

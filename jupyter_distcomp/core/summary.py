@@ -97,15 +97,28 @@ def input_attributes(inp: Input) -> str:
         parts.append("optional")
     if inp.default is not None:
         parts.append(f"default {masked_variable_repr(inp.name, inp.default)}")
-    if inp.min is not None and inp.max is not None:
-        parts.append(f"{inp.min} to {inp.max}")
-    elif inp.min is not None:
-        parts.append(f"at least {inp.min}")
-    elif inp.max is not None:
-        parts.append(f"at most {inp.max}")
+    if inp.min is not None or inp.max is not None:
+        parts.append(bounds_text(inp.min, inp.max))
     if inp.enum:
         parts.append("one of " + ", ".join(inp.enum))
     return "; ".join(parts)
+
+
+def same_words(a: str, b: str) -> bool:
+    """``mpi_train``, ``MPI train`` and ``mpi-train`` say the same: a title that says what
+    the name says is shown once."""
+
+    def words(text: str) -> str:
+        return " ".join(text.replace("_", " ").replace("-", " ").lower().split())
+
+    return words(a) == words(b)
+
+
+def bounds_text(low: object, high: object) -> str:
+    """An input's range as people write it: ``>= 0``, ``<= 9``, ``1 to 4`` (None: no bound)."""
+    if low is not None and high is not None:
+        return f"{low} to {high}"
+    return f">= {low}" if low is not None else f"<= {high}"
 
 
 def environment_text(component: Component) -> str:

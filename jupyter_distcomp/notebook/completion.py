@@ -20,6 +20,9 @@ _KEY_LINE = re.compile(r"^(\s*)(?:- )?([$\w.-]+):\s*(?:#.*)?$")
 _TYPING_KEY = re.compile(r"^(\s*)(?:- )?([$\w.-]*)$")
 _TYPING_VALUE = re.compile(r"^(\s*)(?:- )?([$\w.-]+):\s+([\w.@-]*)$")
 MATCHER_ID = "jupyter_distcomp.spec"
+#: the type JupyterLab's completer draws beside each offer: one short word, so the label fits
+#: the completer's box on one line (two words wrapped and were drawn over each other)
+OFFER_TYPE = "spec"
 
 
 def _resolve(node: Any, root: dict) -> dict:
@@ -115,7 +118,7 @@ def spec_matcher(context: Any) -> dict:
         return {"completions": []}
     typed, offered = found
     return {
-        "completions": [SimpleCompletion(text, type="distcomp spec") for text in offered],
+        "completions": [SimpleCompletion(text, type=OFFER_TYPE) for text in offered],
         "matched_fragment": typed,
         "suppress": True,
     }
@@ -141,7 +144,7 @@ def _spec_only(completions: Any) -> Any:
 
     def spec_completions_only(text: str, offset: int) -> Any:
         if in_spec_body(text, offset):
-            return (c for c in completions(text, offset) if c.type == "distcomp spec")
+            return (c for c in completions(text, offset) if c.type == OFFER_TYPE)
         return completions(text, offset)
 
     spec_completions_only.distcomp_wraps = completions  # type: ignore[attr-defined]

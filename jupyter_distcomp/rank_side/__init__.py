@@ -11,8 +11,9 @@
   on this machine, started beside its controller; it initialises MPI while ipyparallel's
   engine loads, and runs that engine (by name) once the controller's connection FILE is
   written.
-- ``rank_setup``, ``debug_hook``, ``dap_side``, ``compare``: code ipyparallel ships into
-  each engine (``dap_side``: JupyterLab's debugger's breakpoints, frames and variables).
+- ``rank_setup``, ``debug_hook``, ``dap_side``, ``dap_values``, ``compare``: code ipyparallel
+  ships into each engine (``dap_side``: JupyterLab's debugger's breakpoints, frames and
+  variables; ``dap_values``: what its Variables panel shows of a value and its children).
 - ``after_import``: a function run on a module right after it is imported (the ledger's
   wrappers, numpy's entry in ipyparallel's canning map).
 - ``stack_site``: put on the path of ``%distcomp command`` ranks (stacks on SIGUSR1,

@@ -11,25 +11,23 @@ Shipped to each engine as source (like ``debug_hook``) and run as module
   :func:`scopes`, :func:`variables`, :func:`evaluate`, :func:`rich`, :func:`to_globals`,
   :func:`breaks`. Each answers JSON.
 
-Objects the notebook may expand get a number (``ref``), valid until the rank runs on.
+Objects the notebook may expand get a number (``ref``), valid until the rank runs on; what
+each shows, and its children, is ``dap_values``'s (shipped beside this module).
 """
 
 from __future__ import annotations
 
 import bdb
 import os
-import reprlib
 import signal
 import sys
-import warnings
 from typing import Any
 
-#: globals a user did not make (IPython's), hidden from the Variables panel
-HIDDEN = {"In", "Out", "exit", "quit", "get_ipython", "open"}
-VALUE_CHARS = 200
-_repr = reprlib.Repr()
-_repr.maxstring = VALUE_CHARS
-_repr.maxother = VALUE_CHARS
+try:
+    from . import dap_values as _values
+except ImportError:  # on an engine: shipped as source, loaded just before this module
+    _values = sys.modules["distcomp_dap_values"]
+
 _refs: dict[int, Any] = {}  # ref -> object, until the rank runs on
 _armed = False
 #: the signal the kernel sends a running rank for the debugger's Pause (kept once set: the
@@ -155,15 +153,9 @@ def _locals(pdb: Any, frame: Any) -> dict:
     return pdb.curframe_locals if frame is pdb.curframe else frame.f_locals
 
 
-#: values shown whole, with nothing to expand (as debugpy shows them)
-_PLAIN = (str, bytes, bytearray, int, float, complex, bool, type(None))
-CHILDREN = 300  # the most children listed of one value
-
-
 def _ref(value: Any) -> int:
-    """A number to expand ``value`` by: every value but a plain one (a tensor, an array,
-    any object: its attributes, as a plain cell's debugger lists them)."""
-    if isinstance(value, _PLAIN) or type(value).__name__ == "module":
+    """A number to expand ``value`` by (0: nothing to expand)."""
+    if not _values.expands(value):
         return 0
     number = len(_refs) + 1
     _refs[number] = value
@@ -173,17 +165,10 @@ def _ref(value: Any) -> int:
 def scopes(pdb: Any, index: int) -> list[dict]:
     frame = _frame(pdb, index)
     space = _locals(pdb, frame)
-    found = [{"name": "Locals", "ref": _ref(_Space(space))}]
+    found = [{"name": "Locals", "ref": _ref(_values.Space(space))}]
     if space is not frame.f_globals:
-        found.append({"name": "Globals", "ref": _ref(_Space(frame.f_globals))})
+        found.append({"name": "Globals", "ref": _ref(_values.Space(frame.f_globals))})
     return found
-
-
-class _Space:
-    """A frame's namespace, listed as the user's variables."""
-
-    def __init__(self, names: dict):
-        self.names = names
 
 
 def failure(exc: BaseException) -> str:
@@ -200,72 +185,14 @@ def failure(exc: BaseException) -> str:
 
 
 def _describe(name: str, value: Any) -> dict:
-    try:
-        text = _repr.repr(value)
-    except BaseException as exc:  # a user's __repr__ that fails, exits or is interrupted
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        text = f"<repr failed: {type(exc).__name__}>"
-    return {"name": name, "value": text, "type": type(value).__name__, "ref": _ref(value)}
-
-
-def _children(value: Any) -> list[tuple[str, Any]]:
-    if isinstance(value, _Space):
-        names = value.names
-        return [
-            (k, v)
-            for k, v in names.items()
-            if not k.startswith("_") and k not in HIDDEN and type(v).__name__ != "module"
-        ]
-    if isinstance(value, dict):
-        return [(repr(k), v) for k, v in list(value.items())[:CHILDREN]]
-    if isinstance(value, (list, tuple)):
-        return [(str(i), v) for i, v in enumerate(value[:CHILDREN])]
-    if isinstance(value, (set, frozenset)):
-        return [(str(i), v) for i, v in enumerate(list(value)[:CHILDREN])]
-    return _attributes(value) + _items(value)
-
-
-def _attributes(value: Any) -> list[tuple[str, Any]]:
-    """The public data attributes of ``value`` (a tensor's ``shape``, ``dtype``, ``grad``,
-    ...), not its methods; one that raises when read is left out."""
-    found: list[tuple[str, Any]] = []
-    try:
-        names = sorted(dir(value))
-    except Exception:
-        return found
-    for name in names:
-        if name.startswith("_") or len(found) >= CHILDREN:
-            continue
-        try:
-            with warnings.catch_warnings():  # a tensor's .grad or .T warns when read
-                warnings.simplefilter("ignore")
-                attribute = getattr(value, name)
-        except Exception:
-            continue
-        if callable(attribute) or type(attribute).__name__ == "module":
-            continue
-        found.append((name, attribute))
-    return found
-
-
-def _items(value: Any) -> list[tuple[str, Any]]:
-    """The first elements of a sized, indexable value (an array's or a tensor's rows) as
-    ``[0]``, ``[1]``, ...; none for a value that is not one."""
-    if not (hasattr(value, "__len__") and hasattr(value, "__getitem__")):
-        return []
-    try:
-        count = min(len(value), CHILDREN)
-        return [(f"[{index}]", value[index]) for index in range(count)]
-    except Exception:  # a mapping by other keys, a 0-d array, ...
-        return []
+    return {**_values.line(name, value), "ref": _ref(value)}
 
 
 def variables(pdb: Any, ref: int) -> list[dict]:
     value = _refs.get(ref)
     if value is None:
         return []
-    return [_describe(name, child) for name, child in _children(value)]
+    return [_describe(name, child) for name, child in _values.children(value)]
 
 
 def evaluate(pdb: Any, index: int, expression: str) -> dict:

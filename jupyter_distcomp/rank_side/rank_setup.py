@@ -271,13 +271,21 @@ def setup_rank(
     }
 
 
-def load_hook(source: str, host: str, port: int, key: str, rank: int, dap: str = "") -> None:
+def load_hook(
+    source: str, host: str, port: int, key: str, rank: int, dap: str = "", values: str = ""
+) -> None:
     """The debugger's hook module (debug_hook.py) from its ``source``, installed; the visual
-    debugger's side (dap_side.py, from ``dap``) beside it."""
+    debugger's side (dap_side.py, from ``dap``, and the values it shows, dap_values.py, from
+    ``values``) beside it."""
     import sys
     import types
 
-    for name, text in (("distcomp_dap_side", dap), ("distcomp_debug_hook", source)):
+    modules = (
+        ("distcomp_dap_values", values),
+        ("distcomp_dap_side", dap),
+        ("distcomp_debug_hook", source),
+    )
+    for name, text in modules:
         if text:
             module = types.ModuleType(name)
             exec(compile(text, f"{name}.py", "exec"), module.__dict__)

@@ -8,10 +8,11 @@
  * the mimetype changes under us, after the YAML language has loaded, and once more on the
  * next tick.
  *
- * Diagnostics are a CodeMirror lint source added to every editor through JupyterLab's
- * editor-extension registry; it returns nothing unless the editor holds a spec cell. Each
- * marked line gets a sign in a lint gutter (shown only while it holds one, style/base.css)
- * and a line under the editor counts them ("2 errors, 1 warning in this spec").
+ * Diagnostics are a CodeMirror lint source added through JupyterLab's editor-extension
+ * registry to the editors that hold a spec cell, and to them only (a plain cell's editor
+ * gets nothing from us: no gutter, no panel). Each marked line gets a sign in a lint gutter
+ * (shown only while it holds one, style/base.css) and a line under the editor counts them
+ * ("2 errors, 1 warning in this spec").
  *
  * Tab in a spec cell offers what the kernel offers there: the spec's keys and the allowed
  * `type:` values (jupyter_distcomp/notebook/completion.py). JupyterLab merges those with
@@ -19,7 +20,7 @@
  * takes from the editor's getTokens(), its only caller: a spec cell's editor reports none.
  */
 import { forEachDiagnostic, lintGutter, linter } from '@codemirror/lint';
-import { EditorState } from '@codemirror/state';
+import { Compartment, EditorState, Extension } from '@codemirror/state';
 import { EditorView, Panel, showPanel } from '@codemirror/view';
 import {
   CodeMirrorEditor,
@@ -46,28 +47,55 @@ export function registerDiagnostics(
   registry: IEditorExtensionRegistry,
   settings: IEditorSettings
 ): void {
+  const specOnly: Extension = [
+    lintGutter(),
+    showPanel.of(countPanel),
+    linter(
+      (view: EditorView) => {
+        const found = settings.diagnostics
+          ? editorDiagnostics(view.state.doc.toString())
+          : [];
+        // what was checked, and with what result: UI tests wait for this, not a delay
+        view.dom.dataset.distcompLinted = String(view.state.doc.length);
+        view.dom.dataset.distcompDiagnostics = String(found.length);
+        return found;
+      },
+      {
+        delay: settings.diagnosticsDelay
+      }
+    )
+  ];
   registry.addExtension({
     name: 'jupyter-distcomp:diagnostics',
-    factory: () =>
-      EditorExtensionRegistry.createImmutableExtension([
-        lintGutter(),
-        showPanel.of(countPanel),
-        linter(
-          (view: EditorView) => {
-            const found = settings.diagnostics
-              ? editorDiagnostics(view.state.doc.toString())
-              : [];
-            // what was checked, and with what result: UI tests wait for this, not a delay
-            view.dom.dataset.distcompLinted = String(view.state.doc.length);
-            view.dom.dataset.distcompDiagnostics = String(found.length);
-            return found;
-          },
-          {
-            delay: settings.diagnosticsDelay
-          }
-        )
-      ])
+    factory: options =>
+      EditorExtensionRegistry.createImmutableExtension(
+        onlyInSpecCells(specOnly, options.model.sharedModel.getSource())
+      )
   });
+}
+
+/**
+ * `extension` while the editor holds a spec cell, nothing otherwise: a plain cell's editor
+ * gets no gutter, no panel and no linter from us, so it is drawn exactly as without this
+ * extension. The editor starts with `source`; an edit that makes or unmakes a spec cell
+ * switches the extension in the same transaction.
+ */
+function onlyInSpecCells(extension: Extension, source: string): Extension {
+  const compartment = new Compartment();
+  const none: Extension = [];
+  return [
+    compartment.of(isSpecCell(source) ? extension : none),
+    EditorState.transactionExtender.of(transaction => {
+      if (!transaction.docChanged) {
+        return null;
+      }
+      const on = compartment.get(transaction.startState) === extension;
+      const wanted = isSpecCell(transaction.newDoc.lineAt(0).text);
+      return on === wanted
+        ? null
+        : { effects: compartment.reconfigure(wanted ? extension : none) };
+    })
+  ];
 }
 
 let tokensLeftOut = false;

@@ -8,7 +8,11 @@ import type { Diagnostic } from '@codemirror/lint';
 import { bodyOffset, isSpecCell } from './detection';
 import { specDiagnostics } from './diagnostics';
 
-/** CodeMirror diagnostics for a whole cell; none unless it defines a component. */
+/**
+ * CodeMirror diagnostics for a whole cell; none unless it defines a component. The spec's
+ * messages mark code with backticks (as the kernel's do); the tooltip draws it as code, and
+ * the plain message (what screen readers and the lint panel read) has no backticks.
+ */
 export function editorDiagnostics(text: string): Diagnostic[] {
   if (!isSpecCell(text)) {
     return [];
@@ -18,9 +22,42 @@ export function editorDiagnostics(text: string): Diagnostic[] {
     from: base + d.from,
     to: Math.min(base + d.to, text.length),
     severity: d.severity,
-    message: d.message,
+    message: plainMessage(d.message),
+    renderMessage: () => renderMessage(d.message),
     source: 'distcomp'
   }));
+}
+
+/** A message's runs of text and of code (what stands between backticks). */
+export function messageParts(
+  message: string
+): { code: boolean; text: string }[] {
+  return message
+    .split('`')
+    .map((text, index) => ({ code: index % 2 === 1, text }))
+    .filter(part => part.text !== '');
+}
+
+/** The message as plain text: its code without the backticks around it. */
+export function plainMessage(message: string): string {
+  return messageParts(message)
+    .map(part => part.text)
+    .join('');
+}
+
+/** The tooltip's message: its code in `<code>`, the rest as text. */
+function renderMessage(message: string): Node {
+  const node = document.createElement('span');
+  for (const part of messageParts(message)) {
+    if (part.code) {
+      const code = document.createElement('code');
+      code.textContent = part.text;
+      node.appendChild(code);
+    } else {
+      node.appendChild(document.createTextNode(part.text));
+    }
+  }
+  return node;
 }
 
 /** "2 errors, 1 warning in this spec"; "" when there are none. */

@@ -2,9 +2,10 @@
  * One rank's share of a `%%distcomp run` cell's output (pure: no DOM, no JupyterLab).
  *
  * The kernel labels every line a rank prints (`[rank 3] ...`, `[node 1 rank 3] ...`) and
- * marks each display of a rank with `metadata.distcomp_rank`. The per-rank view keeps the
- * outputs of one rank, without their labels, and what belongs to no rank (the cell's own
- * errors and notices) where it came.
+ * marks each display of a rank with `metadata.distcomp_rank` (a line it shows in place, such
+ * as a tqdm bar, also with `metadata.distcomp_stream`). The per-rank view keeps the outputs
+ * of one rank, every line of it without its label, and what belongs to no rank (the cell's
+ * own errors and notices) where it came.
  */
 
 /** The label before a rank's line; group 1 is the rank. */
@@ -28,6 +29,23 @@ export type RankItem =
 function textOf(output: IOutputLike): string {
   const text = output.text ?? '';
   return Array.isArray(text) ? text.join('') : text;
+}
+
+/**
+ * A rank's line shown in place (a progress bar redrawn with `\r`, a line that waited for
+ * its end): a display the kernel marks with the line's stream, its text the labelled line.
+ * Its stream and text, or null for any other output.
+ */
+export function inPlaceLine(
+  output: IOutputLike
+): { stream: string; text: string } | null {
+  const stream = output.metadata?.['distcomp_stream'];
+  const plain = output.data?.['text/plain'];
+  if (typeof stream !== 'string' || plain === undefined) {
+    return null;
+  }
+  const text = Array.isArray(plain) ? plain.join('') : String(plain);
+  return { stream, text };
 }
 
 /** The rank an output belongs to (its metadata), or null. */
@@ -95,7 +113,17 @@ export function outputsOfRank(
       continue;
     }
     const owner = outputRank(output);
-    if (owner === null || owner === rank) {
+    const line = inPlaceLine(output);
+    if (line !== null) {
+      if (owner === rank) {
+        // a line as the rank printed it: without its label, as its other lines
+        const match = LABEL.exec(line.text);
+        addText(
+          line.stream,
+          match ? line.text.slice(match[0].length) : line.text
+        );
+      }
+    } else if (owner === null || owner === rank) {
       items.push({ kind: 'output', output });
     }
   }

@@ -19,6 +19,8 @@ const ACTIVE = 'distcomp-rankview-active';
 const SELECTED = 'distcomp-rankview-selected';
 /** JupyterLab's panel of a code cell's output collapser and output area */
 const OUTPUT_WRAPPER = 'jp-Cell-outputWrapper';
+/** JupyterLab's class of one output of an output area */
+const OUTPUT_CLASS = 'jp-OutputArea-output';
 /** the view follows a streaming cell at most this often (a burst re-reads its output) */
 const REDRAW_MS = 150;
 
@@ -153,6 +155,8 @@ class RankView extends Panel {
         continue;
       }
       const renderer = rendermime.createRenderer(mime);
+      // styled as the cell's own outputs: long lines wrap there as here
+      renderer.addClass(OUTPUT_CLASS);
       renderer.addClass('distcomp-rankview-item');
       void renderer.renderModel({
         data,

@@ -21,14 +21,18 @@ export function stepOnlyRequest(
   };
 }
 
-/** The toggle on a stopped rank's row: its label, whether it is on, its tooltip. */
+/**
+ * The toggle on a stopped rank's row: its label, whether it is on, its tooltip. The label is
+ * the same either way (the pressed toggle is drawn filled), so its width never changes and
+ * the row fits the sidebar's default width in both states.
+ */
 export function stepOnlyToggle(
   rank: number,
   only: number | null
 ): { label: string; pressed: boolean; title: string } {
   const pressed = only === rank;
   return {
-    label: pressed ? 'only ✓' : 'only',
+    label: 'only',
     pressed,
     title: pressed
       ? `The debugger's steps go to rank ${rank} only: click for every stopped rank again`

@@ -1,7 +1,9 @@
 import { LAUNCHERS } from '../src/contracts';
 import {
   diagnosticCount,
-  editorDiagnostics as editorDiagnosticsFor
+  editorDiagnostics as editorDiagnosticsFor,
+  messageParts,
+  plainMessage
 } from '../src/editorDiagnostics';
 import { specDiagnostics } from '../src/diagnostics';
 import { closest } from '../src/suggest';
@@ -129,6 +131,23 @@ describe('specDiagnostics', () => {
     const [found] = editorDiagnosticsFor(cell);
     expect(cell.slice(found.from, found.to)).toBe('verison');
     expect(editorDiagnosticsFor('%%distcomp run demo\nlancher: 1')).toEqual([]);
+  });
+
+  it('gives the editor plain text, its code drawn as code in the tooltip', () => {
+    const cell = '%%distcomp demo\nversion: 1\n';
+    const messages = editorDiagnosticsFor(cell).map(d => d.message);
+    expect(messages).toContain(
+      "missing required key 'name' in the spec. Fix: add name: my_component."
+    );
+    expect(messages.join(' ')).not.toContain('`');
+    expect(messageParts('Fix: add `name: my_component`, or `type:`.')).toEqual([
+      { code: false, text: 'Fix: add ' },
+      { code: true, text: 'name: my_component' },
+      { code: false, text: ', or ' },
+      { code: true, text: 'type:' },
+      { code: false, text: '.' }
+    ]);
+    expect(plainMessage('a `b` c')).toBe('a b c');
   });
 });
 

@@ -15,6 +15,12 @@ const display = (text: string, rank?: number): IOutputLike => ({
   data: { 'text/plain': text },
   metadata: rank === undefined ? {} : { distcomp_rank: rank }
 });
+/** a rank's line shown in place (a tqdm bar), as the kernel sends it */
+const inPlace = (text: string, rank: number, name = 'stderr'): IOutputLike => ({
+  output_type: 'display_data',
+  data: { 'text/plain': text },
+  metadata: { distcomp_rank: rank, distcomp_stream: name }
+});
 
 describe('ranksOf', () => {
   it('finds the ranks of labelled lines and displays, with nodes', () => {
@@ -37,9 +43,10 @@ describe('outputsOfRank', () => {
     stream('[rank 1] oops\n', 'stderr'),
     stream('[rank 1]\n'),
     display('fig', 1),
-    display('[rank 0] 100%|###|', 0),
+    inPlace('[rank 0] 100%|###|', 0),
     display('ranks ready'),
-    stream('distcomp: a notice\n', 'stderr')
+    stream('distcomp: a notice\n', 'stderr'),
+    inPlace('[node 0 rank 1] 40%|#  |', 1)
   ];
 
   it('keeps one rank, without labels, and what belongs to no rank', () => {
@@ -48,14 +55,14 @@ describe('outputsOfRank', () => {
       { kind: 'text', stream: 'stderr', text: 'oops\n' },
       { kind: 'output', output: outputs[3] },
       { kind: 'output', output: outputs[5] },
-      { kind: 'text', stream: 'stderr', text: 'distcomp: a notice\n' }
+      { kind: 'text', stream: 'stderr', text: 'distcomp: a notice\n40%|#  |\n' }
     ]);
   });
 
-  it('joins the lines of one stream', () => {
+  it('joins the lines of one stream; a bar shown in place is a line, unlabelled', () => {
     expect(outputsOfRank(outputs, 0).slice(0, 2)).toEqual([
       { kind: 'text', stream: 'stdout', text: 'a\nc\n' },
-      { kind: 'output', output: outputs[4] }
+      { kind: 'text', stream: 'stderr', text: '100%|###|\n' }
     ]);
   });
 

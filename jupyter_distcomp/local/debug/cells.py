@@ -26,7 +26,7 @@ from ...contracts import RankState
 from ...core.ranges import format_ranks
 from ...errors import LayoutError, RankError
 from ...machine.network import is_local_host, listen_address
-from ...rank_side import dap_side, debug_hook
+from ...rank_side import dap_side, dap_values, debug_hook
 from ...rank_side.dap_side import PAUSE_SIGNAL
 from ...rank_side.rank_setup import arm_rank, load_hook
 from . import dap
@@ -106,11 +106,12 @@ def attach(world: World) -> None:
     channel.on_state = lambda rank, state: _restate(world, rank, state)
     source = Path(debug_hook.__file__).read_text(encoding="utf-8")
     dap = Path(dap_side.__file__).read_text(encoding="utf-8")
+    values = Path(dap_values.__file__).read_text(encoding="utf-8")
     world.debugger = channel
     world.call_each(
         list(range(world.world_size)),
         load_hook,
-        lambda info: (source, channel.host, channel.port, channel.key_hex, info.rank, dap),
+        lambda info: (source, channel.host, channel.port, channel.key_hex, info.rank, dap, values),
     )
 
 

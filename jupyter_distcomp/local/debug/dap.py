@@ -14,9 +14,10 @@ ranks panel's "this rank only" mode, to that rank). This thread (ipykernel's con
 thread) hands it each request and waits for the answer.
 
 Each rank is a thread ``rank N``; JupyterLab shows the frames of the thread that stopped
-last, so a rank thread's ``stackTrace`` lists the frames of every stopped rank, its own
-first, each named with its rank: choosing one shows that rank's variables and evaluates
-there.
+last, so a rank thread's ``stackTrace`` lists the frames of every stopped rank, each named
+with its rank: choosing one shows that rank's variables and evaluates there. JupyterLab
+selects the first frame after each stop and refresh, so the rank the person chose
+(:attr:`Adapter.selected`) comes first: the choice stays until the person makes another.
 """
 
 from __future__ import annotations
@@ -120,6 +121,9 @@ class Adapter:
         self.threads: dict[int, str] = {}  # rank threads JupyterLab was told of
         self.serving: Any = None  # the stopped ranks' server (dap_serve.Serving), if any
         self.only: int | None = None  # "this rank only": steps go to this rank
+        #: the rank the person chose in the Call Stack (or as "this rank only"): its frames
+        #: stay first, so JupyterLab keeps it selected across steps and refreshes
+        self.selected: int | None = None
         #: while a %%distcomp run cell runs: sends its running ranks the Pause signal
         self.pause_ranks: Callable[[], None] | None = None
         self.pausing = False  # a Pause was asked for in this cell: its stops say "pause"
@@ -195,6 +199,8 @@ class Adapter:
         """The ranks panel's "this rank only": steps go to that rank (None: to all)."""
         rank = args.get("rank")
         self.only = int(rank) if isinstance(rank, int) and rank >= 0 else None
+        if self.only is not None:
+            self.selected = self.only
         return {
             "type": "response",
             "seq": message.get("seq", 0),
@@ -315,7 +321,7 @@ class Adapter:
         with self._lock:
             self.breakpoints = {}
             self.version += 1
-        self.only = None
+        self.only = self.selected = None
         if self.serving is not None:
             self.serving.submit("detach", {})
         for thread in sorted(self.threads):

@@ -61,6 +61,8 @@ class Serving:
         self.group: Group | None = None
         self.open = True
         self.evaluations = 0  # Evaluate requests answered: part of each frame's id
+        #: the rank whose frames came first in the last stackTrace (JupyterLab selects it)
+        self.first: int | None = None
 
     # -- the adapter's side (control thread) --------------------------------------------
     def submit(self, command: str, args: dict) -> concurrent.futures.Future:
@@ -171,6 +173,8 @@ class Serving:
         if rank not in self._at_prompt():
             return f"rank {rank} is not stopped"
         if command == "scopes":
+            if rank != self.first:  # the person chose another rank's frame
+                self.adapter.selected = rank
             found = self._ask({rank}, "scopes", [number])[rank]
             return {
                 "scopes": [
@@ -215,20 +219,30 @@ class Serving:
         return self.adapter.refs.give(kind, thread, number) if number or kind == "frame" else 0
 
     def _variable(self, thread: int, found: dict) -> dict:
+        """A rank's variable as debugpy words it: a string drawn unquoted (``rawString``); a
+        line that is no value (how many more there are) without a type, so that JupyterLab's
+        tree draws its text."""
         ref = self._ref("variable", thread, found["ref"])
-        return {
+        variable = {
             "name": found["name"],
             "value": found["value"],
-            "type": found["type"],
             "variablesReference": ref,
             "evaluateName": found["name"],
         }
+        if found.get("type") is not None:
+            variable["type"] = found["type"]
+        if found.get("hint"):
+            variable["presentationHint"] = {"attributes": [found["hint"]]}
+        return variable
 
     def _stack_trace(self, thread: int) -> dict:
-        """The frames of every stopped rank, ``thread``'s own first, each naming its rank."""
+        """The frames of every stopped rank, each naming its rank: first those of the rank
+        the person chose (JupyterLab selects the first frame), else ``thread``'s own."""
         at = self._at_prompt()
-        first = thread - thread_of(self.slot, 0)
+        chosen = self.adapter.selected
+        first = chosen if chosen in at else thread - thread_of(self.slot, 0)
         order = ([first] if first in at else []) + sorted(r for r in at if r != first)
+        self.first = order[0] if order else None
         missing = {r for r in order if r not in self.stacks}
         if missing:
             self.stacks.update(self._ask(missing, "stack", []))
@@ -305,16 +319,17 @@ class Serving:
             self._ask(at, "breaks", [cells, files])
 
     def _tell_stops(self) -> None:
-        """A ``stopped`` event for each rank new at the prompt; the lowest (or the "this rank
-        only" rank) last, as JupyterLab shows the thread that stopped last."""
+        """A ``stopped`` event for each rank new at the prompt; the lowest (or the rank the
+        person chose, or the "this rank only" rank) last, as JupyterLab shows the thread
+        that stopped last."""
         new = self._at_prompt() - self.announced
         if not new:
             return
-        only = self.adapter.only
         order = sorted(new, reverse=True)
-        if only in new:
-            order.remove(only)
-            order.append(only)
+        for last in (self.adapter.selected, self.adapter.only):
+            if last in new:
+                order.remove(last)
+                order.append(last)
         for rank in order:
             self.announced.add(rank)
             reason = "step" if rank in self.stepped else "breakpoint"

@@ -465,15 +465,17 @@ class Group:
             member.owed, member.written = False, None
 
     def _show(self, members: list[Member]) -> None:
-        """Each member's new text, after what the ranks printed before it; equal texts
-        once, headed by their ranks."""
+        """Each member's new text, after what the ranks printed before it; equal texts once,
+        headed by their ranks (one rank's alone as pdb shows it, but under the visual
+        debugger, where no prompt names it, a rank stepped alone in "this rank only" mode is
+        named)."""
         self._catch_up(members)
         texts: dict[str, list[int]] = {}
         for member in members:
             if member.text:
                 texts.setdefault(cell_lines(member.text), []).append(member.session.rank)
             member.text = ""
-        alone = len(members) == 1
+        alone = len(members) == 1 and (len(self.members) <= 1 or not self.refocus)
         for text, ranks in texts.items():
             body = text.rstrip("\n")
             if alone:

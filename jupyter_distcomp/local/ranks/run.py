@@ -29,6 +29,7 @@ from .failfast import FailFast
 from .failures import death_reason, error_sections
 from .feed import OutputFeed
 from .output import RankOutput
+from .silence import SilenceLine
 
 if TYPE_CHECKING:
     from .world import World
@@ -132,6 +133,8 @@ class CellRun:
         self.debug = CellDebug(world, debug_ranks, self.wake.set)
         self.check_collectives = check_collectives
         self.hang = ledgers.HangWatch(world, hang_notice if timeout is None else None)
+        self.silence = SilenceLine(world, shell, self.code, self.cell)
+        self._prompted = False  # a debugger prompt showed in the cell
 
     # -- main ---------------------------------------------------------------------------
     def run(self) -> None:
@@ -166,6 +169,7 @@ class CellRun:
             self.feed.close()
             if self.flows is not None:
                 self.flows.release(self.ranks)
+            self.silence.finish()
             self.out.finish()
             self._say_lost()
             self.debug.finish(self._errors())
@@ -223,8 +227,11 @@ class CellRun:
         while self.running:
             self._wait(0.1)
             self._pump()
+            if self.debug.channel is not None and self.debug.channel.pending():
+                self.silence.finish()  # a rank stopped: its prompt, or JupyterLab's, speaks
             # the time-out waits while at a prompt
             paused = self.debug.serve(self._pump, self._shown)
+            self._prompted = self._prompted or paused > 0
             if deadline is not None:
                 deadline += paused
             if not self.running:
@@ -238,6 +245,7 @@ class CellRun:
                 self._on_timeout()
             self.fail_fast.check(self.running)
             self.hang.check(self.running)
+            self.silence.check(self.running, shown=bool(self.out.taken) or self._prompted)
         if self._engine_died() or set(self.world.dead_ranks) & set(self.ranks):
             self._on_death()
         self._raise_errors()

@@ -7,7 +7,8 @@ from __future__ import annotations
 from html import escape
 from typing import TYPE_CHECKING, Any
 
-from ...core.summary import component_summary
+from ...core.summary import ComponentSummary, component_summary, same_words
+from .code_marks import plain, rich
 
 if TYPE_CHECKING:
     from ...core.model import Component
@@ -24,12 +25,19 @@ STYLE = (
 )
 
 
+def _title(summary: ComponentSummary) -> str:
+    """The display name where it says more than the name ("MPI quickstart"), else ""."""
+    return "" if same_words(summary.title, summary.name) else summary.title
+
+
 def component_text(component: Component) -> str:
     """Plain-text summary, for terminals and nbconvert."""
     summary = component_summary(component)
     version = f" {summary.version}" if summary.version else ""
+    title = _title(summary)
+    head = f"{title} ({summary.name}{version})" if title else f"{summary.name}{version}"
     lines = [
-        f"{summary.title} ({summary.name}{version}), {summary.type}",
+        f"{head}, {summary.type}",
         f"  launcher:    {summary.launcher}",
         f"  layout:      {summary.layout}",
         f"  environment: {summary.environment}",
@@ -46,7 +54,7 @@ def component_text(component: Component) -> str:
         lines.append(f"    {row.name}: {row.type}")
     lines.append("  command:     " + summary.command)
     for warning in summary.warnings:
-        lines.append(f"  warning: {warning}")
+        lines.append(f"  warning: {plain(warning)}")
     return "\n".join(lines)
 
 
@@ -63,13 +71,12 @@ def component_html(component: Component) -> str:
         )
         for heading, rows in (("inputs", summary.inputs), ("outputs", summary.outputs))
     ]
-    warnings = "".join(
-        f"<div style='color:#a60'>&#9888; {escape(w)}</div>" for w in summary.warnings
-    )
+    warnings = "".join(f"<div style='color:#a60'>&#9888; {rich(w)}</div>" for w in summary.warnings)
     ports = "".join(f"<tr><th colspan=4>{h}</th></tr>{r}" for h, r in sections if r)
     return (
         f"{STYLE}<div class='distcomp-summary'>"
-        f"<div><b>{escape(summary.title)}</b> <code>{escape(summary.name)}</code> "
+        f"<div>{f'<b>{escape(_title(summary))}</b> ' if _title(summary) else ''}"
+        f"<code>{escape(summary.name)}</code> "
         f"{escape(summary.version or '')} &middot; {escape(summary.type)} &middot; "
         f"launcher <b>{escape(summary.launcher)}</b> &middot; {escape(summary.layout)}</div>"
         f"{warnings}{f'<table>{ports}</table>' if ports else ''}"

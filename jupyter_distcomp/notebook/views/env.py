@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from ...core.rank_view import RankView, rank_view, text_lines
 from ...core.summary import layout_caption
 from ...machine.gpus import kernel_gpus, rank_device
+from .code_marks import plain, rich
 from .component import STYLE
 
 if TYPE_CHECKING:
@@ -94,7 +95,11 @@ class EnvTable:
 
     def __repr__(self) -> str:
         return "\n".join(
-            [self.caption, *([self.files] if self.files else []), *text_lines(self.view)]
+            [
+                plain(self.caption),
+                *([plain(self.files)] if self.files else []),
+                *text_lines(self.view),
+            ]
         )
 
     def _repr_html_(self) -> str:
@@ -108,9 +113,9 @@ class EnvTable:
             "<tr>" + "".join(f"<td><code>{escape(c)}</code></td>" for c in row) + "</tr>"
             for row in view.rows
         )
-        parts = [f"<div>{escape(self.caption)}</div>"]
+        parts = [f"<div>{rich(self.caption)}</div>"]
         if self.files:
-            parts.append(f"<div>{escape(self.files)}</div>")
+            parts.append(f"<div>{rich(self.files)}</div>")
         if shared:
             parts.append(
                 f"<div>on every rank:</div><table class='distcomp-env-shared'>{shared}</table>"

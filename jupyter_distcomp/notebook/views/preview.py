@@ -23,6 +23,7 @@ from ...core.secrets import (
     secret_values,
 )
 from ...errors import DistcompError
+from .code_marks import rich
 
 if TYPE_CHECKING:
     from ...core.model import Component
@@ -83,7 +84,7 @@ def preview_html(component: Component, envs: Envs | None = None) -> str:
     table, problem = _try(lambda: rank_rows(component, _envs(component, envs)))
     if problem:
         parts.append(
-            f"<div class='distcomp-preview-error' style='color:#c00'>{escape(problem)}</div>"
+            f"<div class='distcomp-preview-error' style='color:#c00'>{rich(problem)}</div>"
         )
     elif table and table[0]:
         header, rows, same = table
@@ -104,7 +105,7 @@ def preview_html(component: Component, envs: Envs | None = None) -> str:
     if problem:
         parts.append(
             "<div class='distcomp-command-error' style='color:#a60'>command: cannot be "
-            f"rendered yet: {escape(problem)}</div>"
+            f"rendered yet: {rich(problem)}</div>"
         )
     else:
         parts.append(

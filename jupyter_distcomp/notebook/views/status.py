@@ -5,6 +5,7 @@ from __future__ import annotations
 from html import escape
 
 from ...contracts import RankState
+from .code_marks import plain, rich
 
 _COLOURS = {
     RankState.IDLE: "#2a7",
@@ -56,7 +57,7 @@ class StatusTable:
         ]
         fmt = "  ".join(f"{{:<{w}}}" for w in widths)
         rows = [fmt.format(*self.header)] + [fmt.format(*row) for row in self.rows]
-        return "\n".join(rows + self.notes)
+        return "\n".join(rows + [plain(note) for note in self.notes])
 
     def _repr_html_(self) -> str:
         if not self.rows:
@@ -68,7 +69,5 @@ class StatusTable:
             cells = [f"<td>{escape(c)}</td>" for c in row]
             cells[4] = f"<td style='color:{colour}'><b>{escape(row[4])}</b></td>"
             body += "<tr>" + "".join(cells) + "</tr>"
-        notes = "".join(
-            f"<div class='distcomp-pending'>{escape(note)}</div>" for note in self.notes
-        )
+        notes = "".join(f"<div class='distcomp-pending'>{rich(note)}</div>" for note in self.notes)
         return f"<table class='distcomp-status'><tr>{head}</tr>{body}</table>{notes}"

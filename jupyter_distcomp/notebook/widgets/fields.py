@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as w
 
 from ...core.bindings import default_output, is_remote
-from ...core.secrets import MASK, mask_secrets, masked_variable, masked_variable_repr
+from ...core.secrets import (
+    MASK,
+    mask_secrets,
+    masked_variable,
+    masked_variable_repr,
+)
+from ...core.summary import bounds_text
 from ...core.values import coerce_value
 from ...errors import SpecError
 
@@ -237,7 +243,7 @@ class InputField(_Field):
         super().__init__(inp.name, settings, _value_widget(inp), unsettable)
         kind = inp.param_type or f"data ({inp.data_type})"
         if inp.min is not None or inp.max is not None:
-            kind += f" [{'' if inp.min is None else inp.min}, {'' if inp.max is None else inp.max}]"
+            kind += f" ({bounds_text(inp.min, inp.max)})"
         tip = (inp.description or "") + (" (optional)" if inp.optional else "")
         self.box = self.row(_label(inp.name, kind + (" optional" if inp.optional else ""), tip))
         self._refresh()

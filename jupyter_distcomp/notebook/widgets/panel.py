@@ -17,6 +17,7 @@ import ipywidgets as w
 from traitlets import link
 
 from ...contracts import RankState
+from ...core.summary import same_words
 from ...errors import DistcompError
 from ..views.preview import preview_html, summary_text
 from .actions import STOP_LABEL, STOP_TIP, PanelActions, PanelSession
@@ -47,13 +48,9 @@ def panel_title(name: str, component: Component) -> str:
     ("MPI quickstart"), each once."""
     title = component.display_name or component.name
     shown = f"<b>run settings</b> of <code>{escape(name)}</code>"
-    if _words(title) not in (_words(name), _words(component.name)):
+    if not (same_words(title, name) or same_words(title, component.name)):
         shown += f" &middot; {escape(title)}"
     return shown
-
-
-def _words(text: str) -> str:
-    return " ".join(text.replace("_", " ").replace("-", " ").lower().split())
 
 
 def _row(children: list[w.Widget]) -> w.HBox:

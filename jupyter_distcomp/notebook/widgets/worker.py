@@ -15,11 +15,11 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from html import escape
 
 import ipywidgets as w
 
 from ...errors import DistcompError
+from ..views.code_marks import rich
 
 #: entries kept in the log (older ones are dropped with a note): a chatty command stays cheap
 MAX_LOG_ENTRIES = 400
@@ -55,7 +55,7 @@ class Worker:
     def say(self, text: str, kind: str = "info") -> None:
         self.text, self.state = text, kind
         colour = _COLOURS.get(kind, "#555")
-        body = escape(text)
+        body = rich(text)
         if not text:
             self.status.value = ""
             return
