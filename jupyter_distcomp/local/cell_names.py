@@ -82,11 +82,3 @@ def where(path: str, line: int | str) -> str:
     known = cell_of(path)
     return cell_place(known[0] if known else "", line)
 
-
-def source_line(path: str, line: int) -> str | None:
-    """Line ``line`` of the cell a rank ran as ``path`` (None: not known here)."""
-    known = cell_of(path)
-    if known is None:
-        return None
-    lines = known[1].splitlines()
-    return lines[line - 1].strip() if 0 < line <= len(lines) else ""
