@@ -81,4 +81,3 @@ def where(path: str, line: int | str) -> str:
         return ""
     known = cell_of(path)
     return cell_place(known[0] if known else "", line)
-

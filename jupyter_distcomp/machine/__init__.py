@@ -11,6 +11,8 @@ compiler lives here, so the core can stay a function of its arguments.
 - ``shim``: the preloaded library that binds Open MPI's listeners to one address
 - ``scratch``: folders a killed kernel does not leave behind for good
 - ``remote``: commands on the hosts, over the ssh mpiexec uses
+- ``node_disks``: each emulated node's own disk: a copy of the code folder, a temporary folder
+- ``gpus``: each emulated node's share of this machine's GPUs
 
 Process trees end through ``rank_side/reaper.py``'s ``kill_tree``, the one tree killer, which
 the supervisors of the ranks (standard library only) share with the kernel.

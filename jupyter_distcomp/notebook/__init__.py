@@ -5,6 +5,8 @@
 - ``session``: one per shell, every operation the magics, the panel and the comm perform
 - ``config``: the ``%config DistComp`` and ``AzureML`` settings
 - ``comm``: the JupyterLab ranks panel's channel
+- ``completion``: tab completion of the spec's keys and values in a ``%%distcomp NAME`` cell
+- ``follow``: ``%distcomp follow JOB``: an Azure ML job's ranks in the cell
 - ``views``: how everything is shown, as HTML and text
 - ``widgets``: the run-settings panel below each definition
 """

@@ -1,2 +1,9 @@
-"""Looking into running ranks: ``%distcomp where`` (each rank's current stack, for cells and
-command runs) and ``%distcomp compare`` (one value, every rank, one table)."""
+"""Looking into running ranks (cells and command runs alike).
+
+- ``where``: ``%distcomp where``: each rank's current Python stack, grouped
+- ``tree``: many ranks' stacks as one prefix tree, as LLNL's STAT shows them
+- ``progress``: which busy ranks moved since the last look, and which did not (a hang)
+- ``collectives``: ``%distcomp collectives``: each group's recent collectives from the
+  ranks' ledgers, aligned across ranks, with the verdict on top
+- ``compare``: ``%distcomp compare``: one value, every rank, one table
+"""
