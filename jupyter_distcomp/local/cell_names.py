@@ -15,6 +15,13 @@ from collections import OrderedDict
 
 from ..rank_side.ledger import cell_place
 
+#: What this module uses of ipykernel beyond its public API: how it names a cell's file
+#: (a test checks each exists; without ipykernel the ranks' cells keep their plain names)
+RELIES_ON = (
+    "ipykernel.compiler.get_file_name",
+    "ipykernel.compiler.get_tmp_hash_seed",
+    "ipykernel.compiler.murmur2_x86",
+)
 KEPT = 2000  # cells remembered (a long session: the oldest go)
 #: a rank's file name -> (label, code, the notebook cell's path as JupyterLab's debugger
 #: names it, '' if not known)

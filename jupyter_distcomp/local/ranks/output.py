@@ -23,6 +23,19 @@ from ...core.rank_text import label_safe
 from ...rank_side.flow import RICH_KINDS, tally
 from .flow import MESSAGE_CHARS, pace_iopub
 
+#: What this module and flow.py use of ipykernel beyond its public API, to write the ranks'
+#: output as the kernel's own stream messages (a test checks each exists; ``_write`` falls
+#: back to the plain stream where one is missing)
+RELIES_ON = (
+    "ipykernel.kernelbase.Kernel.iopub_thread",
+    "ipykernel.kernelbase.Kernel.iopub_socket",
+    "ipykernel.kernelbase.Kernel.session",
+    "ipykernel.iostream.IOPubThread.schedule",
+    "ipykernel.iostream.IOPubThread.socket",  # flow.pace_iopub sets its high-water mark
+    "ipykernel.iostream.OutStream.topic",
+    "ipykernel.iostream.OutStream.parent_header",
+    "ipykernel.iostream.OutStream.flush",
+)
 #: a line without its newline is shown (in place, updated) after waiting this long
 PARTIAL_LINE_SECONDS = 0.5
 #: a line shown in place is redrawn at most this often
