@@ -2,8 +2,9 @@
 
 No other module of the kernel imports ipyparallel or calls into its objects: they get
 clusters, clients, replies and the errors replies raise from here (on the rank side, only
-``rank_side/engine_start.py``, which starts each engine, imports it). :data:`RELIES_ON` names everything used, and a test
-checks it against the installed ipyparallel. ipyparallel is imported on first use only.
+``rank_side/engine_start.py``, which starts each engine, imports it). :data:`RELIES_ON`
+names everything used, and a test checks it against the installed ipyparallel. ipyparallel
+is imported on first use only.
 
 ipyparallel's cluster methods are coroutines; they all run on one event loop, in one daemon
 thread (``distcomp-ipyparallel``) started on first use and shared by every world of the kernel.

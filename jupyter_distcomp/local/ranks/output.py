@@ -24,8 +24,8 @@ from ...rank_side.flow import RICH_KINDS, tally
 from .flow import MESSAGE_CHARS, pace_iopub
 
 #: What this module and flow.py use of ipykernel beyond its public API, to write the ranks'
-#: output as the kernel's own stream messages (a test checks each exists; ``_write`` falls
-#: back to the plain stream where one is missing)
+#: output as the kernel's own stream messages (a test checks each exists; without a kernel
+#: and its iopub thread, ``_write`` writes to the plain stream)
 RELIES_ON = (
     "ipykernel.kernelbase.Kernel.iopub_thread",
     "ipykernel.kernelbase.Kernel.iopub_socket",
