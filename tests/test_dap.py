@@ -331,7 +331,6 @@ def test_restarted_ranks_leave_and_join_as_threads(debugger):
     assert not old & new  # the new ranks' threads are numbered anew: old numbers are stale
     stale = dap.request("stackTrace", threadId=min(old))
     assert not stale["success"] and "not a rank of a running world" in stale["message"]
-    time.sleep(0.1)
     reply, text = dap.run(
         "%%distcomp run dbg\nfrom mpi4py import MPI\ncomm = MPI.COMM_WORLD\nimport sys"
     )
