@@ -5,6 +5,17 @@ on first use, so ``import jupyter_distcomp`` stays cheap; heavy packages (ipypar
 mpi4py, azure-ai-ml, ipywidgets) are imported inside the functions that need them. The
 layers, each a folder, import only the ones below them: ``notebook`` -> ``local`` |
 ``azureml`` -> ``machine`` -> ``core`` -> ``errors``, ``contracts``, ``rank_side``.
+
+- ``notebook``: what wires the layers into IPython and JupyterLab (magics, session, views)
+- ``standin``: a local Azure ML (a test double of its REST API) for tests and demos
+- ``local``: notebook cells and the spec's command on real local ranks; their debugger
+- ``azureml``: the component as an azure-ai-ml v2 job or component; submit, follow, diagnose
+- ``machine``: this machine's mpiexec, addresses, ports, hosts, scratch folders
+- ``core``: pure functions: spec -> Component -> each rank's command and variables
+- ``rank_side``: code run in the processes we start, standard library only
+- ``errors``: every error a user can see
+- ``contracts``: names and comm messages shared with the JupyterLab extension
+- ``demo``: ``python -m jupyter_distcomp.demo``, the MPI quickstart, headless
 """
 
 from __future__ import annotations

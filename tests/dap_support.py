@@ -32,6 +32,7 @@ class DapClient:
         self.events: list[dict] = []
         self.text: dict[str, list[str]] = {}  # stream text by cell msg_id
         self.replies: dict[str, dict] = {}  # execute replies by msg_id
+        self.idle: set[str] = set()  # requests whose output is all out (status idle)
         self.kernel: Any = None  # the DebugKernel, where a test needs its stdin answers
 
     # -- requests -------------------------------------------------------------------------
@@ -87,7 +88,9 @@ class DapClient:
             except queue.Empty:
                 break
             parent = msg["parent_header"].get("msg_id", "")
-            if msg["msg_type"] == "debug_event":
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                self.idle.add(parent)
+            elif msg["msg_type"] == "debug_event":
                 self.events.append(msg["content"])
             elif msg["msg_type"] == "stream":
                 self.text.setdefault(parent, []).append(msg["content"]["text"])
@@ -107,14 +110,12 @@ class DapClient:
 
     def wait_reply(self, msg_id: str, timeout: float = 120) -> dict:
         deadline = time.monotonic() + timeout
-        while msg_id not in self.replies:
+        while msg_id not in self.replies or msg_id not in self.idle:  # its output, all of it
             assert time.monotonic() < deadline, (
                 f"no reply within {timeout} s:\n{self.output(msg_id)}"
             )
             self.pump()
             time.sleep(0.01)
-        time.sleep(0.2)
-        self.pump()
         return self.replies[msg_id]
 
     def wait_events(

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from .ranks_support import MPI_SPEC, TORCH_SPEC, define, label, loaded_shell, run_cell
+from .waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -625,9 +626,11 @@ def test_interrupt_says_which_ranks_stopped_and_replay_brings_the_state_back(ip)
         ip, "%%distcomp run t --background\nif rank != 2:\n    dist.all_reduce(torch.ones(4))"
     )
     assert started.ok
-    import time
+    from jupyter_distcomp.local.ranks.backend import get_backend
+    from jupyter_distcomp.local.ranks.ledgers import blocked_ranks
 
-    time.sleep(2)
+    world = get_backend().world("t")
+    wait_for(lambda: blocked_ranks(world, [0, 1, 3]) == [0, 1, 3], 60, "ranks in all_reduce")
     said = run_cell(ip, "%distcomp interrupt t")
     assert said.ok
     assert "Sent SIGINT to ranks 0-1, 3 of t: none stopped." in said.stdout

@@ -10,6 +10,7 @@ import pytest
 
 from .dap_support import RANK_THREADS, DapClient
 from .debug_support import MPI_SPEC, DebugKernel
+from .waiting import wait_for
 
 RANKS = 4
 #: the cell that sets a (re)started world up: ``comm`` and ``sys`` on every rank
@@ -410,7 +411,6 @@ def test_restarted_ranks_leave_and_join_as_threads(debugger):
     assert not old & new  # the new ranks' threads are numbered anew: old numbers are stale
     stale = dap.request("stackTrace", threadId=min(old))
     assert not stale["success"] and "not a rank of a running world" in stale["message"]
-    time.sleep(0.1)
     set_up_world(dap)
 
 
@@ -448,11 +448,17 @@ def test_pause_stops_the_running_ranks_in_their_code(debugger):
     dap, _ = debugger
     dap.request("configurationDone")
     code = (
-        "%%distcomp run dbg\nimport time\nfor i in range(100):\n    time.sleep(0.05)\nprint('i', i)"
+        "%%distcomp run dbg\nimport time; print('looping', flush=True)\n"
+        "for i in range(100):\n    time.sleep(0.05)\nprint('i', i)"
     )
     since = len(dap.events)
     msg_id = dap.execute(code)
-    time.sleep(2.0)
+
+    def looping() -> bool:  # every rank is in the loop
+        dap.pump()
+        return dap.output(msg_id).count("looping") == RANKS
+
+    wait_for(looping, 120, "every rank in its loop")
     assert dap.request("pause", threadId=1)["success"]  # JupyterLab names thread 1 then
     stops = dap.wait_events("stopped", RANKS, since, reason="pause")
     thread = stops[-1]["body"]["threadId"]

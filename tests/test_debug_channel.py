@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import select
 import socket
 import subprocess
 import sys
@@ -19,6 +20,8 @@ import pytest
 from jupyter_distcomp.local.debug.channel import AUTH_SECONDS, DebugChannel
 from jupyter_distcomp.local.debug.listener import MAX_PENDING
 from jupyter_distcomp.rank_side import debug_hook
+
+from .waiting import wait_for
 
 
 @pytest.fixture
@@ -89,7 +92,7 @@ def test_the_channel_survives_running_out_of_file_descriptors(channel):
                 break
         for client in clients:
             client.connect((channel.host, channel.port))  # into the listener's backlog
-        time.sleep(0.5)  # accept() fails with EMFILE meanwhile
+        wait_for(lambda: channel.accept_errors > 0, 10, "accept() to fail with EMFILE")
     finally:
         for fd in filler:
             os.close(fd)
@@ -124,7 +127,8 @@ def test_a_flood_of_idle_clients_costs_no_thread_is_capped_and_a_rank_still_stop
     threads = threading.active_count()
     flood = [socket.create_connection((channel.host, channel.port)) for _ in range(300)]
     try:
-        time.sleep(0.3)
+        # the listener took every connection in: the newest has its challenge
+        assert select.select([flood[-1]], [], [], 10)[0], "the flood was not accepted"
         assert threading.active_count() <= threads + 1, "a thread per pending connection"
         assert channel.pending_connections <= MAX_PENDING
         tic = time.monotonic()

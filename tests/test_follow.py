@@ -14,6 +14,8 @@ from IPython.utils.capture import capture_output
 from jupyter_distcomp import AzureMLError
 from jupyter_distcomp.standin import TOKEN, AzureStandIn, FakeCredential
 
+from .waiting import wait_for
+
 pytest.importorskip("azure.ai.ml")
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]
 
@@ -253,10 +255,8 @@ def test_a_job_cancelled_while_followed(shell, standin):
 
     def cancel_after_output() -> None:
         run = standin.job(job)
-        deadline = time.monotonic() + 60
-        while not run.logs and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(1.0)
+        log = run.log_name(0)
+        wait_for(lambda: "step 1\n" in run.log_text(log), 60, "rank 0's first steps")
         ml_client.jobs.begin_cancel(job)
 
     threading.Thread(target=cancel_after_output, daemon=True).start()

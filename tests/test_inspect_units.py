@@ -13,6 +13,8 @@ import pytest
 from jupyter_distcomp.local.command.active import STACK_SITE
 from jupyter_distcomp.local.stacks import main_thread_stack, stack_sections
 
+from .waiting import wait_for
+
 PROGRAM = """
 import time
 
@@ -229,8 +231,9 @@ def test_forget_closes_the_value_server_and_fd_exhaustion_does_not_end_it():
                 break
         # one descriptor for the client; the server's accept() finds none (EMFILE)
         hogs.pop().close()
+        failed = compare.accept_errors
         attempt = socket.create_connection((address, port))
-        time.sleep(0.5)
+        wait_for(lambda: compare.accept_errors > failed, 10, "accept() to fail with EMFILE")
     finally:
         for hog in hogs:
             hog.close()

@@ -11,6 +11,7 @@ import json
 import pytest
 
 from .ranks_support import MPI_SPEC, define, loaded_shell, run_cell
+from .waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -314,7 +315,12 @@ def test_a_run_cells_ranks_publish_only_output_and_idle_while_px_gets_its_usual_
     sub.curve_publickey, sub.curve_secretkey = zmq.curve_keypair()
     sub.connect(client._config["iopub"])
     try:
-        time.sleep(0.5)  # the subscription reaches the controller
+
+        def subscribed() -> bool:  # the controller sends to this socket: a probe's messages
+            client[0].execute("pass", silent=False, block=True)
+            return bool(sub.poll(200))
+
+        wait_for(subscribed, 30, "the subscription to reach the controller", every=0)
         cell = run_cell(ip, "%%distcomp run mpi\nprint('lean', mpi_rank)")
         assert cell.ok and sorted(t for (t,) in by_rank(cell.stdout).values()) == [
             f"lean {r}" for r in range(4)

@@ -8,11 +8,11 @@ One 1x2 MPI world shared by the module, driven through a real IPython shell.
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 
 from .ranks_support import MPI_SPEC, define, loaded_shell, run_cell
+from .waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -92,9 +92,13 @@ except KeyboardInterrupt:
     print('rank', mpi_rank, 'interrupted')
 """
     assert run_cell(ip, f"%%distcomp run kids --background\n{code}").ok
-    time.sleep(1)
-    where = run_cell(ip, "%distcomp where kids")
-    assert where.ok, where.error
+
+    def with_children():  # each rank has forked its child
+        where = run_cell(ip, "%distcomp where kids")
+        assert where.ok, where.error
+        return where if where.stdout.count("forked from the rank") == 2 else None
+
+    where = wait_for(with_children, 30, "each rank's child in where", every=0.2)
     for rank in (0, 1):
         assert f"--- rank {rank}: processes it started ---\npid " in where.stdout, where.stdout
     assert where.stdout.count("forked from the rank") == 2, where.stdout

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from .ranks_support import MPI_SPEC, define, loaded_shell, run_cell
+from .waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -163,10 +164,13 @@ def test_where_groups_identical_stacks_also_inside_a_collective(ip):
         "train_step()"
     )
     assert run_cell(ip, f"%%distcomp run w --background\n{code}").ok
-    time.sleep(1)  # let the ranks reach the barrier
-    where = run_cell(ip, "%distcomp where w")
-    assert where.ok
-    text = where.stdout
+
+    def in_the_barrier():  # ranks 0-2 reached it
+        where = run_cell(ip, "%distcomp where w")
+        assert where.ok
+        return where.stdout if "+ ranks 0-2\n" in where.stdout else ""
+
+    text = wait_for(in_the_barrier, 30, "ranks 0-2 in the barrier", every=0.2)
     # one tree: ranks 0-2 in the barrier, rank 3 (the odd one, flagged) asleep
     assert "ranks 0-3: busy, current stack" in text, text
     assert "+ ranks 0-2\n" in text and "+ rank 3  <- differs" in text, text

@@ -4,7 +4,6 @@ ipyparallel. Fast: no process is started."""
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
 import re
 import subprocess
@@ -17,21 +16,9 @@ import pytest
 from jupyter_distcomp.local.ranks import ipp
 from jupyter_distcomp.rank_side import rank_setup
 
+from .relied_on_support import resolve
+
 RANKS = Path(ipp.__file__).parent
-
-
-def resolve(dotted: str) -> object:
-    """The object a dotted name such as ``ipyparallel.Cluster.start_cluster`` names."""
-    parts = dotted.split(".")
-    for cut in range(len(parts), 0, -1):
-        try:
-            value: object = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        for attribute in parts[cut:]:
-            value = getattr(value, attribute)
-        return value
-    raise ImportError(dotted)
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from jupyter_distcomp.core.ranges import format_ranks, parse_ranks
 from jupyter_distcomp.errors import RankError
 from jupyter_distcomp.local.ranks.failures import death_reason, error_sections, group_errors
 from jupyter_distcomp.local.ranks.feed import OutputFeed
-from jupyter_distcomp.local.ranks.output import LINE_LIMIT, RankOutput
+from jupyter_distcomp.local.ranks.output import LINE_LIMIT, REDRAW_SECONDS, RankOutput
 from jupyter_distcomp.local.ranks.run import OUTPUT_GRACE, CellRun
 from jupyter_distcomp.local.stacks import render_stack
 from jupyter_distcomp.machine import mpi
@@ -217,14 +217,51 @@ class Publisher:
         self.calls.append({"data": data, "transient": transient, "update": update})
 
 
+class Clock:
+    """Time that moves when the test says, and the timers due by it."""
+
+    def __init__(self):
+        self.now = 100.0
+        self.timers: list[FakeTimer] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def timer(self, seconds, function):
+        made = FakeTimer(self.now + seconds, function)
+        self.timers.append(made)
+        return made
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        for due in [t for t in self.timers if t.started and t.at <= self.now]:
+            self.timers.remove(due)
+            if not due.cancelled:
+                due.function()
+
+
+class FakeTimer:
+    def __init__(self, at, function):
+        self.at, self.function = at, function
+        self.started = self.cancelled = False
+        self.daemon = False
+
+    def start(self):
+        self.started = True
+
+    def cancel(self):
+        self.cancelled = True
+
+
 def test_a_progress_line_is_drawn_in_place_and_finished_there():
     shell = type("Shell", (), {"display_pub": Publisher()})()
-    out = RankOutput(lambda r: f"[rank {r}]", shell=shell)
+    clock = Clock()
+    out = RankOutput(lambda r: f"[rank {r}]", shell=shell, clock=clock)
     buffer = io.StringIO()
     with redirect_stdout(buffer):
         out.stream(1, "stderr", "\r 0%|")
         out.flush_partial()
-        time.sleep(0.06)
+        clock.advance(REDRAW_SECONDS + 0.01)  # a redraw is due
         out.stream(1, "stderr", "\r50%|")
         out.flush_partial()
         out.stream(1, "stderr", "\r100%|\n")
@@ -465,12 +502,15 @@ def test_a_burst_of_rank_changes_tells_the_panel_twice_and_the_last_state_wins()
 
     state = {"idle": 0}
     told: list[int] = []
-    notices = Notices(lambda: told.append(state["idle"]))
+    clock = Clock()
+    notices = Notices(lambda: told.append(state["idle"]), clock=clock, timer=clock.timer)
     for rank in range(16):  # 16 ranks reply within a few milliseconds
         state["idle"] = rank + 1
         notices.changed()
+        clock.advance(0.001)
     assert told == [1], "the first change is told at once, the others wait for the gap"
-    time.sleep(NOTICE_GAP * 4)
+    assert len(clock.timers) == 1, "one notice waits for the gap's end"
+    clock.advance(NOTICE_GAP)
     assert told == [1, 16], "the rest are told once, with the latest state"
 
     state["idle"] = 0
@@ -482,10 +522,16 @@ def test_a_burst_of_rank_changes_tells_the_panel_twice_and_the_last_state_wins()
 
     state["idle"] = 4
     notices.changed()  # within the gap: waits
+    assert told == [1, 16, 0] and len(clock.timers) == 1
     notices.flush()  # the cell ends: told now
     assert told == [1, 16, 0, 4]
-    time.sleep(NOTICE_GAP * 4)
+    clock.advance(NOTICE_GAP * 4)
     assert told == [1, 16, 0, 4], "a flushed change is not told twice"
+
+    clock.advance(NOTICE_GAP)
+    state["idle"] = 2
+    notices.changed()  # a gap after the last notice: told at once
+    assert told == [1, 16, 0, 4, 2] and clock.timers == []
 
 
 def _logged(ranks: list[int] | None, size: int, first: str = "x = 1"):

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from .test_ranks_kernel import Kernel
+from .waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -187,9 +188,20 @@ def test_a_compare_that_times_out_stops_on_the_ranks(cmp):
     assert reply["status"] == "ok", _error(reply)
 
 
-def test_an_interrupted_compare_stops_on_the_ranks(cmp):
-    msg_id = cmp.send('%distcomp compare cmp "time.sleep(80)"')
-    time.sleep(3)
+def evaluating(folder, seconds: int) -> str:
+    """An expression each rank evaluates for ``seconds``, once it has said so by a file
+    ``at-RANK`` in ``folder``."""
+    return f"(open(f'{folder}/at-{{mpi_rank}}', 'w').close(), time.sleep({seconds}))"
+
+
+def wait_evaluating(folder) -> None:
+    """Both ranks of ``cmp`` are inside the expression of :func:`evaluating`."""
+    wait_for(lambda: len(list(folder.glob("at-*"))) == 2, 60, "both ranks evaluating")
+
+
+def test_an_interrupted_compare_stops_on_the_ranks(cmp, tmp_path):
+    msg_id = cmp.send(f'%distcomp compare cmp "{evaluating(tmp_path, 80)}"')
+    wait_evaluating(tmp_path)
     cmp.km.interrupt_kernel()
     reply, _, seconds = cmp.collect(msg_id, timeout=30)
     assert reply["status"] == "error" and "interrupted" in _error(reply), _error(reply)
@@ -246,13 +258,13 @@ def test_compare_of_large_arrays_stays_within_a_small_multiple_of_one_copy(cmp):
     assert max(grown) <= 150 and min(grown) <= 30, grown
 
 
-def test_a_rank_killed_during_compare_is_named_by_its_rank(cmp):
+def test_a_rank_killed_during_compare_is_named_by_its_rank(cmp, tmp_path):
     import os
     import signal
 
     pids = _pids(cmp)
-    msg_id = cmp.send('%distcomp compare cmp "time.sleep(60)"')
-    time.sleep(3)
+    msg_id = cmp.send(f'%distcomp compare cmp "{evaluating(tmp_path, 60)}"')
+    wait_evaluating(tmp_path)
     os.kill(pids[1], signal.SIGKILL)
     reply, text, _ = cmp.collect(msg_id, timeout=60)
     shown = _error(reply)

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from .ranks_support import MPI_SPEC, TORCH_SPEC, define, label, loaded_shell, run_cell
+from .waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -59,10 +60,22 @@ def settle(ip, name: str, seconds: float = 20) -> None:
     raise AssertionError(f"{name} stayed busy")
 
 
-def hang(ip, name: str, code: str, seconds: float = 2.5) -> None:
+def hang(ip, name: str, code: str, blocked: list[int], ended: tuple[int, ...] = ()) -> None:
+    """Run ``code`` in the background until ``blocked`` wait in the calls their ledgers show
+    and the ranks ``ended`` have ended their cell."""
+    from jupyter_distcomp.contracts import RankState
+    from jupyter_distcomp.local.ranks.backend import get_backend
+    from jupyter_distcomp.local.ranks.ledgers import blocked_ranks
+
     started = run_cell(ip, f"%%distcomp run {name} --background\n{code}")
     assert started.ok, started.traceback_text()
-    time.sleep(seconds)
+    world = get_backend().world(name)
+
+    def hung() -> bool:
+        ended_ok = all(world.ranks[r].state == RankState.IDLE for r in ended)
+        return ended_ok and blocked_ranks(world, blocked) == blocked
+
+    wait_for(hung, 60, f"ranks {blocked} of {name} blocked, {list(ended)} ended", every=0.1)
 
 
 def release(ip, name: str, flag) -> None:
@@ -87,6 +100,7 @@ def test_send_send_of_large_messages_is_named_in_collectives_where_compare_inter
         f"while rank == 2 and not os.path.exists({str(flag)!r}):\n"
         f"    MPI.COMM_SELF.Barrier()\n"
         f"    time.sleep(0.01)",
+        blocked=[0, 1],
     )
     try:
         text = run_cell(ip, "%distcomp collectives w").stdout
@@ -99,8 +113,12 @@ def test_send_send_of_large_messages_is_named_in_collectives_where_compare_inter
         assert "agree" not in text
         where = run_cell(ip, "%distcomp where w").stdout
         assert chain in where and sends in where, where
-        time.sleep(0.5)
-        again = run_cell(ip, "%distcomp where w").stdout
+
+        def moved() -> str:  # a later look, once rank 2 has moved since the one before
+            text = run_cell(ip, "%distcomp where w").stdout
+            return text if "rank 2: progressed" in text else ""
+
+        again = wait_for(moved, 30, "rank 2 to progress between two looks", every=0.1)
         assert "--- since the last look, " in again, again
         assert "rank 2: progressed (stack or newest call changed)" in again
         assert "ranks 0-1: did not move (same stack, same call)" in again
@@ -125,6 +143,7 @@ def test_recv_recv_and_an_object_receive_whose_peer_ended_its_cell(ip, tmp_path)
         f"    peer = 1 - rank\n"
         f"    rescue(lambda: Send(comm, np.ones(3), dest=peer), flag={str(flag)!r})\n"
         f"    comm.Recv(np.empty(3), source=peer)",
+        blocked=[0, 1],
     )
     try:
         text = run_cell(ip, "%distcomp collectives w").stdout
@@ -142,6 +161,8 @@ def test_recv_recv_and_an_object_receive_whose_peer_ended_its_cell(ip, tmp_path)
         f"    rescue(lambda: MPI.Comm.send.__wrapped__(comm, 'late', dest=0), flag={str(flag)!r})\n"
         f"if rank == 0:\n"
         f"    got = comm.recv(source=1)",
+        blocked=[0],
+        ended=(1,),
     )
     try:
         text = run_cell(ip, "%distcomp collectives w").stdout
@@ -166,6 +187,7 @@ def test_a_receive_from_a_rank_inside_a_collective(ip, tmp_path):
         f"if rank == 0:\n"
         f"    comm.recv(source=1)\n"
         f"comm.Barrier()",
+        blocked=[0, 1, 2],
     )
     try:
         text = run_cell(ip, "%distcomp collectives w").stdout
@@ -221,6 +243,7 @@ def test_torch_recv_on_both_sides(ip, tmp_path):
         f"send = dist.send.__distcomp_ledger__\n"
         f"rescue(lambda: send(torch.ones(4), dst=peer), flag={str(flag)!r})\n"
         f"dist.recv(torch.empty(4), src=peer)",
+        blocked=[0, 1],
     )
     try:
         text = run_cell(ip, "%distcomp collectives g").stdout
@@ -268,6 +291,7 @@ def test_torch_batch_isend_irecv_waits_are_named(ip, tmp_path):
         f"ops = [dist.P2POp(dist.irecv, torch.empty(2), peer)]\n"
         f"for request in dist.batch_isend_irecv(ops):\n"
         f"    request.wait()",
+        blocked=[0, 1],
     )
     try:
         text = run_cell(ip, "%distcomp collectives g").stdout

@@ -19,7 +19,9 @@ SIGN_IN = (
 )
 
 
-def _workspace(ml_client: Any) -> str:
+def workspace_label(ml_client: Any) -> str:
+    """``workspace 'W' (resource group 'G', subscription 'S')``: where a missing name was
+    looked for, in an error's words."""
     return (
         f"workspace '{ml_client.workspace_name}' (resource group "
         f"'{ml_client.resource_group_name}', subscription '{ml_client.subscription_id}')"
@@ -54,7 +56,7 @@ def explain(exc: BaseException, ml_client: Any, action: str = "submit the job") 
     if status is None:
         status = getattr(exc, "status_code", None)
     detail = _service_detail(exc)
-    where = _workspace(ml_client)
+    where = workspace_label(ml_client)
     if isinstance(exc, ClientAuthenticationError) and status is None:
         first = scrub(str(exc)).splitlines()[0] if str(exc) else type(exc).__name__
         message = (

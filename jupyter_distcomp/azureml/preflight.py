@@ -23,7 +23,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AzureMLError
-from .failures import _workspace, explain
+from .failures import explain, workspace_label
 
 if TYPE_CHECKING:
     from ..core.model import Component
@@ -80,7 +80,7 @@ def _read_compute(ml_client: Any, name: str) -> Any:
             raise explain(missing, ml_client, action) from None
         have = ", ".join(f"'{n}'" for n in names) or "none"
         raise AzureMLError(
-            f"compute '{name}' does not exist in {_workspace(ml_client)}; its computes: "
+            f"compute '{name}' does not exist in {workspace_label(ml_client)}; its computes: "
             f"{have}. Fix: pass one of them (--compute NAME, the panel's compute field or "
             f"%config AzureML.compute), or create it (az ml compute create --name {name} "
             "--type amlcompute --size VM_SIZE --max-instances N)."

@@ -2,14 +2,16 @@
 of the hosts the user names), each with the variables Azure ML gives it.
 
 - ``ranks``: ``%%distcomp run``: a world of ipyparallel engines under one mpiexec per
-  component, its cells, output, failures and health
+  component, its cells, output, failures, health and collectives ledgers
 - ``command``: ``%distcomp command``: the spec's own command, one process per rank
 - ``debug``: ``breakpoint()`` on a rank prompts in the notebook (both of the above)
 - ``attached``: the ranks of a running Azure ML job, reached through each node's SSH
   service (``%distcomp attach``): its ``breakpoint()`` at the same group prompt
-- ``inspect``: where each rank is, and one value compared across ranks
+- ``inspect``: where each rank is, its collectives, and one value compared across ranks
 - ``stacks``: a rank's current Python stack, here or on its host
+- ``cell_names``: which notebook cell (``In [5]``) a rank's cell file is
 
 Lower folders never import higher ones: ``inspect`` reads worlds, command runs and attached
-jobs, which use ``debug``, which uses none of them; ``stacks`` is used by all.
+jobs, which use ``debug``, which uses none of them; ``stacks`` and ``cell_names`` are used by
+all.
 """

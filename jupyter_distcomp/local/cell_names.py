@@ -15,6 +15,13 @@ from collections import OrderedDict
 
 from ..rank_side.ledger import cell_place
 
+#: What this module uses of ipykernel beyond its public API: how it names a cell's file
+#: (a test checks each exists; without ipykernel the ranks' cells keep their plain names)
+RELIES_ON = (
+    "ipykernel.compiler.get_file_name",
+    "ipykernel.compiler.get_tmp_hash_seed",
+    "ipykernel.compiler.murmur2_x86",
+)
 KEPT = 2000  # cells remembered (a long session: the oldest go)
 #: a rank's file name -> (label, code, the notebook cell's path as JupyterLab's debugger
 #: names it, '' if not known)
@@ -81,12 +88,3 @@ def where(path: str, line: int | str) -> str:
         return ""
     known = cell_of(path)
     return cell_place(known[0] if known else "", line)
-
-
-def source_line(path: str, line: int) -> str | None:
-    """Line ``line`` of the cell a rank ran as ``path`` (None: not known here)."""
-    known = cell_of(path)
-    if known is None:
-        return None
-    lines = known[1].splitlines()
-    return lines[line - 1].strip() if 0 < line <= len(lines) else ""

@@ -13,6 +13,8 @@ compiler lives here, so the core can stay a function of its arguments.
 - ``remote``: commands on the hosts, over the ssh mpiexec uses
 - ``tunnels``: SSH master connections to a job's nodes, the remote forwards on them that end
   on each node's loopback, and commands over them (``%distcomp attach``)
+- ``node_disks``: each emulated node's own disk: a copy of the code folder, a temporary folder
+- ``gpus``: each emulated node's share of this machine's GPUs
 
 Process trees end through ``rank_side/reaper.py``'s ``kill_tree``, the one tree killer, which
 the supervisors of the ranks (standard library only) share with the kernel.

@@ -10,21 +10,43 @@
 - ``engine_start``: ``python -m jupyter_distcomp.rank_side.engine_start FILE ...``: an engine
   on this machine, started beside its controller; it initialises MPI while ipyparallel's
   engine loads, and runs that engine (by name) once the controller's connection FILE is
-  written.
-- ``rank_setup``, ``debug_hook``, ``dap_side``, ``dap_values``, ``compare``: code ipyparallel
-  ships into each engine (``dap_side``: JupyterLab's debugger's breakpoints, frames and
-  variables; ``dap_values``: what its Variables panel shows of a value and its children).
+  written. The one module here that imports ipyparallel.
+- ``rank_setup``: code ipyparallel ships into each engine once, right after it registers.
+- ``debug_hook``: ``breakpoint()`` on a rank opens a prompt in the notebook.
+- ``dap_side``: JupyterLab's debugger's breakpoints, frames and variables on a rank.
+- ``dap_values``: what the debugger's Variables panel shows of a rank's value and its children.
+- ``compare``: ``%distcomp compare`` on a rank: small summaries of a value, never arrays.
+- ``flow``: back-pressure on a rank's output: a rank waits while too much is on its way.
 - ``after_import``: a function run on a module right after it is imported (the ledger's
   wrappers, numpy's entry in ipyparallel's canning map).
-- ``stack_site``: put on the path of ``%distcomp command`` ranks (stacks on SIGUSR1,
-  ``pdb.set_trace`` to the notebook).
-- ``job_site``, ``job_watch``, ``job_line``, ``job_sigterm``: what a job submitted with
-  diagnostics carries in its code snapshot (with the ledger's files, see
-  azureml/snapshot.py): each rank writes a ``[distcomp rank-state]`` line into its log on a
-  stall, on SIGTERM or on a failure.
+- ``ledger``: the collectives ledger's ring file (each rank's recent collective and
+  point-to-point calls) and the verdicts and words on what does not match across ranks.
+- ``ledger_hooks``: records every ``torch.distributed`` and mpi4py call in the ledger and,
+  in check mode, compares the call across the group before it runs.
+- ``ledger_torch``: the ledger's wrappers of ``torch.distributed``.
+- ``ledger_mpi``: the ledger's wrapper of mpi4py.
+- ``check_exchange``: check mode's exchanges of call signatures, apart from the user's own
+  channels.
+- ``torch_record``: torch's own record of each collective, read beside the ledger, and the
+  rank's GPU facts.
+- ``stack_site``: put on the path of ``%distcomp command`` ranks (stacks on SIGUSR1, the
+  ledger, ``pdb.set_trace`` to the notebook).
+- ``job_site``: put on the path of a submitted job's processes (azureml/snapshot.py).
+- ``job_watch``: a rank of a submitted job watches itself and says where it is on a stall or
+  a failure.
+- ``job_line``: the one ``[distcomp rank-state]`` line such a rank writes into its log.
+- ``job_sigterm``: SIGTERM in such a rank: its line first, then what SIGTERM did before.
 - ``job_attach``: what a job submitted with ``--debug`` carries besides (with ``debug_hook``
   and ``compare``): its ``breakpoint()`` waits for the notebook (``%distcomp attach``).
 
-None of them imports anything else from this package, so they start fast and run where the
-package is not installed (a user's own cluster, another host).
+Each starts fast and runs where the package is not installed (a user's own cluster,
+another host, a submitted job), so a module that needs a sibling imports it from the
+package where there is one and otherwise loads its file by path: ``guard`` imports
+``reaper`` (the tree killer), and ``rank_exec``, run as a file, loads it by path;
+``ledger_hooks`` imports ``ledger`` (the ring file it writes) and loads ``ledger_torch``,
+``ledger_mpi``, ``torch_record`` and ``after_import`` when it installs the wrappers, which
+load ``check_exchange``; ``engine_start`` imports ``after_import``; ``rank_setup`` loads
+``ledger_hooks`` and ``flow`` into an engine; ``debug_hook`` imports ``compare`` when asked to
+compare; ``job_site`` loads ``job_watch``, which loads ``job_line``, ``job_sigterm`` and the
+ledger's files; ``stack_site`` loads ``ledger_hooks``.
 """

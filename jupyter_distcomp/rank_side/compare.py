@@ -31,6 +31,9 @@ from typing import Any
 _KEPT: dict[str, Any] = {}
 #: the listening sockets of :func:`serve_value`, by slot
 _SERVERS: dict[str, Any] = {}
+#: accept() calls of the value servers that failed for want of a file descriptor (they try
+#: again): how a test sees that a server lived through it
+accept_errors = 0
 #: the name compare keeps its value under
 SLOT = "compare"
 #: a list's or tuple's repr up to this many characters is shown whole
@@ -363,6 +366,7 @@ def serve_value(
                 _close(server)
 
     def accept() -> None:
+        global accept_errors
         try:
             while time.monotonic() < deadline:
                 try:
@@ -373,6 +377,7 @@ def serve_value(
                 except OSError:
                     if server.fileno() < 0:  # closed: everyone was served, or forget()
                         return
+                    accept_errors += 1
                     time.sleep(0.05)  # out of file descriptors, for now: try again
                     continue
                 threading.Thread(target=answer, args=(conn,), daemon=True).start()

@@ -129,13 +129,6 @@ def check_round(group: str) -> tuple[int, int]:
     return STATE.epoch, round_
 
 
-def next_seq(key: str) -> int:
-    seqs = STATE.seqs
-    seq = seqs.get(key, 0) + 1
-    seqs[key] = seq
-    return seq
-
-
 def record(seq_key: str, call: tuple, where: tuple[Any, int]) -> int:
     """Record a call that starts now: ``seq_key`` counts it (a group's collectives, or
     ``group + "\\x00p2p"``), ``call`` is ``(kind, group, op, data, reduce, root, posted)``

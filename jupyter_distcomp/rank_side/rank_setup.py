@@ -38,6 +38,7 @@ RELIES_ON = (
     "ipykernel.kernelbase.Kernel._publish_execute_input",
     "ipykernel.kernelbase.Kernel.get_parent",
     "ipykernel.kernelbase.Kernel.execute_request",
+    "ipykernel.kernelbase.Kernel.shell_handlers",  # execute_request's handler replaced
     "IPython.core.interactiveshell.InteractiveShell._tee",
     "IPython.core.compilerop.CachingCompiler.cache",
 )

@@ -24,13 +24,15 @@ through :meth:`AzureStandIn.storage_proxy`, an HTTPS proxy that azure-core honou
 the ``HTTPS_PROXY`` variable (its default ``use_env_settings``), with a certificate
 authority of the stand-in's own trusted through ``REQUESTS_CA_BUNDLE`` while the block runs.
 
-Modules: ``server`` (the HTTP server, :class:`AzureStandIn`, faults), ``arm`` (ARM routes:
-workspace, code upload, jobs, cancel, datastores, computes), ``runhistory`` (discovery, run
-details and their log URLs, service instances, run data), ``blobs`` (Blob Storage with range
-reads, disk-backed datastores), ``jobs`` (a job's states, ranks and logs), ``plan`` (a job's
-REST body as a local run), ``catalog`` (the workspace's names, computes, sizes, datastores),
-``transport`` (Azure's hosts -> the stand-in), ``proxy`` (the HTTPS proxy for blob clients
-that take no transport).
+- ``server``: the HTTP server, :class:`AzureStandIn`, faults
+- ``arm``: ARM routes: workspace, code upload, jobs, cancel, datastores, computes
+- ``runhistory``: discovery, run details and their log URLs, service instances, run data
+- ``blobs``: Blob Storage with range reads, disk-backed datastores
+- ``jobs``: a job's states, ranks and logs
+- ``plan``: a job's REST body as a local run
+- ``catalog``: the workspace's names, computes, sizes, datastores
+- ``transport``: Azure's hosts -> the stand-in
+- ``proxy``: the HTTPS proxy for blob clients that take no transport
 """
 
 from __future__ import annotations

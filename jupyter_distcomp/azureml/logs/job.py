@@ -18,7 +18,7 @@ from typing import Any
 from ...core.layout import rank_places
 from ...core.ranges import rank_label
 from ...errors import AzureMLError, LayoutError
-from ..failures import _workspace, explain
+from ..failures import explain, workspace_label
 from ..submission import TERMINAL_STATUSES
 
 LOG_NAME = re.compile(r"^user_logs/std_log(?:_(?P<kind>process|worker|ps|rank)_(?P<n>\d+))?\.txt$")
@@ -111,7 +111,7 @@ def read_job(ml_client: Any, name: str) -> JobFacts:
         job = ml_client.jobs.get(name)
     except ResourceNotFoundError:
         raise AzureMLError(
-            f"job '{name}' was not found in {_workspace(ml_client)}. Fix: check the job's "
+            f"job '{name}' was not found in {workspace_label(ml_client)}. Fix: check the job's "
             "name (Azure ML studio lists the jobs; `ml_client.jobs.list()` too), or point at "
             "its workspace (--workspace, --resource-group, --subscription, or %config "
             "AzureML.workspace_name = ...)."

@@ -16,7 +16,9 @@ Pure: text in, a :class:`Diagnosis` out (reading a job's folder is azureml/diagn
 - ``state``: our rank side's marked state lines (``parse_state_line``)
 - ``stall``: the state lines' verdicts, deadlocks and stacks
 - ``flight``: Flight Recorder dumps, read as plain data
-- ``reading``: every log read once; ``verdict``: ``diagnose``; ``words``: its sections
+- ``reading``: every log read once
+- ``verdict``: ``diagnose``, the verdict and the details under it
+- ``words``: the sections under the verdict
 """
 
 from __future__ import annotations

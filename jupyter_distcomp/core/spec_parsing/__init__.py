@@ -1,8 +1,9 @@
 """YAML text -> :class:`~jupyter_distcomp.core.model.Component`, or a SpecError that points at
 the line.
 
-``loader`` builds the model, ``schema`` checks the shipped JSON Schema and explains its
-failures, ``positions`` remembers where every key and value is in the text.
+- ``loader``: builds the model from the parsed YAML
+- ``schema``: checks the shipped JSON Schema and explains its failures
+- ``positions``: remembers where every key and value is in the text
 """
 
 from __future__ import annotations

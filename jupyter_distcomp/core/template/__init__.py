@@ -1,6 +1,7 @@
 """The command template: one parse, two renderings (a local argv, and Azure ML v2 syntax).
 
-``render`` holds the template rules; ``words`` splits literal text as a POSIX shell would.
+- ``render``: the template rules, both renderings and their checks
+- ``words``: literal text split into words as a POSIX shell would
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ import contextlib
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -47,7 +48,49 @@ STEP_ONLY = "distcompStepOnly"
 #: pdb's command for each stepping request
 STEPS = {"next": "n", "stepIn": "s", "stepOut": "r", "continue": "c"}
 
+#: The ipykernel this module is written against, and what it uses of it beyond its public
+#: API, as dotted names (a test checks each exists in the installed ipykernel; an attribute
+#: ipykernel sets in ``__init__`` counts). :func:`install` checks the kernel's own.
+IPYKERNEL = "ipykernel 6.29 or newer (7.x tested)"
+RELIES_ON = (
+    "ipykernel.kernelbase.Kernel.do_debug_request",  # replaced by Adapter.process
+    "ipykernel.kernelbase.Kernel._publish_debug_event",  # the ranks' events on iopub
+    "ipykernel.ipkernel.IPythonKernel.debugger",  # None without debugpy
+    "ipykernel.debugger.Debugger.is_started",
+    "ipykernel.debugger.Debugger.breakpoint_list",  # set before %load_ext
+    "ipykernel.debugger.Debugger.stopped_threads",  # the kernel's own threads stopped
+    "ipykernel.compiler.get_tmp_directory",  # where dumpCell writes a cell
+    "ipykernel.compiler.get_file_name",  # and under which name
+)
+#: what :func:`install` finds on the kernel and its debugger (RELIES_ON's attributes)
+KERNEL_NEEDS = ("do_debug_request", "_publish_debug_event", "debugger")
+DEBUGGER_NEEDS = ("is_started", "breakpoint_list", "stopped_threads")
+
 _adapter: Adapter | None = None
+
+
+def missing_internals(kernel: Any) -> list[str]:
+    """What of :data:`RELIES_ON` this kernel (an ipykernel kernel with its debugger) lacks."""
+    missing = [f"Kernel.{name}" for name in KERNEL_NEEDS if not hasattr(kernel, name)]
+    debugger = getattr(kernel, "debugger", None)
+    if debugger is not None:
+        missing += [f"Debugger.{n}" for n in DEBUGGER_NEEDS if not hasattr(debugger, n)]
+    return missing
+
+
+def internals_message(missing: list[str]) -> str:
+    try:
+        from importlib.metadata import version
+
+        installed = f"ipykernel {version('ipykernel')}"
+    except Exception:  # not installed as a distribution
+        installed = "this ipykernel"
+    return (
+        f"JupyterLab's debugger cannot reach the ranks: {installed} lacks "
+        f"{', '.join(missing)}, which jupyter-distcomp relies on (local/debug/dap.py). "
+        f"Breakpoints at the pdb prompt still work. Fix: install {IPYKERNEL} "
+        "(`pip install -U ipykernel`) and restart the kernel."
+    )
 
 
 def current() -> Adapter | None:
@@ -61,6 +104,10 @@ def install(kernel: Any, worlds: Callable[[], dict[str, Any]]) -> Adapter | None
     if _adapter is not None or not hasattr(kernel, "do_debug_request"):
         return _adapter
     if getattr(kernel, "debugger", None) is None:
+        return None
+    missing = missing_internals(kernel)
+    if missing:
+        warnings.warn(internals_message(missing), RuntimeWarning, stacklevel=2)
         return None
     _adapter = Adapter(kernel, worlds)
     return _adapter

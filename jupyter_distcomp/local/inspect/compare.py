@@ -28,6 +28,7 @@ from ...core.compare_table import CompareTable, check_expression, table
 from ...core.ranges import format_ranks
 from ...errors import RankError, RankInterrupt
 from ...rank_side.compare import SLOT, diff_value, forget, serve_value, summarize
+from ..ranks.ipp import reply_errors
 from ..ranks.ledgers import verdict_lines
 
 __all__ = ["CompareTable", "compare"]
@@ -166,13 +167,12 @@ class _Calls:
         return [self._result(rank, result) for rank, result in pending.items()]
 
     def _result(self, rank: int, result: Any) -> Any:
-        from ipyparallel.error import EngineError, RemoteError
-
+        engine_error, remote_error = reply_errors()
         try:
             return result.get(0)
-        except EngineError:
+        except engine_error:
             raise self._died([rank]) from None
-        except RemoteError as exc:
+        except remote_error as exc:
             raise RankError(
                 f"%distcomp compare {self.world.name} `{self.expr}`: rank {rank} failed: "
                 f"{exc.ename}: {exc.evalue}"

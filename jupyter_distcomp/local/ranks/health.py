@@ -39,14 +39,23 @@ class Notices:
     """Calls ``tell`` on a change: at once when the last call is NOTICE_GAP ago, else once
     at the end of the gap for every change within it (16 ranks that reply within a few
     milliseconds make one notice, not 16). ``tell`` reads the state when it runs, so the
-    last notice tells the latest state; notices never overlap."""
+    last notice tells the latest state; notices never overlap. ``clock`` and ``timer`` (a
+    ``threading.Timer`` alike: ``timer(seconds, function)``, ``start``, ``cancel``) are
+    time's and the gap's end, for tests to drive."""
 
-    def __init__(self, tell: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        tell: Callable[[], None],
+        clock: Callable[[], float] = time.monotonic,
+        timer: Callable[[float, Callable[[], None]], Any] = threading.Timer,
+    ) -> None:
         self._tell = tell
+        self._clock = clock
+        self._new_timer = timer
         self._lock = threading.Lock()
         self._telling = threading.RLock()  # a listener may change the world again
         self._told_at = -NOTICE_GAP
-        self._timer: threading.Timer | None = None
+        self._timer: Any = None  # the gap's end, while a notice waits for it
         self._held = 0  # callers in :meth:`held`
         self._due = False  # a change while held
 
@@ -74,9 +83,9 @@ class Notices:
                 return
             if self._timer is not None:  # the notice due tells this change too
                 return
-            wait = self._told_at + NOTICE_GAP - time.monotonic()
+            wait = self._told_at + NOTICE_GAP - self._clock()
             if wait > 0:
-                self._timer = threading.Timer(wait, self.flush)
+                self._timer = self._new_timer(wait, self.flush)
                 self._timer.daemon = True
                 self._timer.start()
                 return
@@ -94,7 +103,7 @@ class Notices:
         """Tell now; a notice that was due is told by this one."""
         with self._lock:
             timer, self._timer = self._timer, None
-            self._told_at = time.monotonic()
+            self._told_at = self._clock()
         if timer is not None:
             timer.cancel()
         with self._telling:

@@ -1,8 +1,10 @@
 """ipyparallel, behind one adapter: the cluster, the client, each rank's reply, the processes.
 
-No other module of this package imports ipyparallel or calls into its objects: they get
-clusters, clients and replies from here. :data:`RELIES_ON` names everything used, and a test
-checks it against the installed ipyparallel. ipyparallel is imported on first use only.
+No other module of the kernel imports ipyparallel or calls into its objects: they get
+clusters, clients, replies and the errors replies raise from here (on the rank side, only
+``rank_side/engine_start.py``, which starts each engine, imports it). :data:`RELIES_ON`
+names everything used, and a test checks it against the installed ipyparallel. ipyparallel
+is imported on first use only.
 
 ipyparallel's cluster methods are coroutines; they all run on one event loop, in one daemon
 thread (``distcomp-ipyparallel``) started on first use and shared by every world of the kernel.
@@ -62,6 +64,8 @@ RELIES_ON = (
     "ipyparallel.Cluster.shutdown_atexit",
     "ipyparallel.Cluster.send_engines_connection_env",
     "ipyparallel.Cluster.cluster_id",
+    "ipyparallel.error.EngineError",  # reply_errors()
+    "ipyparallel.error.RemoteError",
     "ipyparallel.DirectView.execute",
     "ipyparallel.DirectView.apply_async",
     "ipyparallel.client.asyncresult.AsyncResult.ready",
@@ -505,6 +509,14 @@ class RankReply:
         if not self._future.done():
             return None
         return self._future.result()
+
+
+def reply_errors() -> tuple[type[Exception], Any]:
+    """``(EngineError, RemoteError)``: what a reply's ``get()`` raises when its engine died,
+    and when the code it ran raised; imported on first use."""
+    from ipyparallel.error import EngineError, RemoteError
+
+    return EngineError, RemoteError
 
 
 HISTORY_KEPT = 1000  # msg_ids in Client.history (ints index it; nothing of ours does)

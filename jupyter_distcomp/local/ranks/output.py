@@ -23,6 +23,19 @@ from ...core.rank_text import OpenColours, label_safe
 from ...rank_side.flow import RICH_KINDS, tally
 from .flow import MESSAGE_CHARS, pace_iopub
 
+#: What this module and flow.py use of ipykernel beyond its public API, to write the ranks'
+#: output as the kernel's own stream messages (a test checks each exists; without a kernel
+#: and its iopub thread, ``_write`` writes to the plain stream)
+RELIES_ON = (
+    "ipykernel.kernelbase.Kernel.iopub_thread",
+    "ipykernel.kernelbase.Kernel.iopub_socket",
+    "ipykernel.kernelbase.Kernel.session",
+    "ipykernel.iostream.IOPubThread.schedule",
+    "ipykernel.iostream.IOPubThread.socket",  # flow.pace_iopub sets its high-water mark
+    "ipykernel.iostream.OutStream.topic",
+    "ipykernel.iostream.OutStream.parent_header",
+    "ipykernel.iostream.OutStream.flush",
+)
 #: a line without its newline is shown (in place, updated) after waiting this long
 PARTIAL_LINE_SECONDS = 0.5
 #: a line shown in place is redrawn at most this often
@@ -71,8 +84,10 @@ class RankOutput:
         group: bool = False,
         shell: Any = None,
         acks: Callable[[dict[int, int]], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.label = label
+        self._clock = clock  # when lines wait and are redrawn
         self.group = group
         self.shell = shell
         #: told each rank's units of output once they are handed to the notebook
@@ -135,7 +150,7 @@ class RankOutput:
         if not rest:
             return
         if line is None:
-            line = _Line("", time.monotonic())
+            line = _Line("", self._clock())
         line.text = _held(rest)
         while "\r" not in line.text and len(line.text) > LINE_LIMIT:
             self._emit_lines(rank, name, [line.text[:LINE_LIMIT]])
@@ -177,7 +192,7 @@ class RankOutput:
     def flush_partial(self, force: bool = False) -> None:
         """Show unfinished lines that are redrawn or waited long enough, redraw those shown
         in place; with ``force`` (the cell's end) every one, for the last time."""
-        now = time.monotonic()
+        now = self._clock()
         for key, line in list(self._lines.items()):
             rank, name = key
             if force:
@@ -206,7 +221,7 @@ class RankOutput:
             self._shown += 1
             self._cell = self._cell or uuid.uuid4().hex[:12]
             line.display_id = f"distcomp-{self._cell}-{self._shown}"
-        line.drawn, line.drawn_at = shown, time.monotonic()
+        line.drawn, line.drawn_at = shown, self._clock()
         self.shell.display_pub.publish(
             data={"text/plain": f"{self.label(rank)} {shown}"},
             metadata={"distcomp_rank": rank, "distcomp_stream": name},

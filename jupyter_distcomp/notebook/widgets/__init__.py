@@ -6,6 +6,13 @@ ipywidgets 8 standard controls only (no custom JavaScript), so it renders in Jup
 Notebook 7 alike; where widgets cannot render (a terminal, nbconvert) the panel's text/plain
 is a summary of the settings. Imported only when a panel is made (ipywidgets is not light).
 
+- ``panel``: the run-settings panel of one component: controls, live preview, actions
+- ``layout_fields``: nodes x processes per node (and TensorFlow's workers and parameter
+  servers), bound to the component's layout
+- ``fields``: one control per input and output of the spec, bound to its run settings
+- ``actions``: what the panel's buttons do, the same calls as the magics
+- ``worker``: a panel action in a background thread, with status line, progress bar and log
+
 Stable CSS classes, for browser tests and user styles:
 
 ==================================  =============================================
