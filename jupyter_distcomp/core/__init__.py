@@ -15,4 +15,5 @@ is tested directly and runs the same in a notebook, a script and a test.
 - ``rank_text``, ``tracebacks``: what a rank's text may hold under a label; its tracebacks,
   held so that ranks failing alike show one
 - ``joblog``: a job's verdict from its ranks' logs (``%distcomp diagnose``)
+- ``horovod_stall``: Horovod's stall inspector lines, read: who never submitted what
 """

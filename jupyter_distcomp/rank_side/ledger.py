@@ -39,6 +39,7 @@ HOOK_FILES = tuple(
         "ledger_hooks.py",
         "ledger_torch.py",
         "ledger_mpi.py",
+        "ledger_horovod.py",
         "check_exchange.py",
         "flow.py",
     )
@@ -79,10 +80,11 @@ def name_cells(namer: Callable[[str, int], str]) -> None:
     _cell_namer = namer
 
 
-#: collectives whose data may differ between the ranks of one call, by MPI's and torch's
-#: own rules: mpi4py's object collectives (any picklable object, ``None`` off the root),
-#: per-rank counts (the ``v``/``w`` forms), root-only send buffers (``Scatter``), and
-#: torch's object collectives and uneven all-to-alls
+#: collectives whose data may differ between the ranks of one call, by MPI's, torch's and
+#: Horovod's own rules: mpi4py's object collectives (any picklable object, ``None`` off the
+#: root), per-rank counts (the ``v``/``w`` forms), root-only send buffers (``Scatter``),
+#: torch's object collectives and uneven all-to-alls, and Horovod's allgathers (first
+#: dimensions of their own) and all-to-alls (splits of their own)
 _OWN_DATA_MPI = [
     "bcast",
     "gather",
@@ -113,6 +115,9 @@ RANK_OWN_DATA = frozenset(
         "scatter_object_list",
         "all_to_all",
         "all_to_all_single",
+        "hvd.allgather",
+        "hvd.grouped_allgather",
+        "hvd.alltoall",
     ]
 )
 
@@ -258,6 +263,13 @@ class Ring:
         same = _SEQ.unpack_from(self.map, offset)[0] == seq
         if same and _FINISHED.unpack_from(self.map, offset + 16)[0] == 0.0:
             _FINISHED.pack_into(self.map, offset + 16, -time.time())
+
+    def unwait(self, offset: int, seq: int) -> None:
+        """The Wait for the non-blocking call in slot ``offset`` stopped before the call
+        completed (the notebook's interrupt): the call is pending again, not waited for."""
+        same = _SEQ.unpack_from(self.map, offset)[0] == seq
+        if same and _FINISHED.unpack_from(self.map, offset + 16)[0] < 0.0:
+            _FINISHED.pack_into(self.map, offset + 16, 0.0)
 
     def recent(self, last: int) -> list[Entry]:
         """This process's own ``last`` calls, oldest first, read from its map (another
