@@ -54,6 +54,9 @@ def in_hooks(text: str) -> bool:
 #: the file a rank's IPython runs a cell as
 CELL_FILE = re.compile(r"(/tmp/ipykernel_\d+/\d+\.py|<ipython-input-[^>]+>)")
 COLLECTIVE, P2P = "c", "p"
+#: a call its library refused on every rank before it ran (Horovod's error for tensors that
+#: do not match): kept in the ring, in no group's calls
+REFUSED = "r"
 
 
 def cell_place(label: str, line: int | str) -> str:
@@ -264,12 +267,12 @@ class Ring:
         if same and _FINISHED.unpack_from(self.map, offset + 16)[0] == 0.0:
             _FINISHED.pack_into(self.map, offset + 16, -time.time())
 
-    def unwait(self, offset: int, seq: int) -> None:
-        """The Wait for the non-blocking call in slot ``offset`` stopped before the call
-        completed (the notebook's interrupt): the call is pending again, not waited for."""
-        same = _SEQ.unpack_from(self.map, offset)[0] == seq
-        if same and _FINISHED.unpack_from(self.map, offset + 16)[0] < 0.0:
-            _FINISHED.pack_into(self.map, offset + 16, 0.0)
+    def refuse(self, offset: int, seq: int) -> None:
+        """The call in slot ``offset`` ended refused (see :data:`REFUSED`): it counts in no
+        verdict, so the group's later calls are compared as they come."""
+        if _SEQ.unpack_from(self.map, offset)[0] == seq:
+            _FINISHED.pack_into(self.map, offset + 16, time.time())
+            self.map[offset + _SLOT.size] = ord(REFUSED)
 
     def recent(self, last: int) -> list[Entry]:
         """This process's own ``last`` calls, oldest first, read from its map (another

@@ -13,9 +13,10 @@ the rank waiting in it; it ends when the wait returns or a poll sees it done.
 
 A call is described as Horovod matches calls across ranks: by its tensor name (Horovod's
 own ``allreduce.NAME``, or ``allreduce.noname.HANDLE`` where the program gives none, as its
-stall inspector names them), shape, dtype and reduce op. The wait polls the handle in Python,
-so the notebook's interrupt (SIGINT) stops a rank waiting for a rank that never comes (Horovod's
-own wait spins in C++, where no signal gets through, and keeps a core busy).
+stall inspector names them), shape, dtype and reduce op. The wait is Horovod's own (its C++
+loop, where the notebook's interrupt lands only once the operation is done, as under a bare
+mpiexec): an interrupted rank would leave its operation enqueued, for the next call of
+another rank to meet by name.
 
 Check mode compares each operation across its process set before it is enqueued, on check
 mode's own MPI channel (check_exchange.MpiExchange, opened by ledger_mpi when mpi4py is
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from typing import Any
 
 core: Any = None  # ledger_hooks (loaded by path on a rank, so not imported here)
@@ -92,14 +92,6 @@ def tensor_name(family: str, name: Any, handle: Any) -> str:
     return f"{family}.noname.{handle}" if handle is not None else ""
 
 
-def wait_for(poll, handle) -> None:
-    """Until Horovod's ``poll`` says ``handle`` is done, in steps a signal gets through."""
-    looks = 0
-    while not poll(handle):
-        looks += 1
-        time.sleep(0 if looks < 100 else min(0.002, looks * 0.00001))
-
-
 class _Horovod:
     def __init__(self, mpi_ops) -> None:
         self.mpi_ops = mpi_ops
@@ -111,15 +103,19 @@ class _Horovod:
             if value is not None:
                 self.ops[value] = name.lower()
         self.sets: dict = {}  # process set id -> (label, ranks)
-        self.joins = 0  # joins completed: each starts every group's count again
-        self.marks: dict = {}  # handle -> (ring, slot, seq, family)
+        #: what starts every group's count again, alike on every rank: a join completed
+        #: (every rank has joined, whatever each did meanwhile), or hvd.init() once more
+        #: after a shutdown (Horovod's own names start again too)
+        self.after = ""
+        self.joins = self.inits = 0
+        self.marks: dict = {}  # handle -> (ring, slot, seq, family, group)
         self.said = False  # check mode's lack of a channel said once
         self.texts = core._sibling("ledger_torch")._tensor_text
 
     # -- describing a call ------------------------------------------------------------------
     def group(self, set_id: Any) -> tuple[str, tuple[int, ...]]:
         """The ledger's label of a process set and its ranks (() for the global one)."""
-        after = f" after join {self.joins}" if self.joins else ""
+        after = self.after
         if not set_id:
             return GLOBAL + after, ()
         known = self.sets.get(set_id)
@@ -180,7 +176,7 @@ class _Horovod:
             slot = core.record(group, (COLLECTIVE, group, op, data, reduce, root, "nb"), where)
             if len(marks) > 4096:  # handles nobody waits for: their calls stay unfinished
                 marks.clear()
-            marks[handle] = (ring, slot, state.last_seq, family)
+            marks[handle] = (ring, slot, state.last_seq, family, group)
             return handle
 
         call.__name__ = function
@@ -212,9 +208,10 @@ class _Horovod:
         return call
 
     def wait(self):
-        """``horovod_torch_wait_and_clear``: marks the call waited for, waits in steps a
-        signal gets through, and ends the call when the wait returns or raises."""
-        plain, poll = self.lib.horovod_torch_wait_and_clear, self.lib.horovod_torch_poll
+        """``horovod_torch_wait_and_clear``: marks the call waited for, and ends it when
+        the wait returns; Horovod's error (tensors that do not match, a shutdown) comes on
+        every rank of the call, and the call ends refused (ledger.REFUSED)."""
+        plain = self.lib.horovod_torch_wait_and_clear
         marks = self.marks
         horovod = self
 
@@ -225,15 +222,12 @@ class _Horovod:
                 return plain(handle)
             mark[0].wait(mark[1], mark[2])
             try:
-                wait_for(poll, handle)
-            except BaseException:  # the notebook's interrupt: the call stays enqueued
-                mark[0].unwait(mark[1], mark[2])
-                marks[handle] = mark
-                raise
-            try:
                 result = plain(handle)
-            except BaseException:  # Horovod's error (mismatched shapes, a shutdown)
-                mark[0].end(mark[1], mark[2])
+            except RuntimeError:  # Horovod's error
+                horovod.refuse(mark)
+                raise
+            except BaseException:  # a SIGINT that came during the wait, raised once it is done
+                horovod.finish(mark)
                 raise
             horovod.finish(mark)
             return result
@@ -257,19 +251,35 @@ class _Horovod:
         return horovod_torch_poll
 
     def finish(self, mark: tuple) -> None:
-        """A call ends; a join that ends starts each group's count again (every rank of
-        the world has joined, whatever each did meanwhile)."""
-        ring, slot, seq, family = mark
+        """A call ends; a join that ends starts each group's count again."""
+        ring, slot, seq, family, _ = mark
         ring.end(slot, seq)
         if family == "join":
             self.joins += 1
+            self.after = f" after join {self.joins}"
+
+    def refuse(self, mark: tuple) -> None:
+        """Horovod refused a call (tensors that do not match, on every rank that made it;
+        a shutdown): it never ran, and gives its sequence number back, so the group's
+        counts stay alike on the ranks that made it and those that did not."""
+        ring, slot, seq, _, group = mark
+        ring.refuse(slot, seq)
+        seqs = core.STATE.seqs
+        if seqs.get(group) == seq:
+            seqs[group] = seq - 1
 
     def init(self):
         """``hvd.init()``, then check mode's MPI channel, opened by every rank alike."""
         plain = self.basics.init
+        horovod = self
 
         def init(*args, **kwargs):
+            starts = not horovod.basics.is_initialized()  # else Horovod does nothing
             result = plain(*args, **kwargs)
+            if starts:
+                horovod.inits += 1
+                if horovod.inits > 1:  # after a shutdown
+                    horovod.after = f" after init {horovod.inits}"
             if core.STATE.check and "mpi4py.MPI" not in sys.modules:
                 try:
                     from mpi4py import MPI  # noqa: F401  (wrapped on import: its channel)
