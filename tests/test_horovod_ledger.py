@@ -3,8 +3,8 @@ each form (blocking, in place, async with ``synchronize`` or ``poll``, grouped),
 (allreduce, allgather, broadcast, alltoall, reducescatter, barrier, join) and what is built
 on them (the DistributedOptimizer's gradient allreduces), named as Horovod names them, at
 the user's line, and finished once waited for; a join starts the groups' counts again.
-Then the parts that need no ranks: reading Horovod's function names, and its stall
-inspector's lines."""
+Then a Horovod job's logs diagnosed, and the parts that need no ranks: reading Horovod's
+function names, and its stall inspector's lines."""
 
 from __future__ import annotations
 
@@ -12,15 +12,19 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from jupyter_distcomp.azureml.diagnose import diagnose_folder
 from jupyter_distcomp.core.horovod_stall import last_stall_lines, read_stalls
+from jupyter_distcomp.core.joblog.model import HUNG
 from jupyter_distcomp.machine import mpi
 from jupyter_distcomp.rank_side import ledger
 from jupyter_distcomp.rank_side.ledger_horovod import family_of, tensor_name
 
+from . import joblog_support as jobs
 from .horovod_support import horovod  # noqa: F401  (the fixture)
 
 SCRIPT = Path(__file__).parent / "data" / "horovod_ops.py"
@@ -202,3 +206,45 @@ def test_the_stall_inspector_is_read_in_the_ledgers_words():
         "120 s (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS)"
     )
     assert read_stalls("[rank 1] step 12\nMissing ranks:\n1: [x]\n") == []
+
+
+SKIPPING = """\
+import os, time
+os.environ["HOROVOD_STALL_CHECK_TIME_SECONDS"] = "1"
+import horovod.torch as hvd
+import torch
+
+hvd.init()
+hvd.allreduce(torch.ones(4), name="warm")
+if hvd.rank() != 1:
+    hvd.allreduce(torch.ones(4), name="skipped")
+else:
+    time.sleep(60)
+"""
+
+
+@pytest.mark.slow
+def test_a_horovod_job_that_hangs_is_diagnosed_from_its_logs(horovod, tmp_path):  # noqa: F811
+    """A Horovod job under a bare mpiexec, its logs laid out as Azure ML's: its stall
+    inspector names the missing rank from the logs alone; our rank side's state lines
+    (ledger_horovod travels in a submitted job) name the call and its place too."""
+    job = jobs.mpi_job(tmp_path, SKIPPING, 2, hooks=True)
+    try:
+        jobs.wait_blocked(job, [0], timeout=120)
+        deadline = time.monotonic() + 60
+        while "Missing ranks:" not in job.text(0) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        jobs.write_states(job)
+    finally:
+        jobs.stop(job)  # the job is cancelled
+    alone = diagnose_folder(jobs.logs_alone(job, tmp_path), status="Canceled")
+    assert alone.outcome == HUNG and alone.culprits == [1], alone.text()
+    assert alone.verdict.startswith(
+        "Horovod's stall inspector: rank 1 has not submitted allreduce.skipped for more than 1 s"
+    ), alone.verdict
+    placed = diagnose_folder(job.folder, status="Canceled")
+    assert placed.verdict.startswith(
+        "The ranks hung: hvd.allreduce #2 ([4] float32, average, name allreduce.skipped, "
+        "global process set) at train.py:9 in <module>: rank 0 waits since"
+    ), placed.verdict
+    assert "rank 1 has not called it" in placed.verdict
