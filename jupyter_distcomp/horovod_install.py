@@ -172,12 +172,12 @@ def _pip(*args: str, log: Path | None = None, env: dict[str, str] | None = None)
     command = [sys.executable, "-m", "pip", "--disable-pip-version-check", *args]
     if log is None:
         done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-        said = done.stdout + done.stderr
+        status, said = done.returncode, done.stdout + done.stderr
     else:
         with open(log, "a") as out:
-            done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-        said = log.read_text(errors="replace")
-    if done.returncode != 0:
+            logged = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+        status, said = logged.returncode, log.read_text(errors="replace")
+    if status != 0:
         raise HorovodInstallError(
             f"`pip {args[0]}` failed for Horovod {VERSION}:\n{said.strip()[-3000:]}"
             + (f"\n(the whole log: {log})" if log is not None else "")

@@ -104,8 +104,8 @@ def stall_lines(stall: Stall, ledgers: dict[int, list[Entry]] | None = None) -> 
     submitted allreduce.noname.12 for more than 60 s (ranks 0, 2-3 called it at
     train.py:14 in step)``, and the shutdown, if Horovod said one."""
     by_names: dict[tuple[str, ...], list[int]] = {}
-    for rank, names in sorted(stall.missing.items()):
-        by_names.setdefault(tuple(names), []).append(rank)
+    for rank, missing in sorted(stall.missing.items()):
+        by_names.setdefault(tuple(missing), []).append(rank)
     places = _places(ledgers or {})
     lines = []
     for names, ranks in by_names.items():

@@ -136,6 +136,7 @@ class _Horovod:
             for at, key in zip(places, KEYWORDS)
         ]
         data, name, op, root, process_set = found
+        members: tuple[int, ...] = ()
         if family == "join":
             group, members = JOINS, ()
         else:
@@ -298,7 +299,7 @@ class _Horovod:
         mpi = getattr(sys.modules.get(_mpi_module()), "WRAPPED", None)
         exchange = getattr(mpi, "exchange", None)
         size = self.basics.size()
-        if exchange is None or mpi.MPI.COMM_WORLD.Get_size() != size:
+        if mpi is None or exchange is None or mpi.MPI.COMM_WORLD.Get_size() != size:
             if not self.said:
                 self.said = True
                 core.say(
@@ -337,8 +338,8 @@ def wrap(mpi_ops) -> None:
     lib.horovod_torch_poll = horovod.poll()
     horovod.basics.init = horovod.init()
     lib.__distcomp_ledger__ = True
-    here = os.path.dirname(os.path.dirname(os.path.dirname(mpi_ops.__file__)))  # horovod/
+    here = os.path.dirname(os.path.dirname(str(mpi_ops.__file__)))  # horovod/
     core.skip_files(here + os.sep)
     torch = sys.modules.get("torch")
     if torch is not None:  # autograd's frames between the user's and Horovod's
-        core.skip_files(os.path.dirname(torch.__file__) + os.sep)
+        core.skip_files(os.path.dirname(str(torch.__file__)) + os.sep)
