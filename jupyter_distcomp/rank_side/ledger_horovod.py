@@ -296,7 +296,7 @@ class _Horovod:
         """Exchange the operation's signature with its process set on check mode's channel,
         and raise on every member when they differ."""
         __tracebackhide__ = True
-        mpi = getattr(sys.modules.get(_mpi_module()), "WRAPPED", None)
+        mpi = core._sibling("ledger_mpi").WRAPPED
         exchange = getattr(mpi, "exchange", None)
         size = self.basics.size()
         if mpi is None or exchange is None or mpi.MPI.COMM_WORLD.Get_size() != size:
@@ -313,11 +313,6 @@ class _Horovod:
         ranks = members or tuple(range(size))
         sigs = exchange.run(ranks, (group, *core.check_round(group)), sig)
         core.mismatch(group, seq, sigs, exchange.me)
-
-
-def _mpi_module() -> str:
-    """The name ledger_mpi is loaded under (as a package module, or by path)."""
-    return f"{__package__}.ledger_mpi" if __package__ else "distcomp_ledger_mpi"
 
 
 def wrap(mpi_ops) -> None:

@@ -29,8 +29,8 @@ HOOKS_FILE = str(Path(ledger.__file__).with_name("ledger_hooks.py"))
 # the cell that defined the code
 ledger.name_cells(cell_where)
 HANG_CHECK = 1.0  # seconds between reads of the ledgers while a cell may hang
-#: bytes at the end of mpiexec's output read for Horovod's stall inspector (rank 0 writes it
-#: to its C++ stderr, which goes there, not into the cell)
+#: bytes at the end of mpiexec's output read for Horovod's stall inspector (rank 0's C++
+#: writes it to the process's stderr, which mpiexec's output keeps)
 STALL_TAIL = 65536
 RECENT = 64  # the newest calls of each rank that show a point-to-point deadlock
 
