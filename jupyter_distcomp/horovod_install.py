@@ -209,6 +209,7 @@ def fetch_and_patch(folder: Path) -> Path:
 
 def build(source: Path, target: Path, log: Path) -> Path:
     """The wheel of ``source`` built into ``target`` with every core of this machine."""
+    log.write_text("")
     env = _environment()
     env.update(BUILD_FLAGS)
     env["MAKEFLAGS"] = f"-j{os.cpu_count() or 1}"
@@ -265,7 +266,9 @@ def ensure(quiet: bool = False) -> str:
                 started = time.monotonic()
                 source = fetch_and_patch(folder)
                 built = build(source, folder / "wheel", cached / "build.log")
-                shutil.move(str(built), cached / built.name)
+                partial = cached / f"{built.name}.partial"  # a killed copy is no wheel
+                shutil.copyfile(built, partial)
+                os.replace(partial, cached / built.name)
                 wheels = [cached / built.name]
                 said = f"built in {time.monotonic() - started:.0f} s, cached as {wheels[0]}"
             install(wheels[0], folder)
