@@ -18,7 +18,7 @@ STAMP := $(VENV)/.installed-$(HASH)
 LAB_STAMP := $(VENV)/.installed-lab-$(HASH)
 TEST_STAMP := $(VENV)/.installed-test-$(HASH)
 
-.PHONY: demo lab test test-gpu test-fast screenshots soak lint format bench docs
+.PHONY: demo lab test test-gpu test-fast screenshots soak lint format bench docs horovod
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -73,7 +73,26 @@ $(SSHD):
 		echo "Fix: sudo apt-get install -y openssh-server gcc (or run make test as root)." >&2; exit 1; \
 	fi
 
-test: lint $(CHROMIUM) $(SSHD)
+# Horovod for PyTorch over MPI (tests/test_horovod*.py; opt-in otherwise): its last release
+# compiled from its sdist with C++17 against .venv's torch and Open MPI, with a C++ compiler
+# and cmake (Debian's), the wheel cached under ~/.cache/jupyter-distcomp/wheels/ (about 5
+# minutes on 2 cores the first time); nothing to do when `horovodrun --check-build` shows
+# PyTorch and MPI (python -m jupyter_distcomp.horovod_install, docs/horovod.md)
+CMAKE := /usr/bin/cmake
+$(CMAKE):
+	@if [ "$$(id -u)" = 0 ]; then \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q cmake g++; \
+	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then \
+		sudo apt-get update -q && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -q cmake g++; \
+	else \
+		echo "make horovod needs Debian's cmake ($(CMAKE)) and g++ to compile Horovod." >&2; \
+		echo "Fix: sudo apt-get install -y cmake g++ (or run make horovod as root)." >&2; exit 1; \
+	fi
+
+horovod: $(TEST_STAMP) $(CMAKE)
+	$(PY) -m jupyter_distcomp.horovod_install
+
+test: lint $(CHROMIUM) $(SSHD) horovod
 	$(PY) -m pytest
 
 # the GPU tests alone (tests/test_gpu.py): on a machine with at least one CUDA GPU; elsewhere

@@ -23,10 +23,9 @@ Run: .venv/bin/python bench/bench_ledger.py   (not a test; prints its figures)
 
 from __future__ import annotations
 
-import ast
 import os
 
-from common import bench_shell, quiet
+from common import bench_shell, cell_figures, quiet
 
 RANKS = 4
 ROUNDS = 7
@@ -136,12 +135,9 @@ def main() -> None:
     quiet(get_backend().start, "bench", shell.user_ns["bench"])
     result, _ = quiet(shell.run_cell, f"%%distcomp run bench\n{SETUP}")
     assert result.success, result.error_in_exec
-    result, out = quiet(
-        shell.run_cell, f"%%distcomp run bench\nROUNDS, PAIRS = {ROUNDS}, {PAIRS}\n{MEASURE}"
+    figures = cell_figures(
+        shell, f"%%distcomp run bench\nROUNDS, PAIRS = {ROUNDS}, {PAIRS}\n{MEASURE}"
     )
-    assert result.success, result.error_in_exec
-    line = next(line for line in out.splitlines() if "FIGURES" in line)
-    figures = ast.literal_eval(line.split("FIGURES", 1)[1])
     load = os.getloadavg()[0]
     print(
         f"collectives ledger, {RANKS} ranks on {os.cpu_count()} core(s), load {load:.1f} "

@@ -129,3 +129,13 @@ def load() -> str:
     """The machine's load averages (1, 5, 15 min) and cores: how noisy the run was."""
     one, five, fifteen = os.getloadavg()
     return f"load {one:.1f} {five:.1f} {fifteen:.1f} on {os.cpu_count()} core(s)"
+
+
+def cell_figures(shell: Any, cell: str) -> dict[str, Any]:
+    """The figures a ``%%distcomp run`` cell prints on rank 0 as ``FIGURES {...}``."""
+    import ast
+
+    result, out = quiet(shell.run_cell, cell)
+    assert result.success, result.error_in_exec
+    line = next(line for line in out.splitlines() if "FIGURES" in line)
+    return dict(ast.literal_eval(line.split("FIGURES", 1)[1]))

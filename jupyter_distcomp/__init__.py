@@ -16,6 +16,8 @@ layers, each a folder, import only the ones below them: ``notebook`` -> ``local`
 - ``errors``: every error a user can see
 - ``contracts``: names and comm messages shared with the JupyterLab extension
 - ``demo``: ``python -m jupyter_distcomp.demo``, the MPI quickstart, headless
+- ``horovod_install``: ``python -m jupyter_distcomp.horovod_install`` (``make horovod``):
+  Horovod built against this environment's torch and Open MPI
 """
 
 from __future__ import annotations

@@ -42,6 +42,7 @@ JOB_FILES = (
     "ledger.py",
     "ledger_torch.py",
     "ledger_mpi.py",
+    "ledger_horovod.py",
     "after_import.py",
     "torch_record.py",
 )

@@ -24,4 +24,5 @@ is tested directly and runs the same in a notebook, a script and a test.
 - ``hangs``: what hung ranks wait for, in words: deadlocks, then each group's ledger verdict,
   with the known pattern it fits and its fix
 - ``joblog``: a job's verdict from its ranks' logs (``%distcomp diagnose``)
+- ``horovod_stall``: Horovod's stall inspector lines, read: who never submitted what
 """

@@ -25,6 +25,7 @@
   in check mode, compares the call across the group before it runs.
 - ``ledger_torch``: the ledger's wrappers of ``torch.distributed``.
 - ``ledger_mpi``: the ledger's wrapper of mpi4py.
+- ``ledger_horovod``: the ledger's wrappers of Horovod's operations (``horovod.torch``).
 - ``check_exchange``: check mode's exchanges of call signatures, apart from the user's own
   channels.
 - ``torch_record``: torch's own record of each collective, read beside the ledger, and the

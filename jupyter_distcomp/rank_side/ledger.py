@@ -39,6 +39,7 @@ HOOK_FILES = tuple(
         "ledger_hooks.py",
         "ledger_torch.py",
         "ledger_mpi.py",
+        "ledger_horovod.py",
         "check_exchange.py",
         "flow.py",
     )
@@ -53,6 +54,9 @@ def in_hooks(text: str) -> bool:
 #: the file a rank's IPython runs a cell as
 CELL_FILE = re.compile(r"(/tmp/ipykernel_\d+/\d+\.py|<ipython-input-[^>]+>)")
 COLLECTIVE, P2P = "c", "p"
+#: a call its library refused on every rank before it ran (Horovod's error for tensors that
+#: do not match): kept in the ring, in no group's calls
+REFUSED = "r"
 
 
 def cell_place(label: str, line: int | str) -> str:
@@ -79,10 +83,11 @@ def name_cells(namer: Callable[[str, int], str]) -> None:
     _cell_namer = namer
 
 
-#: collectives whose data may differ between the ranks of one call, by MPI's and torch's
-#: own rules: mpi4py's object collectives (any picklable object, ``None`` off the root),
-#: per-rank counts (the ``v``/``w`` forms), root-only send buffers (``Scatter``), and
-#: torch's object collectives and uneven all-to-alls
+#: collectives whose data may differ between the ranks of one call, by MPI's, torch's and
+#: Horovod's own rules: mpi4py's object collectives (any picklable object, ``None`` off the
+#: root), per-rank counts (the ``v``/``w`` forms), root-only send buffers (``Scatter``),
+#: torch's object collectives and uneven all-to-alls, and Horovod's allgathers (first
+#: dimensions of their own) and all-to-alls (splits of their own)
 _OWN_DATA_MPI = [
     "bcast",
     "gather",
@@ -113,6 +118,9 @@ RANK_OWN_DATA = frozenset(
         "scatter_object_list",
         "all_to_all",
         "all_to_all_single",
+        "hvd.allgather",
+        "hvd.grouped_allgather",
+        "hvd.alltoall",
     ]
 )
 
@@ -258,6 +266,13 @@ class Ring:
         same = _SEQ.unpack_from(self.map, offset)[0] == seq
         if same and _FINISHED.unpack_from(self.map, offset + 16)[0] == 0.0:
             _FINISHED.pack_into(self.map, offset + 16, -time.time())
+
+    def refuse(self, offset: int, seq: int) -> None:
+        """The call in slot ``offset`` ended refused (see :data:`REFUSED`): it counts in no
+        verdict, so the group's later calls are compared as they come."""
+        if _SEQ.unpack_from(self.map, offset)[0] == seq:
+            _FINISHED.pack_into(self.map, offset + 16, time.time())
+            self.map[offset + _SLOT.size] = ord(REFUSED)
 
     def recent(self, last: int) -> list[Entry]:
         """This process's own ``last`` calls, oldest first, read from its map (another

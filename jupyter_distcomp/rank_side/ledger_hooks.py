@@ -1,8 +1,9 @@
-"""On a rank: record every ``torch.distributed`` and mpi4py call in the ledger (ledger.py),
-and in check mode compare the call across the group before it runs.
+"""On a rank: record every ``torch.distributed``, mpi4py and Horovod call in the ledger
+(ledger.py), and in check mode compare the call across the group before it runs.
 
 :func:`install` opens the ledger file and wraps ``torch.distributed``'s functions, DDP
-(ledger_torch.py) and mpi4py's communicators (ledger_mpi.py) as soon as each is imported
+(ledger_torch.py), mpi4py's communicators (ledger_mpi.py) and Horovod's PyTorch operations
+(ledger_horovod.py) as soon as each is imported
 (an import hook: a rank that never imports torch never loads it). A wrapper records the
 call (sequence number per group, operation, shapes and dtypes, reduce op, root or peer,
 call site), runs it, and records its end (a non-blocking call's when its request or work
@@ -161,8 +162,8 @@ def mismatch(group: str, seq: int, sigs: dict[int, tuple], me: int) -> None:
 
 # -- installing ----------------------------------------------------------------------------
 def _sibling(name: str):
-    """ledger_torch.py, ledger_mpi.py, torch_record.py, after_import.py: from the package, or by path on a
-    rank."""
+    """ledger_torch.py, ledger_mpi.py, ledger_horovod.py, torch_record.py, after_import.py:
+    from the package, or by path on a rank."""
     if __package__:
         return importlib.import_module(f"{__package__}.{name}")
     return _load(f"distcomp_{name}", f"{name}.py")
@@ -190,6 +191,12 @@ def _wrap_mpi(MPI) -> None:
     sibling.wrap(MPI)
 
 
+def _wrap_horovod(mpi_ops) -> None:
+    sibling = _sibling("ledger_horovod")
+    sibling.core = sys.modules[__name__]
+    sibling.wrap(mpi_ops)
+
+
 def _wrap_ddp(module) -> None:
     if not STATE.buckets:
         return
@@ -202,6 +209,7 @@ _TARGETS = {
     "torch.distributed": _wrap_torch,
     "torch.nn.parallel.distributed": _wrap_ddp,
     "mpi4py.MPI": _wrap_mpi,
+    "horovod.torch.mpi_ops": _wrap_horovod,
 }
 
 

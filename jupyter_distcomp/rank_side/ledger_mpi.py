@@ -32,6 +32,7 @@ import sys
 from typing import Any
 
 core: Any = None  # ledger_hooks (loaded by path on a rank, so not imported here)
+WRAPPED: Any = None  # the _Mpi that wraps mpi4py (ledger_horovod checks on its channel)
 
 
 _FAR = 1 << 30  # the index of a parameter a method does not have
@@ -575,7 +576,8 @@ def _put(cls: type, name: str, value) -> None:
 def wrap(MPI) -> None:
     if hasattr(vars(MPI.Comm).get("Barrier"), "__wrapped__"):
         return  # wrapped already (mpi4py's own methods have no __wrapped__)
-    mpi = _Mpi(MPI)
+    global WRAPPED
+    mpi = WRAPPED = _Mpi(MPI)
     # a program of its own (``%distcomp command``) gets the extra communicator only when
     # it runs checked: unchecked, it runs exactly as under a bare mpiexec
     if core.STATE.check or core.STATE.live:

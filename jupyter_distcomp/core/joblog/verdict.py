@@ -12,7 +12,8 @@ How it decides (each rule that applied is listed under the diagnosis):
 - with no failure of a rank's own, the ranks hung: the state lines' verdicts (the ledger,
   the wait-for graph, the known patterns) name the collective and the place; from logs
   alone, the ranks without a time-out while the others timed out in one collective (NCCL's
-  watchdog, gloo) are the ones they waited for;
+  watchdog, gloo) are the ones they waited for, and so are the ranks Horovod's stall
+  inspector lists as missing;
 - with no error anywhere, the job's status (when the caller knows it) tells a completed
   job from one stopped while its ranks stalled.
 """
@@ -26,7 +27,7 @@ from .classify import CONSEQUENCE, CPU_OOM, GPU_OOM, NONE, OWN, PEER_GONE, STOPP
 from .flight import flight_lines
 from .model import COMPLETED, FAILED, HUNG, NO_ERROR, NO_LOGS, Diagnosis, Layout, RankLog, Section
 from .reading import JobRead, RankRead, read_job
-from .watchdog import gloo_verdict, nccl_verdict
+from .watchdog import gloo_verdict, horovod_verdict, nccl_verdict
 from .words import consequence_sections, failure_sections, launcher_sections, quiet_sections
 
 OWN_RULE = (
@@ -235,6 +236,7 @@ def _hung(
     ends = {r: read.end for r, read in job.ranks.items()}
     watch = {r: read.watchdog for r, read in job.ranks.items() if read.watchdog}
     gloo = {r: read.gloo for r, read in job.ranks.items() if read.gloo}
+    stalled = horovod_verdict({r: read.lines for r, read in job.ranks.items()})
     consequences = sorted(r for r, e in ends.items() if e.side == CONSEQUENCE)
     diagnosis.ended = consequences
     log_words, named = "", list[int]()
@@ -248,6 +250,12 @@ def _hung(
         log_words, named = gloo_verdict(gloo, world)
         diagnosis.rules.append(
             "gloo time-outs: the ranks that did not time out are the ones the others waited for"
+        )
+    elif stalled[0]:
+        log_words, named = stalled
+        diagnosis.rules.append(
+            "Horovod's stall inspector: the ranks it lists as missing are the ones the others "
+            "waited for"
         )
     elif consequences:
         lost = [r for r in consequences if ends[r].kind == PEER_GONE]

@@ -13,6 +13,9 @@ operation differs from the others', is the one they waited for.
 gloo's errors name no sequence number (``Timed out waiting 3000ms for recv operation to
 complete``, ProcessGroupGloo's transport); the collective is the library function the
 user's frame called, and its place is the user's frame.
+
+Horovod has no time-out; its stall inspector (core/horovod_stall.py) names the ranks that
+have not submitted a tensor the others wait with.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import re
 from dataclasses import dataclass
 
 from ...rank_side.ledger import ranks_text
+from ..horovod_stall import read_stalls, stall_lines
 from .classify import TIMEOUT, RankEnd
 
 _WATCHDOG = re.compile(
@@ -150,3 +154,15 @@ def gloo_verdict(found: dict[int, GlooWait], world: list[int]) -> tuple[str, lis
     if absent:
         text += f"; {ranks_text(absent)} did not time out: the one{'s' if len(absent) > 1 else ''} they waited for"
     return text, absent
+
+
+def horovod_verdict(lines: dict[int, list[str]]) -> tuple[str, list[int]]:
+    """The last message of Horovod's stall inspector in the ranks' ``lines`` (its
+    coordinator writes it, rank 0 of the world or of a process set): its words, and the
+    ranks it names as missing; ``("", [])`` where there is none."""
+    for rank in sorted(lines):
+        text = "\n".join(lines[rank][-2000:])
+        stalls = read_stalls(text) if "Missing ranks:" in text else []
+        if stalls:
+            return "; ".join(stall_lines(stalls[-1])), sorted(stalls[-1].missing)
+    return "", []

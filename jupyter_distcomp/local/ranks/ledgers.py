@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...core.hangs import gone_ranks, hang_lines
+from ...core.horovod_stall import pending_stall_lines
 from ...core.ranges import format_ranks
 from ...core.waitfor import deadlock_lines
 from ...machine.network import is_local_host
@@ -28,6 +29,9 @@ HOOKS_FILE = str(Path(ledger.__file__).with_name("ledger_hooks.py"))
 # the cell that defined the code
 ledger.name_cells(cell_where)
 HANG_CHECK = 1.0  # seconds between reads of the ledgers while a cell may hang
+#: bytes at the end of mpiexec's output read for Horovod's stall inspector (rank 0's C++
+#: writes it to the process's stderr, which mpiexec's output keeps)
+STALL_TAIL = 65536
 RECENT = 64  # the newest calls of each rank that show a point-to-point deadlock
 
 
@@ -67,9 +71,21 @@ def verdict_lines(
         ledgers = read(world)
         chosen = None if busy is None else set(busy)
         states: dict[int, str] = dict(world.states())
-        return hang_lines(ledgers, world.world_size, chosen, states, besides(world, failed))
+        lines = hang_lines(ledgers, world.world_size, chosen, states, besides(world, failed))
+        return lines + horovod_lines(world, ledgers)
     except Exception as exc:  # a report must not fail for want of a ledger
         return [f"(the collectives ledger could not be read: {exc!r})"]
+
+
+def horovod_lines(world: World, ledgers: dict[int, list[ledger.Entry]]) -> list[str]:
+    """Horovod's stall inspector on the calls still pending, from the end of mpiexec's
+    output (core/horovod_stall.py); [] where it said nothing of them."""
+    if world.cluster is None or not any(
+        e.op.startswith("hvd.") for v in ledgers.values() for e in v
+    ):
+        return []
+    text = world.cluster.mpiexec_text(max(0, world.output_size() - STALL_TAIL))
+    return pending_stall_lines(text, ledgers) if "Missing ranks:" in text else []
 
 
 def verdict_sections(
