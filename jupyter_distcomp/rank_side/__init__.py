@@ -45,9 +45,10 @@ another host, a submitted job), so a module that needs a sibling imports it from
 package where there is one and otherwise loads its file by path: ``guard`` imports
 ``reaper`` (the tree killer), and ``rank_exec``, run as a file, loads it by path;
 ``ledger_hooks`` imports ``ledger`` (the ring file it writes) and loads ``ledger_torch``,
-``ledger_mpi``, ``torch_record`` and ``after_import`` when it installs the wrappers, which
-load ``check_exchange``; ``engine_start`` imports ``after_import``; ``rank_setup`` loads
-``ledger_hooks`` and ``flow`` into an engine; ``debug_hook`` imports ``compare`` when asked to
-compare; ``job_site`` loads ``job_watch``, which loads ``job_line``, ``job_sigterm`` and the
-ledger's files; ``stack_site`` loads ``ledger_hooks``.
+``ledger_mpi``, ``ledger_horovod``, ``torch_record`` and ``after_import`` when it installs
+the wrappers, which load ``check_exchange``; ``engine_start`` imports ``after_import``;
+``rank_setup`` loads ``ledger_hooks`` and ``flow`` into an engine; ``debug_hook`` imports
+``compare`` when asked to compare; ``job_site`` loads ``job_watch``, which loads ``job_line``,
+``job_sigterm`` and the ledger's files, and in a debugged job ``job_attach``, which loads
+``debug_hook``; ``stack_site`` loads ``ledger_hooks``.
 """
