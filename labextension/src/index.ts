@@ -2,8 +2,8 @@
  * jupyter-distcomp for JupyterLab: one plugin per feature.
  *  - jupyter-distcomp:plugin     spec cells as YAML, live diagnostics (settings: schema/plugin.json),
  *                                Tab offering the kernel's spec keys without the cell's words
- *  - jupyter-distcomp:ranks      the ranks sidebar, the status bar item, "Show ranks panel",
- *                                the debugger's rich view of the selected rank's variable
+ *  - jupyter-distcomp:ranks      the ranks sidebar, the status bar item, "Show ranks panel"
+ *  - jupyter-distcomp:rich-view  the debugger's rich view of the selected rank's variable
  *  - jupyter-distcomp:templates  "Insert %%distcomp template" commands for each launcher
  *  - jupyter-distcomp:rank-view  run cells' output read merged or one rank at a time
  */
@@ -13,6 +13,7 @@ import {
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
 import { ICommandPalette } from '@jupyterlab/apputils';
+import { Debugger, IDebugger } from '@jupyterlab/debugger';
 import {
   IEditorExtensionRegistry,
   IEditorLanguageRegistry
@@ -33,6 +34,7 @@ import {
 } from './editor';
 import { RanksService } from './ranks';
 import { RanksPanel, RanksStatus } from './ranksPanel';
+import { RankRichViews } from './richView';
 import { templateSource, TEMPLATES } from './templates';
 
 namespace CommandIDs {
@@ -109,9 +111,6 @@ const ranksPlugin: JupyterFrontEndPlugin<void> = {
   ) => {
     const service = new RanksService(tracker);
     const panel = new RanksPanel(service);
-    void import('./richView').then(view =>
-      view.followSelectedRank(app, tracker)
-    );
     // the left area: the debugger's sidebar opens on the right and would hide it there
     app.shell.add(panel, 'left', { rank: 900 });
     app.commands.addCommand(CommandIDs.showRanks, {
@@ -211,4 +210,34 @@ const rankViewPlugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default [editorPlugin, ranksPlugin, templatesPlugin, rankViewPlugin];
+/** The open rich views of a rank's variables; disposed when the plugin is deactivated. */
+let richViews: RankRichViews | null = null;
+
+const richViewPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyter-distcomp:rich-view',
+  description:
+    "The debugger's magnifier opens the selected rank's variable, its title naming the rank.",
+  autoStart: true,
+  optional: [IDebugger],
+  activate: (app: JupyterFrontEnd, service: IDebugger | null) => {
+    if (!service) {
+      return; // the debugger is disabled: no magnifier to follow
+    }
+    richViews = new RankRichViews(app.commands, app.shell, service, {
+      command: Debugger.CommandIDs.renderMimeVariable,
+      isView: widget => widget instanceof Debugger.VariableRenderer
+    });
+  },
+  deactivate: () => {
+    richViews?.dispose();
+    richViews = null;
+  }
+};
+
+export default [
+  editorPlugin,
+  ranksPlugin,
+  templatesPlugin,
+  rankViewPlugin,
+  richViewPlugin
+];

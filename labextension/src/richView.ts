@@ -1,28 +1,29 @@
 /**
  * The rich view of a stopped rank's variable (the magnifier in the debugger's Variables).
  *
- * JupyterLab keeps one rich view per variable name and notebook (the widget id
- * `jp-debugger-variable-mime-NAME-PATH`); while it is open, the magnifier of that name opens
- * nothing. Every rank has the same names, so after rank 2's `x` the magnifier of rank 1's
- * `x` did nothing and the open view went on showing rank 2's value. While the Call Stack's
- * selected frame is a rank's (`rank N: ...`), a magnifier first closes the open view of its
- * name: JupyterLab then opens it for the selected frame, and its title names the rank.
- * Frames of the kernel's own threads (a plain cell) keep JupyterLab's behaviour.
+ * JupyterLab keeps one rich view per variable name and notebook; while it is open, the
+ * command behind the magnifier (and behind "Render Variable") opens nothing. Every rank has
+ * the same names, so after rank 2's `x` the magnifier of rank 1's `x` did nothing and the
+ * open view went on showing rank 2's value. While the debugger's current frame
+ * (`model.callstack.frame`) is a rank's (`rank N: ...`), a magnifier that opened nothing
+ * closes the open view of its name and asks again: JupyterLab then opens it for the current
+ * frame, and its title names the rank. Frames of the kernel's own threads (a plain cell)
+ * keep JupyterLab's behaviour.
+ *
+ * It reads the debugger's model and the command registry's `commandExecuted` signal, knows
+ * the views by the class JupyterLab renders them with, and disconnects all it connects when
+ * disposed.
  */
 import type { JupyterFrontEnd } from '@jupyterlab/application';
-import type { INotebookTracker } from '@jupyterlab/notebook';
-
-const RICH_VIEW = 'jp-DebuggerRichVariable';
+import type { IDebugger } from '@jupyterlab/debugger';
+import type { CommandRegistry } from '@lumino/commands';
+import type { IDisposable } from '@lumino/disposable';
+import type { Widget } from '@lumino/widgets';
 
 /** The rank of a Call Stack frame's name (`rank 2: <module>`), or null. */
 export function rankOfFrame(name: string | null | undefined): number | null {
   const match = /^rank (\d+): /.exec((name ?? '').trim());
   return match ? Number(match[1]) : null;
-}
-
-/** JupyterLab's id of the rich view of `name` in the notebook of session `path`. */
-export function richViewId(name: string, path: string): string {
-  return `jp-debugger-variable-mime-${name}-${path.replace('/', '-')}`;
 }
 
 /** The rich view's title: the variable, its rank, the notebook. */
@@ -34,53 +35,114 @@ export function richViewLabel(
   return `${name} (rank ${rank})${label.slice(name.length)}`;
 }
 
-/** The variable whose magnifier an event asks for: its name, or null (another event). */
-function magnifierName(event: Event): string | null {
-  const target = event.target as Element | null;
-  if (!target?.closest?.('.jp-DebuggerVariables')) {
-    return null;
-  }
-  const asked =
-    event.type === 'click'
-      ? target.closest('.jp-DebuggerVariables-renderVariable')
-      : (event as KeyboardEvent).key === 'Enter'
-        ? target
-        : null;
-  const row = asked?.closest('.jp-TreeItem');
-  const name = row?.querySelector('.jp-DebuggerVariables-name')?.textContent;
-  return name ? name.trim() : null;
+/** What a view was opened for: the variable and its notebook's session path. */
+interface IOpenedFor {
+  name: string;
+  path: string;
 }
 
-/** Make a magnifier open the view of the selected rank's variable (see above). */
-export function followSelectedRank(
-  app: JupyterFrontEnd,
-  tracker: INotebookTracker
-): void {
-  const before = (event: Event) => {
-    const name = magnifierName(event);
-    const selected = document.querySelector(
-      '.jp-DebuggerCallstackFrame.selected .jp-DebuggerCallstackFrame-name'
-    );
-    const rank = rankOfFrame(selected?.textContent);
-    const path = tracker.currentWidget?.sessionContext.session?.path;
-    if (name === null || rank === null || !path) {
+/** JupyterLab's side of the rich view: its command and the class of its views. */
+export interface IRichViewKind {
+  /** `Debugger.CommandIDs.renderMimeVariable` */
+  command: string;
+  /** Whether a main-area widget is a rich view (`instanceof Debugger.VariableRenderer`). */
+  isView: (widget: Widget) => boolean;
+}
+
+/** Follows the magnifier's command and reopens its view for the current rank (see above). */
+export class RankRichViews implements IDisposable {
+  constructor(
+    private readonly _commands: CommandRegistry,
+    private readonly _shell: JupyterFrontEnd.IShell,
+    private readonly _debugger: IDebugger,
+    private readonly _kind: IRichViewKind
+  ) {
+    this._commands.commandExecuted.connect(this._onExecuted, this);
+  }
+
+  get isDisposed(): boolean {
+    return this._isDisposed;
+  }
+
+  dispose(): void {
+    if (this._isDisposed) {
       return;
     }
-    const id = richViewId(name, path);
-    for (const widget of app.shell.widgets('main')) {
-      if (widget.id === id && widget.hasClass(RICH_VIEW)) {
-        widget.dispose(); // JupyterLab's handler, next, opens it anew
+    this._isDisposed = true;
+    this._commands.commandExecuted.disconnect(this._onExecuted, this);
+    for (const view of this._views.keys()) {
+      view.disposed.disconnect(this._forget, this);
+    }
+    this._views.clear();
+  }
+
+  /** After JupyterLab ran the command: name the rank of a new view, or reopen the old one. */
+  private _onExecuted(
+    _: CommandRegistry,
+    executed: CommandRegistry.ICommandExecutedArgs
+  ): void {
+    if (executed.id !== this._kind.command) {
+      return;
+    }
+    const model = this._debugger.model;
+    const name =
+      (executed.args.name as string | undefined) ??
+      model.variables.selectedVariable?.name;
+    const path = this._debugger.session?.connection?.path;
+    if (!name || !path) {
+      return;
+    }
+    const rank = rankOfFrame(model.callstack.frame?.name);
+    const opened = this._newViews();
+    for (const view of opened) {
+      this._remember(view, { name, path });
+      if (rank !== null) {
+        view.title.label = richViewLabel(view.title.label, name, rank);
       }
     }
-    setTimeout(() => {
-      for (const widget of app.shell.widgets('main')) {
-        if (widget.id === id && widget.hasClass(RICH_VIEW)) {
-          widget.title.label = richViewLabel(widget.title.label, name, rank);
-        }
+    if (opened.length > 0 || rank === null || this._reopening) {
+      return;
+    }
+    const stale = [...this._views].find(
+      ([, of]) => of.name === name && of.path === path
+    );
+    if (!stale) {
+      return;
+    }
+    stale[0].dispose(); // forgotten through its `disposed`
+    this._reopening = true;
+    try {
+      // JupyterLab's command runs synchronously: its view is open when this returns
+      void this._commands
+        .execute(this._kind.command, executed.args)
+        .catch(reason => console.error('The rich view did not reopen', reason));
+    } finally {
+      this._reopening = false;
+    }
+  }
+
+  /** The rich views of the main area not seen before. */
+  private _newViews(): Widget[] {
+    const views: Widget[] = [];
+    for (const widget of this._shell.widgets('main')) {
+      if (this._kind.isView(widget) && !this._views.has(widget)) {
+        views.push(widget);
       }
-    });
-  };
-  // the capture phase: before JupyterLab's own handlers (React's, on the page's root)
-  document.addEventListener('click', before, true);
-  document.addEventListener('keydown', before, true);
+    }
+    return views;
+  }
+
+  private _remember(view: Widget, of: IOpenedFor): void {
+    this._views.set(view, of);
+    view.disposed.connect(this._forget, this);
+  }
+
+  private _forget(view: Widget): void {
+    view.disposed.disconnect(this._forget, this);
+    this._views.delete(view);
+  }
+
+  private _isDisposed = false;
+  private _reopening = false;
+  private readonly _views = new Map<Widget, IOpenedFor>();
 }
