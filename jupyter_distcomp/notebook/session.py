@@ -33,7 +33,9 @@ if TYPE_CHECKING:
     from ..local.inspect.compare import CompareTable
     from ..local.inspect.where import WhereReport
     from ..local.ranks.backend import RankBackend
+    from ..local.ranks.background import BackgroundCell
     from ..local.ranks.connection import Connection
+    from ..local.ranks.options import CellOptions
     from ..local.ranks.replay import Plan, Replayed
     from ..local.ranks.world import World
     from ..machine.hosts import Placement
@@ -287,40 +289,28 @@ class Session:
         self.backend.prestart(name, self.component(name))
 
     def run_cell(
-        self,
-        name: str,
-        code: str,
-        *,
-        ranks: str | None = None,
-        timeout: float | None = None,
-        group_output: bool = False,
-        first_line: int = 1,
-        background: bool = False,
-        debug_ranks: str | None = None,
-        check_collectives: bool = False,
-    ) -> Any:
-        """Run ``code`` on the ranks of ``name``; ``timeout`` defaults to the setting;
-        ``check_collectives`` (or the setting) compares each collective before it runs;
-        ``first_line``: the cell's line where ``code`` starts. ``background``: return a
-        running :class:`~jupyter_distcomp.local.ranks.background.BackgroundCell` at once.
-        ``debug_ranks``: the ranks whose ``breakpoint()`` stops (default: all)."""
+        self, name: str, code: str, options: CellOptions | None = None
+    ) -> BackgroundCell | None:
+        """Run ``code`` on the ranks of ``name`` as ``options`` say, the settings filling
+        what they leave open: ``timeout`` defaults to the setting, ``check_collectives``
+        (or the setting) compares each collective before it runs, and the fail-fast grace
+        and hang notice are the settings'. With ``options.background``: return a running
+        :class:`~jupyter_distcomp.local.ranks.background.BackgroundCell` at once."""
+        from dataclasses import replace
+
+        from ..local.ranks.options import CellOptions
+
+        options = options or CellOptions()
         component = self.component(name)
         self._ran.add(name)
-        return self.backend.run_cell(
-            name,
-            component,
-            code,
-            ranks=ranks,
-            timeout=timeout if timeout is not None else self.local.default_timeout,
-            group_output=group_output,
-            first_line=first_line,
+        options = replace(
+            options,
+            timeout=options.timeout if options.timeout is not None else self.local.default_timeout,
             fail_fast=self.local.fail_fast_grace,
-            background=background,
-            debug_ranks=debug_ranks,
-            shell=self.shell,
-            check_collectives=check_collectives or self.local.check_collectives,
+            check_collectives=options.check_collectives or self.local.check_collectives,
             hang_notice=self.local.hang_notice,
         )
+        return self.backend.run_cell(name, component, code, options, shell=self.shell)
 
     def debug(self, name: str, rank: int | None = None) -> None:
         """Post-mortem pdb on rank ``rank`` (default: the lowest failed) of ``name``."""
