@@ -305,7 +305,7 @@ class Adapter:
             return reply
         future: concurrent.futures.Future = serving.submit(command, args)
         try:
-            from .group import eval_seconds
+            from .stopped import eval_seconds
 
             waited = eval_seconds() + ANSWER_GRACE
             body = await asyncio.wait_for(asyncio.wrap_future(future), waited)
