@@ -54,7 +54,7 @@ def serve(
     (one interrupt per rank; closing the channel as well would race with it);
     ``interrupted`` then holds where each rank at the prompt had stopped; ``name`` heads
     the table of ``compare EXPR`` at the prompt; ``interrupt`` sends SIGINT to ranks (an
-    evaluation past its time limit, group.py); ``shown(rank, cell, units)`` tells whether
+    evaluation past its time limit, stopped.py); ``shown(rank, cell, units)`` tells whether
     ``before_prompt`` has shown that much of a rank's output, which the prompt waits for.
     """
     if not channel.pending():
