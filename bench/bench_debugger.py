@@ -21,6 +21,8 @@ import statistics
 import time
 from contextlib import redirect_stderr, redirect_stdout
 
+from jupyter_distcomp.local.ranks.options import CellOptions
+
 SPEC = """\
 name: bench_debugger
 type: DistributedComponent
@@ -55,7 +57,10 @@ def debugger_round_trips(backend, component) -> list[float]:
         out = io.StringIO()
         with redirect_stdout(out), redirect_stderr(io.StringIO()):
             backend.run_cell(
-                "bench", component, "x = 42\nbreakpoint()\ny = x", timeout=600, debug_ranks="1"
+                "bench",
+                component,
+                "x = 42\nbreakpoint()\ny = x",
+                CellOptions(timeout=600, debug_ranks="1"),
             )
         assert out.getvalue().splitlines().count("42") == COMMANDS, out.getvalue()[-500:]
     finally:
@@ -108,7 +113,9 @@ def step_round_trips(backend, component, debug_ranks: str | None) -> list[float]
     try:
         out = io.StringIO()
         with redirect_stdout(out), redirect_stderr(io.StringIO()):
-            backend.run_cell("steps", component, STEP_CELL, timeout=600, debug_ranks=debug_ranks)
+            backend.run_cell(
+                "steps", component, STEP_CELL, CellOptions(timeout=600, debug_ranks=debug_ranks)
+            )
         text = out.getvalue()
         assert "still running" not in text, text[-500:]
         every = "(Pdb rank 0) " if debug_ranks == "0" else "(Pdb ranks 0-3) "
@@ -153,7 +160,9 @@ def where_tree() -> None:
     backend = get_backend()
     with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
         world = backend.start("wide", component)
-        backend.run_cell("wide", component, "import time\nfrom mpi4py import MPI", timeout=600)
+        backend.run_cell(
+            "wide", component, "import time\nfrom mpi4py import MPI", CellOptions(timeout=600)
+        )
     try:
         view = world.client[:]
         px = []
@@ -163,7 +172,7 @@ def where_tree() -> None:
             px.append(time.perf_counter() - tic)
         busy = "if mpi_rank == 7:\n    time.sleep(120)\nMPI.COMM_WORLD.Barrier()"
         with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
-            backend.run_cell("wide", component, busy, background=True)
+            backend.run_cell("wide", component, busy, CellOptions(background=True))
         time.sleep(5.0)  # every rank reaches the barrier
         seconds = []
         for _ in range(5):

@@ -8,10 +8,12 @@ of the hosts the user names), each with the variables Azure ML gives it.
 - ``attached``: the ranks of a running Azure ML job, reached through each node's SSH
   service (``%distcomp attach``): its ``breakpoint()`` at the same group prompt
 - ``inspect``: where each rank is, its collectives, and one value compared across ranks
+- ``runs``: the runs in progress (background cells and commands, ``%distcomp command``
+  runs), asked in one place by ``stop``, ``status``, ``where`` and ``interrupt``
 - ``stacks``: a rank's current Python stack, here or on its host
 - ``cell_names``: which notebook cell (``In [5]``) a rank's cell file is
 
-Lower folders never import higher ones: ``inspect`` reads worlds, command runs and attached
+Lower folders never import higher ones: ``inspect`` and ``runs`` read worlds, command runs and attached
 jobs, which use ``debug``, which uses none of them; ``stacks`` and ``cell_names`` are used by
 all.
 """

@@ -521,9 +521,9 @@ class DistCompMagics(Magics):
                 f"%%distcomp run {args.name}: put the Python code to run on the ranks below "
                 "this line (it is a cell magic)."
             )
-        started = self.session.run_cell(
-            args.name,
-            cell,
+        from ..local.ranks.options import CellOptions
+
+        options = CellOptions(
             ranks=args.ranks,
             timeout=args.timeout,
             group_output=args.group_output,
@@ -532,6 +532,7 @@ class DistCompMagics(Magics):
             debug_ranks=args.debug_ranks,
             check_collectives=args.check_collectives,
         )
+        started = self.session.run_cell(args.name, cell, options)
         if args.background:
             _say_background(started)
 

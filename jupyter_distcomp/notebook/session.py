@@ -14,7 +14,6 @@ ipywidgets with the first panel.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,19 +32,16 @@ if TYPE_CHECKING:
     from ..local.inspect.compare import CompareTable
     from ..local.inspect.where import WhereReport
     from ..local.ranks.backend import RankBackend
+    from ..local.ranks.background import BackgroundCell
     from ..local.ranks.connection import Connection
+    from ..local.ranks.options import CellOptions
     from ..local.ranks.replay import Plan, Replayed
     from ..local.ranks.world import World
+    from ..local.runs import Runs
     from ..machine.hosts import Placement
     from .comm import RanksChannel
     from .views.env import EnvTable
     from .widgets import RunSettingsPanel
-
-#: seconds `where`, `interrupt` and `collectives` wait for a background `%distcomp command`
-#: to set up its processes (it renders its command and opens its ports first)
-COMMAND_SETUP = 10.0
-#: seconds `%distcomp stop` waits for a background command's processes to end
-COMMAND_STOP = 15.0
 
 
 @dataclass(frozen=True)
@@ -287,40 +283,28 @@ class Session:
         self.backend.prestart(name, self.component(name))
 
     def run_cell(
-        self,
-        name: str,
-        code: str,
-        *,
-        ranks: str | None = None,
-        timeout: float | None = None,
-        group_output: bool = False,
-        first_line: int = 1,
-        background: bool = False,
-        debug_ranks: str | None = None,
-        check_collectives: bool = False,
-    ) -> Any:
-        """Run ``code`` on the ranks of ``name``; ``timeout`` defaults to the setting;
-        ``check_collectives`` (or the setting) compares each collective before it runs;
-        ``first_line``: the cell's line where ``code`` starts. ``background``: return a
-        running :class:`~jupyter_distcomp.local.ranks.background.BackgroundCell` at once.
-        ``debug_ranks``: the ranks whose ``breakpoint()`` stops (default: all)."""
+        self, name: str, code: str, options: CellOptions | None = None
+    ) -> BackgroundCell | None:
+        """Run ``code`` on the ranks of ``name`` as ``options`` say, the settings filling
+        what they leave open: ``timeout`` defaults to the setting, ``check_collectives``
+        (or the setting) compares each collective before it runs, and the fail-fast grace
+        and hang notice are the settings'. With ``options.background``: return a running
+        :class:`~jupyter_distcomp.local.ranks.background.BackgroundCell` at once."""
+        from dataclasses import replace
+
+        from ..local.ranks.options import CellOptions
+
+        options = options or CellOptions()
         component = self.component(name)
         self._ran.add(name)
-        return self.backend.run_cell(
-            name,
-            component,
-            code,
-            ranks=ranks,
-            timeout=timeout if timeout is not None else self.local.default_timeout,
-            group_output=group_output,
-            first_line=first_line,
+        options = replace(
+            options,
+            timeout=options.timeout if options.timeout is not None else self.local.default_timeout,
             fail_fast=self.local.fail_fast_grace,
-            background=background,
-            debug_ranks=debug_ranks,
-            shell=self.shell,
-            check_collectives=check_collectives or self.local.check_collectives,
+            check_collectives=options.check_collectives or self.local.check_collectives,
             hang_notice=self.local.hang_notice,
         )
+        return self.backend.run_cell(name, component, code, options, shell=self.shell)
 
     def debug(self, name: str, rank: int | None = None) -> None:
         """Post-mortem pdb on rank ``rank`` (default: the lowest failed) of ``name``."""
@@ -373,8 +357,14 @@ class Session:
 
     def background(self, name: str | None = None) -> list[str]:
         """One line per background cell (of ``name``, or of every component)."""
-        jobs = self.backend.background.items() if self._backend is not None else []
-        return [cell.describe() for key, cells in jobs if name in (None, key) for cell in cells]
+        return self.runs.describe(name)
+
+    @property
+    def runs(self) -> Runs:
+        """The runs in progress: background cells and commands, `%distcomp command` runs."""
+        from ..local.runs import Runs
+
+        return Runs(lambda: self._backend)
 
     def where(self, name: str, ranks: str | None = None) -> WhereReport:
         """Where each rank of ``name`` is: its `%distcomp command` processes while that
@@ -467,40 +457,12 @@ class Session:
         """Stop everything of ``name`` (of every component when None): its background
         `%distcomp command` run (SIGINT, SIGKILL after the grace) and its ranks, with their
         background cell. What was stopped, one phrase each ("the ranks of NAME", ...)."""
-        from ..local.command.active import running_commands
-
         if name is not None:
             self.component(name)
+        said = self.runs.stop(name)
         backend = self._backend
-        keys = {key for key, _ in running_commands(name)}
-        if backend is not None:
-            keys.update(
-                key
-                for key, cells in backend.background.items()
-                if name in (None, key) and any(c.running and c.kind == "command" for c in cells)
-            )
-        said: list[str] = []
-        for key in sorted(keys):
-            command = self._running_command(key)
-            job = backend.background.running(key) if backend is not None else None
-            job = job if job is not None and job.kind == "command" else None
-            if command is None:
-                continue
-            if job is not None:
-                job.cancelled = True
-            command.interrupt()
-            if job is not None:
-                job.join(COMMAND_STOP)
-            said.append(
-                f"the {'background ' if job else ''}`%distcomp command` of {key} "
-                f"({command.world_size} rank process(es))"
-            )
         if backend is None:
             return said
-        for key, cells in backend.background.items():
-            for cell in cells:
-                if cell.running and cell.kind == "cell" and name in (None, key):
-                    cell.cancelled = True
         stopped = backend.stop(name)
         if stopped:
             said.insert(0, f"the ranks of {', '.join(stopped)}")
@@ -547,19 +509,8 @@ class Session:
         return self.backend.restart(name, component)
 
     def _running_command(self, name: str) -> ActiveRun | None:
-        """The `%distcomp command` run of ``name`` in progress (an ActiveRun), if any; a
-        background one that is still setting up its processes is waited for."""
-        from ..local.command.active import running_command
-
-        command = running_command(name)
-        job = self._backend.background.running(name) if self._backend is not None else None
-        if command is not None or job is None or job.kind != "command":
-            return command
-        deadline = time.monotonic() + COMMAND_SETUP
-        while command is None and job.running and time.monotonic() < deadline:
-            time.sleep(0.01)
-            command = running_command(name)
-        return command
+        """The `%distcomp command` run of ``name`` in progress, if any (:meth:`Runs.command`)."""
+        return self.runs.command(name)
 
     def _is_attached(self, name: str | None) -> bool:
         """``name`` is an attached job's, not a component's."""

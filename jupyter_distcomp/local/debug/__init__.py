@@ -6,7 +6,9 @@
   that has not passed it
 - ``serve``: the kernel's main thread serves those stops with ``input()`` (stdin requests in
   a notebook, the terminal in IPython)
-- ``group``: the stopped ranks as one group at one prompt
+- ``stopped``: the ranks stopped at a breakpoint: their stops, messages, and commands sent
+  to them at once
+- ``group``: the prompt over those stopped ranks, as one group
 - ``places``: where ranks stopped, as a person reads it
 - ``held``: the stops of a run in the background, served by ``%distcomp wait``
 - ``evaluate``: ``%distcomp compare`` in the frames of such stops

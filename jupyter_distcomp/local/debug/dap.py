@@ -38,7 +38,7 @@ from .refs import REF_BASE, Malformed, References, Stale, error_reply, number
 THREAD_BASE = 1_000_000_000  # a rank's thread: THREAD_BASE + world slot * SLOT + rank
 SLOT = 100_000
 #: seconds a request waits for the stopped ranks' answer beyond the time limit of an
-#: evaluation (group.py), which interrupts a rank that runs past it
+#: evaluation (stopped.py), which interrupts a rank that runs past it
 ANSWER_GRACE = 15.0
 #: requests answered for a rank thread (the threadId says whose)
 THREAD_REQUESTS = {"stackTrace", "next", "stepIn", "stepOut", "continue"}
@@ -305,7 +305,7 @@ class Adapter:
             return reply
         future: concurrent.futures.Future = serving.submit(command, args)
         try:
-            from .group import eval_seconds
+            from .stopped import eval_seconds
 
             waited = eval_seconds() + ANSWER_GRACE
             body = await asyncio.wait_for(asyncio.wrap_future(future), waited)

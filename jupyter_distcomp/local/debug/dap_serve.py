@@ -1,6 +1,6 @@
 """The stopped ranks under JupyterLab's visual debugger, served from the cell's thread.
 
-The same :class:`~.group.Group` as the pdb prompt: a step or continue goes to every rank at
+The same :class:`~.group.GroupPrompt` as the pdb prompt: a step or continue goes to every rank at
 the prompt at once (stepping over a collective completes on all of them), or to the one rank
 of the ranks panel's "this rank only" mode. Where the pdb prompt reads a line typed in the
 notebook, :class:`Serving` takes the next request the adapter (dap.py) handed over: a step
@@ -24,7 +24,8 @@ from ...core.ranges import format_ranks
 from ..cell_names import cell_of
 from .channel import DebugChannel, RankSession
 from .dap import SLOT, STEPS, THREAD_BASE, Adapter, thread_of
-from .group import Group, Member, eval_seconds
+from .group import GroupPrompt
+from .stopped import Member, StoppedRanks, eval_seconds
 
 #: what a rank whose prompt is gone is sent in place of a step (answers, changes nothing)
 NOTHING = "distcomp_call noop"
@@ -58,7 +59,7 @@ class Serving:
         self.stepped: set[int] = set()  # ranks whose next stop ends a step
         self.stacks: dict[int, list[dict]] = {}  # each stopped rank's frames at its stop
         self.version = adapter.ranks_version  # the adapter's breakpoints the ranks have
-        self.group: Group | None = None
+        self.group: GroupPrompt | None = None
         self.open = True
         self.evaluations = 0  # Evaluate requests answered: part of each frame's id
         #: the rank whose frames came first in the last stackTrace (JupyterLab selects it)
@@ -77,7 +78,7 @@ class Serving:
         return {thread_of(self.slot, r) for r in self.announced}
 
     # -- the cell's thread -------------------------------------------------------------
-    def run(self, group: Group) -> None:
+    def run(self, group: GroupPrompt) -> None:
         self.group = group
         self.adapter.serving = self
         try:
@@ -86,7 +87,7 @@ class Serving:
             self.open = False
             self.adapter.serving = None
             self._tell_continued(set(self.announced))
-            for rank in group.members:  # their frames and variables are stale now
+            for rank in group.stopped.members:  # their frames and variables are stale now
                 self.adapter.refs.forget(thread_of(self.slot, rank))
             while True:
                 try:
@@ -106,7 +107,7 @@ class Serving:
                 command, args, future = self.jobs.get(timeout=POLL)
             except queue.Empty:
                 self.pump()
-                group._poll(0.0)
+                group.stopped.poll(0.0)
                 if not self._at_prompt():
                     return NOTHING
                 continue
@@ -209,7 +210,7 @@ class Serving:
 
     def _late(self, rank: int) -> str:
         """Words for an answer of ``rank`` that came after its time limit's interrupt."""
-        member = self.group.members.get(rank) if self.group is not None else None
+        member = self.group.stopped.members.get(rank) if self.group is not None else None
         if member is None or not member.timed_out:
             return ""
         return f" (past the time limit of {eval_seconds():g} s)"
@@ -275,7 +276,7 @@ class Serving:
         assert group is not None
         members = {m: f"{'distcomp_call'} {name} {json.dumps(args)}" for m in self._members(ranks)}
         said = f"the debugger's {name} request"
-        answers = group._ask_ranks(members, said)
+        answers = group.stopped.ask_ranks(members, said)
         found: dict[int, Any] = {}
         for member, answer in answers.items():
             if "error" in answer:
@@ -301,12 +302,16 @@ class Serving:
     def _members(self, ranks: set[int]) -> list[Member]:
         group = self.group
         assert group is not None
-        return [m for r, m in sorted(group.members.items()) if r in ranks and m.state == "prompt"]
+        return [
+            m
+            for r, m in sorted(group.stopped.members.items())
+            if r in ranks and m.state == "prompt"
+        ]
 
     def _at_prompt(self) -> set[int]:
         group = self.group
         assert group is not None
-        return {r for r, m in group.members.items() if m.state == "prompt"}
+        return {r for r, m in group.stopped.members.items() if m.state == "prompt"}
 
     def _sync_breakpoints(self) -> None:
         """Ranks at the prompt get the breakpoints JupyterLab set since."""
@@ -372,9 +377,20 @@ def serve_visual(
         return 0.0
     tic = time.monotonic()
     serving = Serving(adapter, world_name, channel, before_prompt)
-    group = Group(channel, serving.ask, before_prompt, label, quits, states, world_name)
-    group.on_input = on_input
-    group.interrupt = interrupt
-    group.refocus = True
+    stopped = StoppedRanks(
+        channel=channel,
+        name=world_name,
+        quits=quits,
+        states=states,
+        interrupt=interrupt,
+        on_input=on_input,
+    )
+    group = GroupPrompt(
+        stopped=stopped,
+        ask=serving.ask,
+        before_prompt=before_prompt,
+        label=label,
+        refocus=True,
+    )
     serving.run(group)
     return time.monotonic() - tic

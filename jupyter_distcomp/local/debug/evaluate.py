@@ -13,7 +13,7 @@ from ...core.ranges import format_ranks
 from ...errors import RankError
 from ...rank_side.compare import SLOT, diff_value, summarize
 from .cells import interrupt_ranks
-from .group import Group
+from .stopped import StoppedRanks
 
 if TYPE_CHECKING:
     from ..ranks.world import World
@@ -52,12 +52,15 @@ def compare_stopped(
     if not stops:
         return table(world.name, expr, summaries, rtol)
     assert channel is not None
-    group = Group(channel, lambda session, prompt: "", lambda: None, None, None, None, world.name)
-    group.interrupt = interrupt or (lambda late: interrupt_ranks(world, late))
-    members = group.hold(stops)
+    held = StoppedRanks(
+        channel=channel,
+        name=world.name,
+        interrupt=interrupt or (lambda late: interrupt_ranks(world, late)),
+    )
+    members = held.hold(stops)
     try:
-        summaries.update(group.evaluate(members, expr))
+        summaries.update(held.evaluate(members, expr))
         # the reference serves its array from its prompt (an idle one forgot it: no max |diff|)
-        return group.table(members, expr, summaries, rtol)
+        return held.table(members, expr, summaries, rtol)
     finally:
-        Group.release(members)
+        StoppedRanks.release(members)

@@ -15,8 +15,9 @@ from collections.abc import Callable
 
 from ...contracts import RankState
 from .channel import DebugChannel, RankSession
-from .group import Group
+from .group import GroupPrompt
 from .places import describe_stop
+from .stopped import StoppedRanks
 
 __all__ = ["describe_stop", "serve"]
 
@@ -53,18 +54,28 @@ def serve(
     (one interrupt per rank; closing the channel as well would race with it);
     ``interrupted`` then holds where each rank at the prompt had stopped; ``name`` heads
     the table of ``compare EXPR`` at the prompt; ``interrupt`` sends SIGINT to ranks (an
-    evaluation past its time limit, group.py); ``shown(rank, cell, units)`` tells whether
+    evaluation past its time limit, stopped.py); ``shown(rank, cell, units)`` tells whether
     ``before_prompt`` has shown that much of a rank's output, which the prompt waits for.
     """
     if not channel.pending():
         return 0.0
     tic = time.monotonic()
-    group = Group(channel, _ask, before_prompt, label, quits, states, name)
-    group.on_input = lambda session, ask: _serve_input(session, ask, before_prompt, label)
-    group.interrupt = interrupt
-    group.shown = shown
-    if interrupted is not None:
-        group.interrupted = interrupted
+    stopped = StoppedRanks(
+        channel=channel,
+        name=name,
+        quits=quits,
+        states=states,
+        interrupt=interrupt,
+        on_input=lambda session, ask: _serve_input(session, ask, before_prompt, label),
+    )
+    group = GroupPrompt(
+        stopped=stopped,
+        ask=_ask,
+        before_prompt=before_prompt,
+        label=label,
+        shown=shown,
+        interrupted=interrupted,
+    )
     group.run()
     return time.monotonic() - tic
 

@@ -4,8 +4,8 @@ The session reaches everything through :func:`~.backend.get_backend`, one per ke
 
     backend = get_backend()
     world = backend.start(name, component)         # or wait=False: start in the background
-    backend.run_cell(name, component, code, ranks="0,2-3", timeout=60, group_output=False)
-    backend.run_cell(..., background=True).wait()  # a BackgroundCell; backend.wait(name)
+    backend.run_cell(name, component, code, CellOptions(ranks="0,2-3", timeout=60))
+    backend.run_cell(..., CellOptions(background=True)).wait()  # a BackgroundCell
     backend.status(name) / stop(name) / restart(name) / interrupt(name) / shutdown()
     backend.add_listener(callback)                 # callback(event dict) on every state change
     world.envs, world.world_size, world.call_each(ranks, function, args)
@@ -17,6 +17,7 @@ Importing it is cheap: ipyparallel is imported only when a world starts, and onl
 - ``world``: one world, the ranks of one component as engines under one ``mpiexec``
 - ``connection``: where a component's engines come from: local mpiexec or the user's cluster
 - ``ipp``: ipyparallel behind one adapter (cluster, client, replies, processes)
+- ``options``: a cell's options (``CellOptions``), one frozen object from the magic down
 - ``run``: one ``%%distcomp run`` cell: send the code, stream, end it well
 - ``background``: ``--background`` cells, run while the kernel is free
 - ``feed``: a cell's rank output, handed over from ipyparallel's thread

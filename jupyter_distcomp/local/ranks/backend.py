@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ...contracts import RankState
@@ -26,6 +26,7 @@ from . import gpu
 from .background import BackgroundCell, BackgroundJobs
 from .connection import Connection
 from .ledgers import busy_message
+from .options import CellOptions
 from .replay import Replayed, ReplayLog
 from .world import World
 
@@ -339,28 +340,17 @@ class RankBackend:
         name: str,
         component: Component,
         code: str,
-        ranks: str | Iterable[int] | None = None,
-        timeout: float | None = None,
-        group_output: bool = False,
-        first_line: int = 1,
-        fail_fast: float | None = None,
-        background: bool = False,
-        debug_ranks: str | None = None,
+        options: CellOptions | None = None,
         shell: Any = None,
-        check_collectives: bool = False,
-        hang_notice: float | None = None,
-        record: bool = True,
-    ) -> Any:
-        """Run ``code`` on the ranks of ``name`` (all, or ``ranks`` such as ``"0,2-3"``);
-        ``first_line`` is the line of the cell where ``code`` starts (tracebacks count so);
-        ``background``: return a started :class:`BackgroundCell` at once;
-        ``breakpoint()`` stops only ``debug_ranks`` (default: every rank); ``shell``: the
-        IPython shell whose cell this is (its rich output and cell numbers);
-        ``check_collectives``: the ranks compare each collective before it runs;
-        ``hang_notice``: seconds in collectives without progress before a foreground cell
-        without a time-out says so; ``record``: a success joins the replay log."""
+    ) -> BackgroundCell | None:
+        """Run ``code`` on the ranks of ``name`` as ``options`` say (:class:`CellOptions`:
+        all ranks, or ``ranks`` such as ``"0,2-3"``; with ``background``, return a started
+        :class:`BackgroundCell` at once); ``shell``: the IPython shell whose cell this is
+        (its rich output and cell numbers)."""
         from .run import CellRun, cell_name
 
+        options = options or CellOptions()
+        ranks, background = options.ranks, options.background
         # a bad rank list, or a second background job, is refused before any rank starts
         parse_ranks(ranks, component.runsettings.resource_layout.world_size)
         if background:
@@ -377,6 +367,7 @@ class RankBackend:
             earlier = self.background.running(name)
             background_cell = earlier is not None and earlier.kind == "cell"
             raise RankError(busy_message(world, busy, background_cell))
+        debug_ranks = options.debug_ranks
         try:
             stopping = (
                 None
@@ -387,34 +378,16 @@ class RankBackend:
             )
         except RankError as exc:
             raise RankError(str(exc).replace("--ranks", "--debug-ranks", 1)) from None
-        cell = CellRun(
-            world,
-            targets,
-            code,
-            timeout=timeout,
-            group_output=group_output,
-            shell=shell,
-            first_line=first_line,
-            fail_fast=fail_fast,
-            debug_ranks=stopping,
-            check_collectives=check_collectives,
-            hang_notice=None if background else hang_notice,
+        cell = CellRun(world, targets, code, options, shell=shell, stopping=stopping)
+        replayed = Replayed(
+            cell_name(shell, code), code, options.replayed(targets), world.world_size
         )
-        options = {
-            "ranks": targets,
-            "timeout": timeout,
-            "group_output": group_output,
-            "first_line": first_line,
-            "fail_fast": fail_fast,
-            "check_collectives": check_collectives,
-        }
-        replayed = Replayed(cell_name(shell, code), code, options, world.world_size)
         if not background:
             cell.run()
-            if record:  # it succeeded: `restart --replay` runs it
+            if options.record:  # it succeeded: `restart --replay` runs it
                 self.replays.record(name, replayed)
             return None
-        return self._in_background(world, targets, cell, replayed if record else None)
+        return self._in_background(world, targets, cell, replayed if options.record else None)
 
     def replay_plan(
         self, name: str, component: Component, skip: str | None = None, only: str | None = None
@@ -444,13 +417,13 @@ class RankBackend:
         self.replays.replace(name, [cell for _, cell, _ in chosen.runs])
         for count, (number, cell, ranks) in enumerate(chosen.runs, 1):
             announce(f"replaying {count} of {len(chosen.runs)} (cell {number}): {cell.headline()}")
-            options = {**cell.options, "ranks": ranks}
-            self.run_cell(name, component, cell.code, **options, debug_ranks="", record=False)
+            options = CellOptions(**{**cell.options, "ranks": ranks}, debug_ranks="", record=False)
+            self.run_cell(name, component, cell.code, options)
         return world
 
     def _in_background(
         self, world: World, targets: list[int], run: CellRun, replayed: Replayed | None
-    ) -> Any:
+    ) -> BackgroundCell:
         def ended() -> None:
             try:
                 run.run()

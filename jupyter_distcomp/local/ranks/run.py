@@ -28,6 +28,7 @@ from . import gpu, ipp, ledgers
 from .failfast import FailFast
 from .failures import death_reason, error_sections
 from .feed import OutputFeed
+from .options import CellOptions
 from .output import RankOutput
 from .silence import SilenceLine
 
@@ -85,16 +86,15 @@ class CellRun:
         world: World,
         ranks: list[int],
         code: str,
+        options: CellOptions | None = None,
         *,
-        timeout: float | None = None,
-        group_output: bool = False,
         shell: Any = None,
-        first_line: int = 1,
-        fail_fast: float | None = None,
-        debug_ranks: list[int] | None = None,
-        check_collectives: bool = False,
-        hang_notice: float | None = None,
+        stopping: list[int] | None = None,
     ) -> None:
+        """``options``: how the cell runs; ``stopping``: the ranks whose ``breakpoint()``
+        stops (None: every rank), parsed from ``options.debug_ranks``."""
+        options = options or CellOptions()
+        timeout, first_line = options.timeout, options.first_line
         self.world = world
         self.ranks = ranks
         # comment lines up to ``first_line`` (IPython drops leading blank lines), so the
@@ -109,7 +109,7 @@ class CellRun:
         self.flows = world.flows
         self.out = RankOutput(
             world.label,
-            group=group_output,
+            group=options.group_output,
             shell=shell,
             acks=self.flows.ack if self.flows is not None else None,
         )
@@ -123,16 +123,18 @@ class CellRun:
         self.fail_fast = FailFast(
             world,
             self.code,
-            fail_fast,
+            options.fail_fast,
             self._errors_not_interrupts,
             self._settle,
             INTERRUPT_GRACE,
             self.cell,
             lambda: self.debug.quits,
         )
-        self.debug = CellDebug(world, debug_ranks, self.wake.set)
-        self.check_collectives = check_collectives
-        self.hang = ledgers.HangWatch(world, hang_notice if timeout is None else None)
+        self.debug = CellDebug(world, stopping, self.wake.set)
+        self.check_collectives = options.check_collectives
+        # a background cell, or one with a time-out, says nothing of a hang
+        quiet = options.background or timeout is not None
+        self.hang = ledgers.HangWatch(world, None if quiet else options.hang_notice)
         self.silence = SilenceLine(world, shell, self.code, self.cell)
         self._prompted = False  # a debugger prompt showed in the cell
 
