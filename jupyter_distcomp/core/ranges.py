@@ -49,9 +49,9 @@ def parse_ranks(text: str | Iterable[int] | None, world_size: int) -> list[int]:
     return ranks
 
 
-def _outside(ranks_text: str, world_size: int) -> RankError:
+def _outside(named: str, world_size: int) -> RankError:
     return RankError(
-        f"--ranks: {ranks_text} outside the world of {world_size} rank(s) "
+        f"--ranks: {named} outside the world of {world_size} rank(s) "
         f"(ranks 0-{world_size - 1}). Fix: pick ranks below {world_size}, or enlarge the "
         "layout with NAME.runsettings.resource_layout.configure(...)."
     )

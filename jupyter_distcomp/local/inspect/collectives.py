@@ -81,17 +81,17 @@ def group_lines(
             ranks, call = split[0]
             lines.append(
                 f"#{seq:<5} {ledger_words.call_text(call, group=False, seq=False)} at {call.site()}: "
-                f"{ledger_words.format_ranks(ranks)} {_state(calls, now)}"
+                f"{format_ranks(ranks)} {_state(calls, now)}"
             )
             continue
         lines.append(f"#{seq:<5} {DIVERGES}")
         for ranks, call in split:
             lines.append(
-                f"    {ledger_words.format_ranks(ranks)}: {ledger_words.call_text(call, group=False, seq=False)} at "
+                f"    {format_ranks(ranks)}: {ledger_words.call_text(call, group=False, seq=False)} at "
                 f"{call.site()}, {_state({r: calls[r] for r in ranks}, now)}"
             )
         if absent:
-            lines.append(f"    {ledger_words.format_ranks(absent)}: no call")
+            lines.append(f"    {format_ranks(absent)}: no call")
     return lines
 
 
@@ -111,7 +111,7 @@ def _no_wait(
     empty = [rank for rank, entries in sorted(ledgers.items()) if not entries]
     if empty:
         lines.append(
-            f"{ledger_words.format_ranks(empty)}: no call in its ledger (a damaged ledger counts as "
+            f"{format_ranks(empty)}: no call in its ledger (a damaged ledger counts as "
             "empty, and is said where it was read)"
         )
     return lines
@@ -145,7 +145,7 @@ def report(
     for rank, entries in sorted(ledgers.items()):
         for e in [e for e in entries if e.kind == ledger_words.P2P][-last:]:
             p2p.append(
-                f"{ledger_words.format_ranks([rank])}: {ledger_words.call_text(e)} at {e.site()}, "
+                f"{format_ranks([rank])}: {ledger_words.call_text(e)} at {e.site()}, "
                 f"{_state({rank: e}, now)}"
             )
     if p2p:
