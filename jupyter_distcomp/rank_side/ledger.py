@@ -8,8 +8,8 @@ slot holds the call's sequence number in its group, its start and end times (end
 runs) and its description as text fields. What the calls mean across ranks is
 ledger_words.py's.
 
-Standard library only: the ranks load this file by path (see ledger_hooks.py), and it loads
-ledger_words.py beside it so.
+Standard library only: the ranks load this file by path (see ledger_hooks.py), and then it
+loads ledger_words.py beside it by path too.
 """
 
 from __future__ import annotations
