@@ -31,7 +31,8 @@ class _Code:
 
 def write(folder: str) -> list[str]:
     """The 64 rings, full, their last calls hanging as the docstring says."""
-    from jupyter_distcomp.rank_side.ledger import COLLECTIVE, P2P, Ring
+    from jupyter_distcomp.rank_side.ledger import Ring
+    from jupyter_distcomp.rank_side.ledger_words import COLLECTIVE, P2P
 
     paths = []
     world = "COMM_WORLD"

@@ -7,8 +7,9 @@ import os
 import time
 from dataclasses import replace
 
-from jupyter_distcomp.rank_side import ledger
-from jupyter_distcomp.rank_side.ledger import COLLECTIVE, Entry, Ring, read_ring
+from jupyter_distcomp.rank_side import ledger, ledger_words
+from jupyter_distcomp.rank_side.ledger import Ring, read_ring
+from jupyter_distcomp.rank_side.ledger_words import COLLECTIVE, Entry
 
 
 def call(seq, op="all_reduce", data="[4] float32", reduce="sum", running=False, line=3, **kw):
@@ -52,9 +53,9 @@ def test_the_ring_keeps_the_newest_calls_and_their_end(tmp_path):
 def test_a_skipped_collective_names_who_waits_and_where_the_other_rank_is():
     ledgers = {r: [call(1), call(2, running=True)] for r in (0, 1, 3)}
     ledgers[2] = [call(1), call(2, op="barrier", data="", reduce="", running=True, line=5)]
-    (verdict,) = ledger.verdicts(ledgers, 4)
-    table = ledger.by_group(ledgers)["default group"][2]
-    assert ledger.verdict_text(verdict, table) == (
+    (verdict,) = ledger_words.verdicts(ledgers, 4)
+    table = ledger_words.by_group(ledgers)["default group"][2]
+    assert ledger_words.verdict_text(verdict, table) == (
         "all_reduce #2 ([4] float32, sum, default group): ranks 0-1, 3 wait since 12 s; "
         "rank 2 has not called it: it is in barrier #2 at cell line 5"
     )
@@ -64,7 +65,9 @@ def test_the_kernel_names_a_call_site_by_the_cell_that_defined_it():
     from ipykernel.compiler import get_file_name
 
     from jupyter_distcomp.local import cell_names
-    from jupyter_distcomp.local.ranks import ledgers  # noqa: F401  (the kernel's cell names)
+    from jupyter_distcomp.local.ranks import ledgers
+
+    ledgers.name_cells()  # what a world does as it starts
 
     defining = "%%distcomp run t\ndef step():\n    dist.barrier()\n"
     cell_names.remember(defining, "Cell In[5]")
@@ -73,7 +76,7 @@ def test_the_kernel_names_a_call_site_by_the_cell_that_defined_it():
     calls = {r: [call(1, running=True)] for r in (0, 1)}
     barrier = call(1, op="barrier", data="", reduce="", running=True)
     calls[2] = [replace(barrier, file=rank_file)]
-    (verdict,) = ledger.verdicts(calls, 3)
+    (verdict,) = ledger_words.verdicts(calls, 3)
     assert verdict.text().endswith(
         "rank 2 has not called it: it is in barrier #1 at In [5], line 3"
     )
@@ -93,8 +96,8 @@ def test_a_rank_names_call_sites_by_the_labels_its_ipython_ran_the_cells_under()
 def test_a_shape_mismatch_names_both_sides_and_who_went_on():
     ledgers = {r: [call(1, data="[4] float32")] for r in (0, 1)}
     ledgers |= {r: [call(1, data="[5] float32", running=True)] for r in (2, 3)}
-    (verdict,) = ledger.verdicts(ledgers, 4)
-    text = ledger.verdict_text(verdict, ledger.by_group(ledgers)["default group"][1])
+    (verdict,) = ledger_words.verdicts(ledgers, 4)
+    text = ledger_words.verdict_text(verdict, ledger_words.by_group(ledgers)["default group"][1])
     assert text.startswith(
         "all_reduce #1 (sum, default group): ranks 0-1 [4] float32, ranks 2-3 [5] float32"
     )
@@ -103,7 +106,7 @@ def test_a_shape_mismatch_names_both_sides_and_who_went_on():
 
 def test_a_rank_that_never_came_is_missing_with_what_it_does():
     ledgers = {0: [call(1, running=True)], 1: [call(1, running=True)], 2: []}
-    (verdict,) = ledger.verdicts(ledgers, 3, busy={0, 1})
+    (verdict,) = ledger_words.verdicts(ledgers, 3, busy={0, 1})
     assert verdict.ranks == [2]
     assert verdict.text().endswith("rank 2 has not called it: its cell has ended")
 
@@ -113,9 +116,9 @@ def test_a_rank_that_raised_or_sits_at_a_prompt_is_said_so_not_to_have_gone_on()
     ledgers |= {r: [call(1, data="[5] float32", running=True)] for r in (2, 3)}
     ledgers[4] = []
     besides = {0: "raised an error", 4: "is stopped at a breakpoint prompt"}
-    (verdict,) = ledger.verdicts(ledgers, 5, busy={1, 2, 3, 4}, besides=besides)
-    table = ledger.by_group(ledgers)["default group"][1]
-    text = ledger.verdict_text(verdict, table, besides)
+    (verdict,) = ledger_words.verdicts(ledgers, 5, busy={1, 2, 3, 4}, besides=besides)
+    table = ledger_words.by_group(ledgers)["default group"][1]
+    text = ledger_words.verdict_text(verdict, table, besides)
     assert "rank 0 raised an error; rank 1 went on (their result may be wrong)" in text, text
     assert "went on" not in text.split("rank 1")[0], text
     assert "rank 4 has not called it: it is stopped at a breakpoint prompt" in text, text
@@ -123,9 +126,9 @@ def test_a_rank_that_raised_or_sits_at_a_prompt_is_said_so_not_to_have_gone_on()
 
 
 def test_agreeing_ranks_and_a_slow_collective_give_no_verdict():
-    assert ledger.verdicts({r: [call(1), call(2)] for r in range(4)}, 4) == []
+    assert ledger_words.verdicts({r: [call(1), call(2)] for r in range(4)}, 4) == []
     everyone_in = {r: [call(1, running=True)] for r in range(4)}
-    assert ledger.verdicts(everyone_in, 4) == []
+    assert ledger_words.verdicts(everyone_in, 4) == []
 
 
 def test_groups_are_aligned_separately():
@@ -135,7 +138,7 @@ def test_groups_are_aligned_separately():
         1: [call(1)],
         2: [call(1), call(1, op="broadcast", group=pair, root="root 2", running=True)],
     }
-    (verdict,) = ledger.verdicts(ledgers, 3)
+    (verdict,) = ledger_words.verdicts(ledgers, 3)
     assert verdict.group == pair
     assert "rank 0 root 0, rank 2 root 2" in verdict.text()
 
@@ -223,7 +226,7 @@ def test_a_rank_with_only_a_posted_call_is_not_said_to_be_in_it():
     posted.posted = True
     ledgers = {0: [call(1, running=True)], 1: [call(1, running=True)], 2: [posted]}
     ledgers[2][0].group = "COMM_SELF (ranks 2)"  # its own group: no verdict there
-    (verdict,) = ledger.verdicts(ledgers, 3, busy={0, 1, 2})
+    (verdict,) = ledger_words.verdicts(ledgers, 3, busy={0, 1, 2})
     assert verdict.missing == {2: "it runs other code"}
 
 
@@ -374,7 +377,7 @@ def test_an_nccl_groups_collectives_are_left_to_torchs_record_outside_check_mode
     recorder = ledger_torch._Torch(fake)
     recorder.nccl[id(nccl)] = (weakref.ref(nccl), True)  # get_backend said "nccl"
     wrapped = recorder.wrap("all_reduce", "tensor", COLLECTIVE)
-    wrapped_send = recorder.wrap("send", "tensor", ledger.P2P)
+    wrapped_send = recorder.wrap("send", "tensor", ledger_words.P2P)
     wrapped(torch.ones(4), group=gloo)
     wrapped(torch.ones(4), group=nccl)
     wrapped(torch.ones(3), dist.ReduceOp.SUM, nccl)
@@ -435,9 +438,9 @@ def test_a_hang_in_an_nccl_call_is_named_from_torchs_record():
         return entry
 
     ledgers = {0: [nccl(1, "completed"), nccl(2, "started")], 1: [nccl(1, "completed")]}
-    (verdict,) = ledger.verdicts(ledgers, 2, busy={0, 1})
-    table = ledger.by_group(ledgers)[verdict.group][verdict.seq]
-    assert ledger.verdict_text(verdict, table) == (
+    (verdict,) = ledger_words.verdicts(ledgers, 2, busy={0, 1})
+    table = ledger_words.by_group(ledgers)[verdict.group][verdict.seq]
+    assert ledger_words.verdict_text(verdict, table) == (
         "all_reduce #2 ([4] float32, nccl group 0 (ranks 0, 1)): rank 0 waits since 9 s "
         "(rank 0 running on the GPU); rank 1 has not called it: it runs other code "
         "(its last call here: all_reduce #1)"

@@ -21,7 +21,7 @@ from jupyter_distcomp.azureml.diagnose import diagnose_folder
 from jupyter_distcomp.core.horovod_stall import last_stall_lines, read_stalls
 from jupyter_distcomp.core.joblog.model import HUNG
 from jupyter_distcomp.machine import mpi
-from jupyter_distcomp.rank_side import ledger
+from jupyter_distcomp.rank_side import ledger, ledger_words
 from jupyter_distcomp.rank_side.ledger_horovod import family_of, tensor_name
 
 from . import joblog_support as jobs
@@ -181,11 +181,11 @@ def test_the_stall_inspector_is_read_in_the_ledgers_words():
     assert stall.seconds == 60 and stall.shutdown == [2] and stall.shutdown_seconds == 120
     assert stall.missing[1] == ["allreduce.skipped"]
     assert stall.missing[2][-1] == "..." and len(stall.missing[2]) == 7
-    called = ledger.Entry(
+    called = ledger_words.Entry(
         3,
         1.0,
         0.0,
-        ledger.COLLECTIVE,
+        ledger_words.COLLECTIVE,
         "global process set",
         "hvd.allreduce",
         "[4] float32",

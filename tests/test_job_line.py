@@ -11,7 +11,7 @@ import pytest
 
 from jupyter_distcomp.core.layout import rank_environments
 from jupyter_distcomp.rank_side import job_line
-from jupyter_distcomp.rank_side.ledger import COLLECTIVE, Entry
+from jupyter_distcomp.rank_side.ledger_words import COLLECTIVE, Entry
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ from jupyter_distcomp.core.joblog.model import FAILED, HUNG
 from jupyter_distcomp.core.joblog.state import last_states, read_states
 from jupyter_distcomp.errors import JobLogsError
 from jupyter_distcomp.notebook.views.diagnosis import DiagnosisView
-from jupyter_distcomp.rank_side.ledger import COLLECTIVE, Entry
+from jupyter_distcomp.rank_side.ledger_words import COLLECTIVE, Entry
 
 from .test_magics import run_cell
 

@@ -10,7 +10,7 @@ from jupyter_distcomp.contracts import RankState
 from jupyter_distcomp.core.hangs import hang_lines
 from jupyter_distcomp.core.waitfor import peers
 from jupyter_distcomp.local.inspect.collectives import report
-from jupyter_distcomp.rank_side.ledger import COLLECTIVE, P2P, Entry
+from jupyter_distcomp.rank_side.ledger_words import COLLECTIVE, P2P, Entry
 
 CELL = "/tmp/ipykernel_1/2.py"
 

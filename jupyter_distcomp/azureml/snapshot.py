@@ -40,6 +40,7 @@ JOB_FILES = (
     "job_sigterm.py",
     "ledger_hooks.py",
     "ledger.py",
+    "ledger_words.py",
     "ledger_torch.py",
     "ledger_mpi.py",
     "ledger_horovod.py",

@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 
 from ..contracts import RankState
-from ..rank_side import ledger
-from ..rank_side.ledger import P2P, Entry, Verdict, ranks_text
+from ..rank_side import ledger_words
+from ..rank_side.ledger_words import P2P, Entry, Verdict, format_ranks
 from . import waitfor
 
 
@@ -48,15 +48,15 @@ def pattern(
     ended = [r for r in missing if gone.get(r) == waitfor.ENDED]
     if verdict.call.bucket and ended:
         return (
-            f". Uneven inputs under DDP: {ranks_text(ended)} ran out of batches while "
-            f"{ranks_text(verdict.callers)} reduce gradients in backward. Fix: wrap the "
+            f". Uneven inputs under DDP: {format_ranks(ended)} ran out of batches while "
+            f"{format_ranks(verdict.callers)} reduce gradients in backward. Fix: wrap the "
             "training loop in `with model.join():`, or give every rank the same number of "
             "batches (`DistributedSampler(..., drop_last=True)`)"
         )
     prompt = [r for r in missing if states.get(r) == RankState.DEBUGGING]
     if prompt:
         return (
-            f". {ranks_text(prompt)} {'is' if len(prompt) == 1 else 'are'} at a debugger "
+            f". {format_ranks(prompt)} {'is' if len(prompt) == 1 else 'are'} at a debugger "
             "prompt: the others wait until it goes on (continue it at its prompt)"
         )
     in_p2p = [
@@ -64,7 +64,7 @@ def pattern(
     ]
     if in_p2p:
         return (
-            f". {ranks_text(in_p2p)} {'is' if len(in_p2p) == 1 else 'are'} in a point-to-point "
+            f". {format_ranks(in_p2p)} {'is' if len(in_p2p) == 1 else 'are'} in a point-to-point "
             "call while the others are in the collective. Fix: let every send meet its "
             "receive before any rank enters the collective"
         )
@@ -87,13 +87,13 @@ def hang_lines(
     besides: dict[int, str] | None = None,
 ) -> list[str]:
     """The deadlocks, then each group's verdict with its pattern, one line each;
-    ``besides``: what ranks do that their ledgers do not say (see ledger.verdicts)."""
+    ``besides``: what ranks do that their ledgers do not say (see ledger_words.verdicts)."""
     now = time.time()
     gone = gone_ranks(world_size, busy, states)
-    tables = ledger.by_group(ledgers)
+    tables = ledger_words.by_group(ledgers)
     lines = waitfor.wait_lines(ledgers, world_size, gone, now, tables)
-    for verdict in ledger.verdicts(ledgers, world_size, busy, now, tables, besides):
+    for verdict in ledger_words.verdicts(ledgers, world_size, busy, now, tables, besides):
         table = tables[verdict.group].get(verdict.seq, {})
-        text = ledger.verdict_text(verdict, table, besides)
+        text = ledger_words.verdict_text(verdict, table, besides)
         lines.append(text + pattern(verdict, ledgers, gone, states))
     return lines

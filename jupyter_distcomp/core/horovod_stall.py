@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..rank_side.ledger import Entry, ranks_text
+from ..rank_side.ledger_words import Entry, format_ranks
 
 _HEAD = re.compile(
     r"One or more tensors were submitted to be reduced, gathered or broadcasted by subset "
@@ -111,17 +111,17 @@ def stall_lines(stall: Stall, ledgers: dict[int, list[Entry]] | None = None) -> 
     for names, ranks in by_names.items():
         verb = "has" if len(ranks) == 1 else "have"
         line = (
-            f"{WHO}: {ranks_text(ranks)} {verb} not submitted {', '.join(names)} "
+            f"{WHO}: {format_ranks(ranks)} {verb} not submitted {', '.join(names)} "
             f"for more than {stall.seconds} s"
         )
         called = [places[n] for n in names if n in places]
         if called:
             entry, callers = called[0]
-            line += f" ({ranks_text(callers)} called it at {entry.site()})"
+            line += f" ({format_ranks(callers)} called it at {entry.site()})"
         lines.append(line)
     if stall.shutdown:
         lines.append(
-            f"{WHO}: Horovod shuts down, as {ranks_text(stall.shutdown)} stalled for longer "
+            f"{WHO}: Horovod shuts down, as {format_ranks(stall.shutdown)} stalled for longer "
             f"than {stall.shutdown_seconds} s (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS)"
         )
     return lines

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..errors import RankError
-from ..rank_side.ledger import ranks_text
+from ..rank_side.ledger_words import format_ranks
 
 
 def parse_ranks(text: str | Iterable[int] | None, world_size: int) -> list[int]:
@@ -49,18 +49,12 @@ def parse_ranks(text: str | Iterable[int] | None, world_size: int) -> list[int]:
     return ranks
 
 
-def _outside(ranks_text: str, world_size: int) -> RankError:
+def _outside(named: str, world_size: int) -> RankError:
     return RankError(
-        f"--ranks: {ranks_text} outside the world of {world_size} rank(s) "
+        f"--ranks: {named} outside the world of {world_size} rank(s) "
         f"(ranks 0-{world_size - 1}). Fix: pick ranks below {world_size}, or enlarge the "
         "layout with NAME.runsettings.resource_layout.configure(...)."
     )
-
-
-def format_ranks(ranks: Iterable[int]) -> str:
-    """``[1, 2, 3, 5]`` -> ``"ranks 1-3, 5"``; one rank -> ``"rank 4"`` (the ranks' own
-    wording, which the collectives ledger uses on the ranks too)."""
-    return ranks_text(ranks)
 
 
 def rank_label(rank: int, node: int, instance_count: int) -> str:

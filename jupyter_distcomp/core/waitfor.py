@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ..rank_side.ledger import COLLECTIVE, Entry, by_group, call_text, ranks_text
+from ..rank_side.ledger_words import COLLECTIVE, Entry, by_group, call_text, format_ranks
 
 SEND, RECV, COLL = "send", "recv", "collective"
 #: a rank that will not call anything any more, and the words for it
@@ -164,7 +164,7 @@ def _piece(wait: Wait, stuck: set[int], gone: dict[int, str]) -> Piece | None:
 
 def _words(wait: Wait, piece: Piece, target: int | None) -> str:
     """``waits to send to rank 1``."""
-    who = "any rank" if piece.any_source else ranks_text([target] if target is not None else [])
+    who = "any rank" if piece.any_source else format_ranks([target] if target is not None else [])
     tag = f" (tag {piece.tag})" if piece.tag else ""
     if piece.kind == COLL:
         return f"waits in {call_text(wait.entry, group=False)} for {who}"
@@ -225,7 +225,7 @@ def _sites(links: list[tuple[Wait, Piece, int | None]]) -> str:
         e = wait.entry
         what = f"{e.op} ({e.data})" if e.data else e.op
         alike.setdefault(f"{what} at {e.site()}", []).append(wait.rank)
-    return ", ".join(f"{ranks_text(ranks)} in {what}" for what, ranks in alike.items())
+    return ", ".join(f"{format_ranks(ranks)} in {what}" for what, ranks in alike.items())
 
 
 def _fix(chain: Chain) -> str:
@@ -255,7 +255,7 @@ def chain_text(chain: Chain, now: float) -> str:
     """``deadlock: rank 0 waits to send to rank 1, which waits to send to rank 0
     (COMM_WORLD)``, the calls and their sites, how long, and the fix."""
     first, *rest = chain.links
-    text = f"{ranks_text([first[0].rank])} {_words(*first)}"
+    text = f"{format_ranks([first[0].rank])} {_words(*first)}"
     for wait, piece, target in rest:
         text += f", which {_words(wait, piece, target)}"
     if chain.cycle:

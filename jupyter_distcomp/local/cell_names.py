@@ -13,7 +13,7 @@ import os
 import re
 from collections import OrderedDict
 
-from ..rank_side.ledger import cell_place
+from ..rank_side.ledger_words import cell_place
 
 #: What this module uses of ipykernel beyond its public API: how it names a cell's file
 #: (a test checks each exists; without ipykernel the ranks' cells keep their plain names)

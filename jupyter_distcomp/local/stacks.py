@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ..core.ranges import format_ranks
 from ..machine.remote import on_hosts
-from ..rank_side.ledger import CELL_FILE, cell_place, in_hooks
+from ..rank_side.ledger_words import CELL_FILE, cell_place, in_hooks
 from .cell_names import cell_of
 
 __all__ = [

@@ -20,7 +20,9 @@
 - ``after_import``: a function run on a module right after it is imported (the ledger's
   wrappers, numpy's entry in ipyparallel's canning map).
 - ``ledger``: the collectives ledger's ring file (each rank's recent collective and
-  point-to-point calls) and the verdicts and words on what does not match across ranks.
+  point-to-point calls), and torch's record of its NCCL calls read beside it.
+- ``ledger_words``: one call on one rank, the verdicts and words on what does not match
+  across ranks, and ``format_ranks``, the one wording of ranks (the kernel's core/ too).
 - ``ledger_hooks``: records every ``torch.distributed`` and mpi4py call in the ledger and,
   in check mode, compares the call across the group before it runs.
 - ``ledger_torch``: the ledger's wrappers of ``torch.distributed``.
@@ -44,7 +46,8 @@ Each starts fast and runs where the package is not installed (a user's own clust
 another host, a submitted job), so a module that needs a sibling imports it from the
 package where there is one and otherwise loads its file by path: ``guard`` imports
 ``reaper`` (the tree killer), and ``rank_exec``, run as a file, loads it by path;
-``ledger_hooks`` imports ``ledger`` (the ring file it writes) and loads ``ledger_torch``,
+``ledger_hooks`` imports ``ledger`` (the ring file it writes, which imports
+``ledger_words``) and ``ledger_words``, and loads ``ledger_torch``,
 ``ledger_mpi``, ``ledger_horovod``, ``torch_record`` and ``after_import`` when it installs
 the wrappers, which load ``check_exchange``; ``engine_start`` imports ``after_import``;
 ``rank_setup`` loads ``ledger_hooks`` and ``flow`` into an engine; ``debug_hook`` imports

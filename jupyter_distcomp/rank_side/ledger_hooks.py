@@ -46,7 +46,9 @@ def _load(name: str, file: str):
 
 try:
     from . import ledger
+    from . import ledger_words as words
 except ImportError:  # loaded by path on a rank
+    words = _load("distcomp_ledger_words", "ledger_words.py")
     ledger = _load("distcomp_ledger", "ledger.py")
 
 
@@ -147,13 +149,13 @@ def mismatch(group: str, seq: int, sigs: dict[int, tuple], me: int) -> None:
     __tracebackhide__ = True
     calls = {}
     for rank, (op, data, reduce, root, file, line, function) in sigs.items():
-        calls[rank] = ledger.Entry(
-            seq, 0.0, 0.0, ledger.COLLECTIVE, group, op, data, reduce, root, file, line, function
+        calls[rank] = words.Entry(
+            seq, 0.0, 0.0, words.COLLECTIVE, group, op, data, reduce, root, file, line, function
         )
-    split = ledger.sides(calls)
+    split = words.sides(calls)
     if len(split) > 1:
         (callers, call), *others = split
-        verdict = ledger.Verdict(group, seq, call, callers, others, now=None)
+        verdict = words.Verdict(group, seq, call, callers, others, now=None)
         raise CollectiveMismatch(
             f"check_collectives: {verdict.text()}. Nothing ran: every rank of the group "
             "stopped before this call."
@@ -230,7 +232,7 @@ def cell_namer(cells: dict[str, str]) -> Callable[[str, int], str]:
 
     def in_cell(file: str, line: int) -> str:
         number = cells.get(os.path.basename(file))
-        return ledger.cell_place(f"In [{number}]", line) if number else ""
+        return words.cell_place(f"In [{number}]", line) if number else ""
 
     return in_cell
 
@@ -243,7 +245,7 @@ def install(
     IPython ran it as, kept up to date by the rank's IPython (rank_setup.py): call sites in
     those cells, this rank's and the others', are named ``In [12], line 7``."""
     if cells is not None:
-        ledger.name_cells(cell_namer(cells))
+        words.name_cells(cell_namer(cells))
         STATE.live = True
     if STATE.ring is None:
         try:

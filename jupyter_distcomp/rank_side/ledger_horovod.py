@@ -157,7 +157,7 @@ class _Horovod:
         fn = getattr(self.lib, function)
         places = FAMILIES[family]
         horovod = self
-        COLLECTIVE = core.ledger.COLLECTIVE
+        COLLECTIVE = core.words.COLLECTIVE
         marks = self.marks
         named = places[1] >= 0  # barrier and join have no name
 
@@ -211,7 +211,7 @@ class _Horovod:
     def wait(self):
         """``horovod_torch_wait_and_clear``: marks the call waited for, and ends it when
         the wait returns; Horovod's error (tensors that do not match, a shutdown) comes on
-        every rank of the call, and the call ends refused (ledger.REFUSED)."""
+        every rank of the call, and the call ends refused (ledger_words.REFUSED)."""
         plain = self.lib.horovod_torch_wait_and_clear
         marks = self.marks
         horovod = self

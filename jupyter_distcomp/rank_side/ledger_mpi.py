@@ -258,7 +258,7 @@ class _Mpi:
         posted = "nb" if nonblocking else ""
         idup = name == "Idup"
         roots: dict = {None: ""}
-        COLLECTIVE = core.ledger.COLLECTIVE
+        COLLECTIVE = core.words.COLLECTIVE
         data_keys = ("sendbuf", "buf", "sendobj")
         labels = self.labels
 
@@ -322,7 +322,7 @@ class _Mpi:
         nonblocking = name[0] in "Ii"
         posted = "nb" if nonblocking else ""
         peers: dict = {}
-        P2P = core.ledger.P2P
+        P2P = core.words.P2P
         labels = self.labels
         tag_at = peer_at + 1
         source_at = _EXCHANGES.get(name, _FAR)

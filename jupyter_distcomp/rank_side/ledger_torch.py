@@ -227,7 +227,7 @@ class _Torch:
         async_key, async_at = position("async_op")
         tag_key, tag_at = position("tag")
         torch = self
-        collective = kind == core.ledger.COLLECTIVE
+        collective = kind == core.words.COLLECTIVE
         default_reduce = "sum" if name in ("all_reduce", "reduce") else ""
         word = "root" if collective else ("to" if name in ("send", "isend") else "from") + " rank"
         always_async = name in ("isend", "irecv")
@@ -391,8 +391,8 @@ def wrap(dist) -> None:
     torch = WRAPPED = _Torch(dist)
     core.skip_files(os.path.dirname(os.path.dirname(dist.__file__)) + os.sep)
     for table, kind in (
-        (_TORCH_COLLECTIVES, core.ledger.COLLECTIVE),
-        (_TORCH_P2P, core.ledger.P2P),
+        (_TORCH_COLLECTIVES, core.words.COLLECTIVE),
+        (_TORCH_P2P, core.words.P2P),
     ):
         for name, data in table.items():
             if hasattr(dist, name):

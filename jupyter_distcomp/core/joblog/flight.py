@@ -20,8 +20,8 @@ import json
 import pickle
 from typing import Any
 
-from ...rank_side import ledger
-from ...rank_side.ledger import COLLECTIVE, TORCH_DTYPES, Entry, ranks_text
+from ...rank_side import ledger_words
+from ...rank_side.ledger_words import COLLECTIVE, TORCH_DTYPES, Entry, format_ranks
 from .tracebacks import Frame
 
 
@@ -109,7 +109,7 @@ def _reach_lines(ledgers: dict[int, list[Entry]], world: int) -> list[str]:
     (torch's analyser's "not all ranks joining collective"): whether a call completed
     is left aside, as gloo marks a call that failed completed too."""
     lines = []
-    for table in ledger.by_group(ledgers).values():
+    for table in ledger_words.by_group(ledgers).values():
         sample = next(iter(next(iter(table.values())).values()))
         members = [r for r in (sample.members or range(world)) if r in ledgers]
         newest = {r: max((s for s in table if r in table[s]), default=0) for r in members}
@@ -119,15 +119,15 @@ def _reach_lines(ledgers: dict[int, list[Entry]], world: int) -> list[str]:
             continue
         call = next(iter(table[top].values()))
         reached = sorted(table[top])
-        text = f"{ledger.call_text(call)}"
+        text = f"{ledger_words.call_text(call)}"
         text += f" at {call.site()}" if call.file else ""
-        text += f": {ranks_text(reached)} reached it; {ranks_text(behind)} never did"
+        text += f": {format_ranks(reached)} reached it; {format_ranks(behind)} never did"
         lasts: dict[str, list[int]] = {}
         for rank in behind:
             last = table.get(newest[rank], {}).get(rank)
             words = f"{last.op} #{last.seq}" if last else "no call of this group"
             lasts.setdefault(words, []).append(rank)
-        text += " (" + "; ".join(f"{ranks_text(rs)}: last {w}" for w, rs in lasts.items()) + ")"
+        text += " (" + "; ".join(f"{format_ranks(rs)}: last {w}" for w, rs in lasts.items()) + ")"
         lines.append(text)
     return lines
 
@@ -138,15 +138,15 @@ def flight_lines(dumps: dict[int, dict], world: int) -> list[str]:
     collective."""
     ledgers = {rank: dump_entries(dump, world) for rank, dump in dumps.items()}
     lines = _reach_lines(ledgers, world)
-    for verdict in ledger.verdicts(ledgers, world, now=0.0):
+    for verdict in ledger_words.verdicts(ledgers, world, now=0.0):
         if not verdict.others:  # a rank missing: said above
             continue
         verdict.now = None  # a dump has no "now": no "waits since"
-        calls = ledger.by_group(ledgers).get(verdict.group, {}).get(verdict.seq, {})
-        lines.append(ledger.verdict_text(verdict, calls))
+        calls = ledger_words.by_group(ledgers).get(verdict.group, {}).get(verdict.seq, {})
+        lines.append(ledger_words.verdict_text(verdict, calls))
     missing = [r for r in range(world) if r not in dumps]
     if missing:
-        lines.append(f"{ranks_text(missing)}: no dump")
+        lines.append(f"{format_ranks(missing)}: no dump")
     statuses: dict[str, list[int]] = {}
     for rank, dump in sorted(dumps.items()):
         for group, status in sorted((dump.get("pg_status") or {}).items()):
@@ -157,5 +157,5 @@ def flight_lines(dumps: dict[int, dict], world: int) -> list[str]:
                 f"last completed #{status.get('last_completed_collective')}"
             )
             statuses.setdefault(words, []).append(rank)
-    lines += [f"{ranks_text(ranks)}: {words}" for words, ranks in statuses.items()]
+    lines += [f"{format_ranks(ranks)}: {words}" for words, ranks in statuses.items()]
     return lines

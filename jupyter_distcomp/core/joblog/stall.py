@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...rank_side import ledger
-from ...rank_side.ledger import Entry, ranks_text
+from ...rank_side import ledger_words
+from ...rank_side.ledger_words import Entry, format_ranks
 from .. import hangs, waitfor
 from .classify import CONSEQUENCE, kind_of
 from .state import RankState
@@ -80,15 +80,15 @@ def hang_lines(states: dict[int, RankState], world_size: int) -> tuple[list[str]
         if state.reason in ("exit", "failure")
     }
     besides = _besides(states)
-    tables = ledger.by_group(ledgers)
+    tables = ledger_words.by_group(ledgers)
     found = waitfor.waits(ledgers, world_size, tables)
     chains = waitfor.chains(found, gone)
     lines = [waitfor.chain_text(chain, now) for chain in chains]
     named = {wait.rank for chain in chains if chain.cycle for wait, _, _ in chain.links}
-    for verdict in ledger.verdicts(ledgers, world_size, None, now, tables, besides):
+    for verdict in ledger_words.verdicts(ledgers, world_size, None, now, tables, besides):
         table = tables[verdict.group].get(verdict.seq, {})
-        text = ledger.verdict_text(verdict, table, besides)
-        head = ledger.call_text(verdict.call)
+        text = ledger_words.verdict_text(verdict, table, besides)
+        head = ledger_words.call_text(verdict.call)
         if text.startswith(head) and verdict.call.file:  # where the callers wait
             text = f"{head} at {verdict.call.site()}{text[len(head) :]}"
         lines.append(text + hangs.pattern(verdict, ledgers, gone, None))
@@ -122,5 +122,5 @@ def stack_sections(states: dict[int, RankState]) -> list[tuple[str, list[str]]]:
             how = "stalled (stack from the stall), then SIGTERM"
         if isinstance(stalled, int | float) and stalled:
             how += f" {stalled:.0f} s"
-        sections.append((f"{ranks_text(ranks)}: stack, {how}", list(shown)))
+        sections.append((f"{format_ranks(ranks)}: stack, {how}", list(shown)))
     return sections

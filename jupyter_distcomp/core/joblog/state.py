@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...rank_side.ledger import Entry
+from ...rank_side.ledger_words import Entry
 
 MARK = "[distcomp rank-state] "
 REASONS = ("stall", "sigterm", "failure", "exit")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ...rank_side.ledger import in_hooks
+from ...rank_side.ledger_words import in_hooks
 
 HEAD = "Traceback (most recent call last):"
 CHAIN = (

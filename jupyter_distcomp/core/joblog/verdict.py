@@ -20,7 +20,7 @@ How it decides (each rule that applied is listed under the diagnosis):
 
 from __future__ import annotations
 
-from ...rank_side.ledger import ranks_text
+from ...rank_side.ledger_words import format_ranks
 from ..secrets import mask_secrets
 from . import launchers, stall
 from .classify import CONSEQUENCE, CPU_OOM, GPU_OOM, NONE, OWN, PEER_GONE, STOPPED, kind_of
@@ -155,7 +155,7 @@ def diagnose(
         )
     if job.skipped:
         diagnosis.notes.append(
-            f"{ranks_text(job.skipped)}: large logs, read at their start and end (and every "
+            f"{format_ranks(job.skipped)}: large logs, read at their start and end (and every "
             "state line in them)"
         )
     return _masked(diagnosis)
@@ -186,15 +186,15 @@ def _failed(diagnosis: Diagnosis, job: JobRead, ordered: list[int], how: str) ->
     diagnosis.ended = consequences
     verdict = _failure_words(diagnosis.layout, job.ranks[first], same, len(ordered) > len(same))
     if consequences:
-        verdict += f"; {ranks_text(consequences)} {_say(consequences, 'was', 'were')} ended by it"
+        verdict += f"; {format_ranks(consequences)} {_say(consequences, 'was', 'were')} ended by it"
     if quiet:
         verdict += (
-            f"; {ranks_text(quiet)} {_say(quiet, 'shows', 'show')} no error of "
+            f"; {format_ranks(quiet)} {_say(quiet, 'shows', 'show')} no error of "
             f"{_say(quiet, 'its', 'their')} own"
         )
     diagnosis.verdict = verdict
     diagnosis.sections += failure_sections(diagnosis.layout, job, ordered)
-    diagnosis.sections += consequence_sections(job, consequences, ranks_text(same))
+    diagnosis.sections += consequence_sections(job, consequences, format_ranks(same))
     diagnosis.rules.append(OWN_RULE)
     if len(ordered) > len(same):  # failures of different kinds: which came first matters
         diagnosis.rules.append(f"the order of the failures: {how}")
@@ -207,7 +207,7 @@ def _say(ranks: list[int], one: str, more: str) -> str:
 
 def _failure_words(layout: Layout, read: RankRead, same: list[int], others: bool) -> str:
     end = read.end
-    who = ranks_text(same)
+    who = format_ranks(same)
     node = layout.node(read.rank)
     where = f" on node {node}" if node is not None and (layout.nodes or 1) > 1 else ""
     if end.kind == GPU_OOM:
@@ -264,19 +264,19 @@ def _hung(
             end = ends[lost[0]]
             call = end.traceback.library_function() if end.traceback else ""
             log_words = (
-                f"{ranks_text(lost)} lost a peer"
+                f"{format_ranks(lost)} lost a peer"
                 + (f" in {call}" if call else "")
                 + (f" at {end.place}" if end.place else "")
                 + f" ({end.words}): a rank they needed had gone"
             )
         else:
             log_words = (
-                f"{ranks_text(consequences)} {_say(consequences, 'was', 'were')} stopped with "
+                f"{format_ranks(consequences)} {_say(consequences, 'was', 'were')} stopped with "
                 f"no error of {_say(consequences, 'its', 'their')} own"
             )
         if named:
             log_words += (
-                f"; {ranks_text(named)} {_say(named, 'shows', 'show')} no error: "
+                f"; {format_ranks(named)} {_say(named, 'shows', 'show')} no error: "
                 + _say(named, "it exited first, or was", "they exited first, or were")
                 + " ended without a word"
             )
@@ -301,7 +301,7 @@ def _hung(
 
 
 def _no_error(diagnosis: Diagnosis, job: JobRead, status: str | None) -> None:
-    ranks = ranks_text(sorted(job.ranks))
+    ranks = format_ranks(sorted(job.ranks))
     exited = [r for r, s in job.states.items() if s.reason == "exit"]
     if (status or "").lower() == "completed" or (exited and len(exited) == len(job.ranks)):
         diagnosis.outcome = COMPLETED

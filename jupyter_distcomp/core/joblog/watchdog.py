@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ...rank_side.ledger import ranks_text
+from ...rank_side.ledger_words import format_ranks
 from ..horovod_stall import read_stalls, stall_lines
 from .classify import TIMEOUT, RankEnd
 
@@ -94,7 +94,7 @@ def nccl_verdict(
     first = found[waiting[0]]
     where = f" ({group})" if group else ""
     text = (
-        f"{ranks_text(waiting)} waited in {op} #{seq}{where} for {first.ran_ms / 1000:.0f} s "
+        f"{format_ranks(waiting)} waited in {op} #{seq}{where} for {first.ran_ms / 1000:.0f} s "
         f"(NCCL watchdog, time-out {first.timeout_ms / 1000:.0f} s)"
     )
     named: list[int] = []
@@ -103,13 +103,13 @@ def nccl_verdict(
             continue
         named += ranks
         earlier = "an earlier" if other_seq < seq else "a later"
-        text += f"; {ranks_text(ranks)} timed out in {other_op} #{other_seq} instead" + (
+        text += f"; {format_ranks(ranks)} timed out in {other_op} #{other_seq} instead" + (
             f" ({earlier} call)" if other_group == group and other_op == op else ""
         )
     absent = [r for r in world if r not in found]
     if absent:
         named += absent
-        text += f"; {ranks_text(absent)} never reached it"
+        text += f"; {format_ranks(absent)} never reached it"
     return text, sorted(named)
 
 
@@ -147,12 +147,12 @@ def gloo_verdict(found: dict[int, GlooWait], world: list[int]) -> tuple[str, lis
     for (call, place), ranks in sides.items():
         seconds = found[ranks[0]].timeout_ms / 1000
         parts.append(
-            f"{ranks_text(ranks)} timed out after {seconds:g} s in {call} at {place} (gloo)"
+            f"{format_ranks(ranks)} timed out after {seconds:g} s in {call} at {place} (gloo)"
         )
     absent = [r for r in world if r not in found]
     text = "; ".join(parts)
     if absent:
-        text += f"; {ranks_text(absent)} did not time out: the one{'s' if len(absent) > 1 else ''} they waited for"
+        text += f"; {format_ranks(absent)} did not time out: the one{'s' if len(absent) > 1 else ''} they waited for"
     return text, absent
 
 

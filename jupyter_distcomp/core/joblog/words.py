@@ -4,7 +4,7 @@ ranks whose logs show no error."""
 
 from __future__ import annotations
 
-from ...rank_side.ledger import ranks_text
+from ...rank_side.ledger_words import format_ranks
 from .classify import CONSEQUENCE, NONE, PEER_GONE, STOPPED, TIMEOUT, RankEnd, cpu_bytes, size_text
 from .model import Layout, Section
 from .reading import JobRead
@@ -39,7 +39,7 @@ def failure_sections(layout: Layout, job: JobRead, ordered: list[int]) -> list[S
     for shown, ranks in groups.items():
         end = job.ranks[ranks[0]].end
         labels = " ".join(layout.label(r) for r in ranks[:4]) + (" ..." if len(ranks) > 4 else "")
-        heading = f"{ranks_text(ranks)}: {_what(end)}, its own error  {labels}"
+        heading = f"{format_ranks(ranks)}: {_what(end)}, its own error  {labels}"
         sections.append(Section(heading, list(shown)))
     return sections
 
@@ -61,13 +61,13 @@ def consequence_sections(job: JobRead, ranks: list[int], cause: str) -> list[Sec
     if not alike:
         return []
     heading = (
-        f"{ranks_text(ranks)}: ended by {cause}'s failure"
+        f"{format_ranks(ranks)}: ended by {cause}'s failure"
         if cause
-        else f"{ranks_text(ranks)}: errors that follow another rank's"
+        else f"{format_ranks(ranks)}: errors that follow another rank's"
     )
     lines = []
     for words, alike_ranks in alike.items():
-        lines.append(f"{ranks_text(alike_ranks)}: {words}")
+        lines.append(f"{format_ranks(alike_ranks)}: {words}")
         error = job.ranks[alike_ranks[0]].end.error
         if error and error != words:
             shown = error if len(error) < 240 else error[:237] + "..."
@@ -108,12 +108,12 @@ def quiet_sections(job: JobRead) -> list[Section]:
     for rank in quiet:
         by_last.setdefault(job.ranks[rank].last_line[:160], []).append(rank)
     lines = [
-        f"{ranks_text(ranks)}: last line {last!r}"
+        f"{format_ranks(ranks)}: last line {last!r}"
         if last
-        else f"{ranks_text(ranks)}: no line of {'its' if len(ranks) == 1 else 'their'} own"
+        else f"{format_ranks(ranks)}: no line of {'its' if len(ranks) == 1 else 'their'} own"
         for last, ranks in list(by_last.items())[:_QUIET_GROUPS]
     ]
     if len(by_last) > _QUIET_GROUPS:
         lines.append(f"... and {len(by_last) - _QUIET_GROUPS} more distinct last lines")
     whose = "its log" if len(quiet) == 1 else "their logs"
-    return [Section(f"{ranks_text(quiet)}: no error in {whose}", lines)]
+    return [Section(f"{format_ranks(quiet)}: no error in {whose}", lines)]

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from ...contracts import RankState
 from ...core.hangs import hang_lines
 from ...core.ranges import format_ranks
-from ...rank_side import ledger
+from ...rank_side import ledger, ledger_words
 from ..ranks import ledgers as world_ledgers
 from .where import WhereReport
 
@@ -53,13 +53,13 @@ def collectives_processes(title: str, run: ActiveRun, last: int = 10) -> WhereRe
     return report(title, ledgers, run.world_size, None, last)
 
 
-def _state(calls: dict[int, ledger.Entry], now: float) -> str:
-    gpu = ledger.gpu_text(calls)
+def _state(calls: dict[int, ledger_words.Entry], now: float) -> str:
+    gpu = ledger_words.gpu_text(calls)
     state = _ledger_state(list(calls.values()), now)
     return f"{state} ({gpu})" if gpu else state
 
 
-def _ledger_state(entries: list[ledger.Entry], now: float) -> str:
+def _ledger_state(entries: list[ledger_words.Entry], now: float) -> str:
     running = [e for e in entries if e.running]
     if not running:
         return "done"
@@ -69,34 +69,34 @@ def _ledger_state(entries: list[ledger.Entry], now: float) -> str:
 
 
 def group_lines(
-    table: dict[int, dict[int, ledger.Entry]], members: list[int], last: int, now: float
+    table: dict[int, dict[int, ledger_words.Entry]], members: list[int], last: int, now: float
 ) -> list[str]:
     """One line per sequence number where the ranks agree; a marked block where not."""
     lines = []
     for seq in sorted(table)[-last:]:
         calls = table[seq]
-        split = ledger.sides(calls)
+        split = ledger_words.sides(calls)
         absent = [r for r in members if r not in calls]
         if len(split) == 1 and not absent:
             ranks, call = split[0]
             lines.append(
-                f"#{seq:<5} {ledger.call_text(call, group=False, seq=False)} at {call.site()}: "
-                f"{ledger.ranks_text(ranks)} {_state(calls, now)}"
+                f"#{seq:<5} {ledger_words.call_text(call, group=False, seq=False)} at {call.site()}: "
+                f"{format_ranks(ranks)} {_state(calls, now)}"
             )
             continue
         lines.append(f"#{seq:<5} {DIVERGES}")
         for ranks, call in split:
             lines.append(
-                f"    {ledger.ranks_text(ranks)}: {ledger.call_text(call, group=False, seq=False)} at "
+                f"    {format_ranks(ranks)}: {ledger_words.call_text(call, group=False, seq=False)} at "
                 f"{call.site()}, {_state({r: calls[r] for r in ranks}, now)}"
             )
         if absent:
-            lines.append(f"    {ledger.ranks_text(absent)}: no call")
+            lines.append(f"    {format_ranks(absent)}: no call")
     return lines
 
 
 def _no_wait(
-    ledgers: dict[int, list[ledger.Entry]], groups: list[tuple[str, list[str]]]
+    ledgers: dict[int, list[ledger_words.Entry]], groups: list[tuple[str, list[str]]]
 ) -> list[str]:
     """The verdict where no rank waits for a call that cannot come: the ranks agree, unless
     a row below diverges (a ledger damaged, read as empty, or cut short)."""
@@ -111,7 +111,7 @@ def _no_wait(
     empty = [rank for rank, entries in sorted(ledgers.items()) if not entries]
     if empty:
         lines.append(
-            f"{ledger.ranks_text(empty)}: no call in its ledger (a damaged ledger counts as "
+            f"{format_ranks(empty)}: no call in its ledger (a damaged ledger counts as "
             "empty, and is said where it was read)"
         )
     return lines
@@ -119,7 +119,7 @@ def _no_wait(
 
 def report(
     title: str,
-    ledgers: dict[int, list[ledger.Entry]],
+    ledgers: dict[int, list[ledger_words.Entry]],
     world_size: int,
     busy: set[int] | None,
     last: int,
@@ -127,7 +127,7 @@ def report(
     besides: dict[int, str] | None = None,
 ) -> WhereReport:
     """``states``: each rank's state (idle, busy, dead...); ``besides``: what ranks do that
-    their ledgers do not say (see ledger.verdicts)."""
+    their ledgers do not say (see ledger_words.verdicts)."""
     now = time.time()
     sections: list[tuple[str, list[str]]] = []
     verdict = hang_lines(ledgers, world_size, busy, states, besides)
@@ -135,7 +135,7 @@ def report(
         sections.append(("no collective recorded yet", []))
         return WhereReport(title, sections)
     groups = []
-    for group, table in ledger.by_group(ledgers).items():
+    for group, table in ledger_words.by_group(ledgers).items():
         first = next(iter(next(iter(table.values())).values()))
         members = [r for r in (first.members or range(world_size)) if r in ledgers]
         groups.append((group, group_lines(table, members, last, now)))
@@ -143,9 +143,9 @@ def report(
     sections.extend(groups)
     p2p = []
     for rank, entries in sorted(ledgers.items()):
-        for e in [e for e in entries if e.kind == ledger.P2P][-last:]:
+        for e in [e for e in entries if e.kind == ledger_words.P2P][-last:]:
             p2p.append(
-                f"{ledger.ranks_text([rank])}: {ledger.call_text(e)} at {e.site()}, "
+                f"{format_ranks([rank])}: {ledger_words.call_text(e)} at {e.site()}, "
                 f"{_state({rank: e}, now)}"
             )
     if p2p:

@@ -14,7 +14,7 @@ from typing import Protocol
 from ...core.ranges import format_ranks
 from ...errors import strip_ansi
 from ...machine.gpus import no_gpu_notice
-from ...rank_side.ledger import in_hooks
+from ...rank_side.ledger_words import in_hooks
 from ..stacks import CELL_FILE
 from .gpu import is_out_of_memory
 

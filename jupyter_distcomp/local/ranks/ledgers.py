@@ -17,7 +17,7 @@ from ...core.horovod_stall import pending_stall_lines
 from ...core.ranges import format_ranks
 from ...core.waitfor import deadlock_lines
 from ...machine.network import is_local_host
-from ...rank_side import ledger
+from ...rank_side import ledger, ledger_words
 from ...rank_side.rank_setup import check_collectives
 from ..cell_names import where as cell_where
 
@@ -25,9 +25,6 @@ if TYPE_CHECKING:
     from .world import World
 
 HOOKS_FILE = str(Path(ledger.__file__).with_name("ledger_hooks.py"))
-# the kernel names the ledger's call sites in cells as the notebook does: ``In [5], line 7``,
-# the cell that defined the code
-ledger.name_cells(cell_where)
 HANG_CHECK = 1.0  # seconds between reads of the ledgers while a cell may hang
 #: bytes at the end of mpiexec's output read for Horovod's stall inspector (rank 0's C++
 #: writes it to the process's stderr, which mpiexec's output keeps)
@@ -35,9 +32,15 @@ STALL_TAIL = 65536
 RECENT = 64  # the newest calls of each rank that show a point-to-point deadlock
 
 
+def name_cells() -> None:
+    """From now on the kernel names the ledger's call sites in cells as the notebook does:
+    ``In [5], line 7``, the cell that defined the code (a world calls this as it starts)."""
+    ledger_words.name_cells(cell_where)
+
+
 def read(
     world: World, ranks: list[int] | None = None, last: int | None = None
-) -> dict[int, list[ledger.Entry]]:
+) -> dict[int, list[ledger_words.Entry]]:
     """Each rank's recorded calls, oldest first (its ``last`` ones, when given; ranks on
     this machine)."""
     chosen = range(world.world_size) if ranks is None else ranks
@@ -77,7 +80,7 @@ def verdict_lines(
         return [f"(the collectives ledger could not be read: {exc!r})"]
 
 
-def horovod_lines(world: World, ledgers: dict[int, list[ledger.Entry]]) -> list[str]:
+def horovod_lines(world: World, ledgers: dict[int, list[ledger_words.Entry]]) -> list[str]:
     """Horovod's stall inspector on the calls still pending, from the end of mpiexec's
     output (core/horovod_stall.py); [] where it said nothing of them."""
     if world.cluster is None or not any(
@@ -160,7 +163,7 @@ class HangWatch:
         name = self.world.name
         calls = (
             "collectives"
-            if all(e and e.kind == ledger.COLLECTIVE for e in last)
+            if all(e and e.kind == ledger_words.COLLECTIVE for e in last)
             else ("collectives and point-to-point calls")
         )
         lines = verdict_lines(self.world, busy)

@@ -252,6 +252,7 @@ class World(WorldHealth):
             info.engine_id = info.rank  # engine id = MPI rank under mpiexec
 
     def _setup_ranks(self) -> None:
+        ledgers.name_cells()
         client = self.client
         assert client is not None, "set by the start"
         ids = [info.engine_id for info in self.ranks if info.engine_id is not None]
