@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from ...core.model import Component
     from ...local.command import CommandResult
     from ...local.ranks.backend import RankBackend
+    from ...local.runs import Runs
     from ..session import Submission
 
 
@@ -44,6 +45,9 @@ class PanelSession(Protocol):
 
     @property
     def backend(self) -> RankBackend: ...
+
+    @property
+    def runs(self) -> Runs: ...
 
     def rank_values(
         self, name: str, component: Component | None = None
@@ -280,13 +284,16 @@ class PanelActions:
         self.worker.say(f"job {job.name}: {status}; every rank's output is in the log", "ok")
 
     def stop(self) -> threading.Thread:
-        """Stop a running command and the ranks; in a thread, as stopping takes seconds."""
+        """Stop the panel's running command, then what `%distcomp stop NAME` stops (another
+        run of the command, the ranks); in a thread, as stopping takes seconds."""
 
         def stop() -> None:
             self._stop_requested = True
             cancelled = self.worker.action == "run the command" and self.worker.cancel()
             try:
-                stopped = self.session.backend.stop(self.name)
+                stopped = self.session.runs.stop(self.name)  # another run of the command
+                if self.session.backend.stop(self.name):
+                    stopped.insert(0, f"the ranks of {self.name}")
             except Exception as exc:
                 self.worker.say(f"stop failed: {exc}", "error")
                 return
@@ -294,7 +301,7 @@ class PanelActions:
             if not cancelled:  # the log of a stopped command stays: it says how far it got
                 self.worker.log.outputs = ()
             self.worker.show_progress(0, self.component.world_size)
-            said = [f"Stopped the ranks of {self.name}."] if stopped else ["No ranks running."]
+            said = [f"Stopped {'; '.join(stopped)}."] if stopped else ["No ranks running."]
             if cancelled:
                 said.insert(0, "Stopped the command on every rank.")
             self.worker.say(" ".join(said), "info")
