@@ -8,11 +8,20 @@ it caught and printed the traceback, then carried on) releases it, to be shown a
 (its stdout, another pipe, arrives in no reliable order against stderr). At the run's
 end the tracebacks still held are grouped: identical ones once, for all their ranks.
 One rule for the ranks of ``%distcomp command`` and the logs of a followed Azure ML job.
+
+A user sees their own frames only: :class:`HookFrames` leaves out the frames of our
+wrappers around their calls (the collectives ledger's, the output pacing's: rank_side's
+``HOOK_FILES``), in a run cell's error, a command's output and a followed job's logs alike,
+also behind torch's ``[rankN]:`` prefix. (An Azure ML job's own log keeps them.)
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+
+from ..errors import strip_ansi
+from ..rank_side.ledger import in_hooks
 
 HEAD = "Traceback (most recent call last):"
 CHAIN = (
@@ -80,3 +89,31 @@ class HeldTracebacks:
         for rank in sorted(self._blocks if ranks is None else set(ranks) & set(self._blocks)):
             found.setdefault(tuple(self._blocks.pop(rank).lines), []).append(rank)
         return [(ranks_of, list(lines)) for lines, ranks_of in found.items()]
+
+
+#: torch.distributed's prefix of what a rank prints at its end (``[rank1]: ``)
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
+
+
+class HookFrames:
+    """Which lines of each rank's tracebacks are the user's: a frame in one of our wrapper
+    files (its ``File`` line, its source and marker lines) is not, up to the next frame, a
+    blank line or a line that is not indented (the exception, the next traceback)."""
+
+    def __init__(self) -> None:
+        self._skipping: dict[int, bool] = {}
+
+    def keep(self, rank: int, text: str) -> bool:
+        """Whether ``rank``'s next line ``text`` is shown."""
+        line = _RANK_PREFIX.sub("", strip_ansi(text), count=1)
+        if line.lstrip().startswith(("File ", "Cell In[")) or not line.strip():
+            self._skipping[rank] = in_hooks(line)
+        elif not line[:1].isspace() and not line.startswith("-->"):  # IPython marks its line
+            self._skipping[rank] = False
+        return not self._skipping.get(rank, False)
+
+
+def without_hook_frames(lines: list[str]) -> list[str]:
+    """One traceback's lines without the frames of our wrappers (:class:`HookFrames`)."""
+    frames = HookFrames()
+    return [line for line in lines if frames.keep(0, line)]

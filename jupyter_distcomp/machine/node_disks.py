@@ -21,6 +21,7 @@ import fnmatch
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,18 +44,75 @@ _FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int)
 
 @dataclass(frozen=True)
 class NodeDisks:
-    """The scratch folder of one run and, per node, its code copy and its temp folder."""
+    """The scratch folder of one run and, per node, its code copy and its temp folder;
+    ``source``: the user's folder the copies were made of."""
 
     root: str
     code: tuple[str, ...]
     tmp: tuple[str, ...]
+    source: str = ""
 
     def environment(self, node: int) -> dict[str, str]:
         """The variables that put a node's processes on its own disk."""
         return {"TMPDIR": self.tmp[node], "PWD": self.code[node]}
 
+    def node_path(self, path: str, node: int) -> str:
+        """``path`` (a file in the user's folder) as node ``node`` has it: in its copy."""
+        inside = _inside(path, self.source)
+        return path if inside is None else self.code[node] + inside
+
     def remove(self) -> None:
+        with _LOCK:
+            if self in _LIVE:
+                _LIVE.remove(self)
         scratch.remove(self.root)
+
+
+#: the node disks of the runs and worlds that exist now: :func:`user_text` maps their copies
+_LIVE: list[NodeDisks] = []
+_LOCK = threading.Lock()
+
+
+def _inside(path: str, folder: str) -> str | None:
+    """What follows ``folder`` in ``path`` ("" or "/name..."), or None if not inside it."""
+    if not folder or not path.startswith(folder):
+        return None
+    rest = path[len(folder) :]
+    return rest if rest == "" or rest.startswith(os.sep) else None
+
+
+def user_path(path: str) -> str:
+    """``path`` with a node's copy of a folder (``.../node-1/code/train.py``) named as the
+    user's own (``~/project/train.py``): the one rule every view of tracebacks, stacks,
+    debugger locations and frames follows, so a user reads (and an editor opens) their own
+    files, and identical failures on several nodes read alike."""
+    return user_text(path)
+
+
+def node_paths(path: str) -> list[str]:
+    """Each node's copy of ``path`` (a file in a user's folder that nodes run copies of):
+    where a breakpoint the user set in their file is, on each node."""
+    with _LOCK:
+        live = list(_LIVE)
+    return [
+        disks.node_path(path, n)
+        for disks in live
+        for n in range(len(disks.code))
+        if _inside(path, disks.source) is not None
+    ]
+
+
+def user_text(text: str) -> str:
+    """:func:`user_path` applied to every copy named anywhere in ``text``."""
+    if "node-" not in text:
+        return text
+    with _LOCK:
+        live = list(_LIVE)
+    for disks in live:
+        if disks.root in text:
+            for copy in disks.code:
+                text = text.replace(copy, disks.source)
+    return text
 
 
 def _ignore_patterns(code_dir: Path) -> list[str]:
@@ -139,21 +197,33 @@ def _copy_file(source: Path, target: Path) -> None:
     shutil.copymode(source, target)
 
 
+#: how to bring a code folder under Azure ML's limit
+CODE_FOLDER_FIX = (
+    "pass data and checkpoints as inputs (they are shared, not copied), list the rest in the "
+    "code folder's .amlignore, or point the spec's `code` at a folder with the code only"
+)
+
+
 def make_node_disks(
-    code_dir: Path, nodes: int, skip: Iterable[Path] = (), root: str | None = None
+    code_dir: Path,
+    nodes: int,
+    skip: Iterable[Path] = (),
+    root: str | None = None,
+    *,
+    what: str = "the code folder",
+    fix: str = CODE_FOLDER_FIX,
 ) -> NodeDisks:
     """A scratch folder (in ``root``, a scratch folder of the run, where given) with
     ``node-N/code`` (the code folder's snapshot) and ``node-N/tmp`` for each of ``nodes``
-    nodes; an error when the snapshot is over Azure ML's limit."""
+    nodes; an error when the snapshot is over Azure ML's limit (naming the folder ``what``,
+    with ``fix``)."""
     folders, files, size = snapshot(code_dir, skip)
     if size > SNAPSHOT_MAX_BYTES or len(files) > SNAPSHOT_MAX_FILES:
         raise SpecError(
-            f"the code folder {code_dir} holds {len(files)} files, {size / 2**20:.0f} MB: "
+            f"{what} {code_dir} holds {len(files)} files, {size / 2**20:.0f} MB: "
             f"over Azure ML's limit on a code snapshot ({SNAPSHOT_MAX_BYTES // 2**20} MB, "
             f"{SNAPSHOT_MAX_FILES} files; {SNAPSHOT_LIMIT_SOURCE}), which every node gets a "
-            "copy of, here as there. Fix: pass data and checkpoints as inputs (they are "
-            "shared, not copied), list the rest in the code folder's .amlignore, or point "
-            "the spec's `code` at a folder with the code only."
+            f"copy of, here as there. Fix: {fix}."
         )
     made = tempfile.mkdtemp(prefix="nodes-", dir=root) if root else None
     where = Path(made or scratch.make_folder("distcomp-nodes-"))
@@ -176,8 +246,12 @@ def make_node_disks(
     except BaseException:
         scratch.remove(str(where))
         raise
-    return NodeDisks(
+    disks = NodeDisks(
         str(where),
         tuple(str(where / f"node-{n}" / "code") for n in range(nodes)),
         tuple(str(where / f"node-{n}" / "tmp") for n in range(nodes)),
+        str(code_dir),
     )
+    with _LOCK:
+        _LIVE.append(disks)
+    return disks

@@ -5,6 +5,9 @@
 - ``reaper``: the one process-tree killer, and the subreaper the supervisors are; the kernel
   ends the trees it started with it too.
 - ``rank_exec``: the supervisor of each rank of ``%distcomp command``, run as a file.
+- ``node_agent``: Open MPI's launch agent for the emulated nodes of a multi-node layout
+  (in place of ssh): runs each node's daemon here, as that node (its variables, its host
+  name).
 - ``engine_start``: ``python -m jupyter_distcomp.rank_side.engine_start FILE ...``: an engine
   on this machine, started beside its controller; it initialises MPI while ipyparallel's
   engine loads, and runs that engine (by name) once the controller's connection FILE is

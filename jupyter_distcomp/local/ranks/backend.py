@@ -27,7 +27,7 @@ from .background import BackgroundCell, BackgroundJobs
 from .connection import Connection
 from .ledgers import busy_message
 from .replay import Replayed, ReplayLog
-from .world import World
+from .world import NOTEBOOK_DIR, World
 
 if TYPE_CHECKING:
     from ...core.model import Component
@@ -60,7 +60,7 @@ class RankBackend:
         self.worlds: dict[str, World] = {}
         self.master_addr = "127.0.0.1"
         #: DistComp.node_local_files: each emulated node's ranks in a copy of the folder
-        self.node_local_files = False
+        self.node_local_files = True
         self.default_connection = Connection()
         self.connections: dict[str, Connection] = {}
         self.placement = Placement()  # DistComp.hosts: where the nodes of every layout run
@@ -268,6 +268,8 @@ class RankBackend:
             )
             if short:
                 print(short, file=sys.stderr)
+            if self.node_local_files and layout.instance_count > 1:
+                _say_node_local_files()
         # the ports are chosen here, once per world; every view shows these values
         envs = placement.rank_environments(component, self.master_addr)
         world = World(
@@ -667,5 +669,24 @@ def _warn_if_oversubscribed(world_size: int) -> None:
         f"cores, so everything runs about {world_size / cores:.0f}x slower than with a core "
         "each (fine for checking code, not for timing it). Fix: a smaller layout, or "
         "DistComp.hosts to spread the nodes over machines. (Said once per kernel.)",
+        file=sys.stderr,
+    )
+
+
+_node_files_said: list[bool] = []
+
+
+def _say_node_local_files() -> None:
+    """Once per kernel: the ranks of several emulated nodes run in copies of the notebook's
+    folder, and how to reach the folder itself."""
+    if _node_files_said:
+        return
+    _node_files_said.append(True)
+    print(
+        "distcomp: each emulated node runs its ranks in its own copy of the notebook's folder, "
+        "with its own TMPDIR, as Azure ML's nodes have their own disks: what one node writes "
+        "there the others do not see, and nothing lands in the notebook's folder, which is "
+        f"os.environ[{NOTEBOOK_DIR!r}] on every rank. To run every node in the notebook's "
+        "folder: %config DistComp.node_local_files = False. (Said once per kernel.)",
         file=sys.stderr,
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,7 @@ from ...core.hangs import gone_ranks, hang_lines
 from ...core.ranges import format_ranks
 from ...core.waitfor import deadlock_lines
 from ...machine.network import is_local_host
+from ...machine.node_disks import user_path
 from ...rank_side import ledger
 from ...rank_side.rank_setup import check_collectives
 from ..cell_names import where as cell_where
@@ -38,10 +40,16 @@ def read(
     this machine)."""
     chosen = range(world.world_size) if ranks is None else ranks
     return {
-        r: ledger.read_ledger(world.ledger_path(r), last)
+        r: [_user_site(entry) for entry in ledger.read_ledger(world.ledger_path(r), last)]
         for r in chosen
         if world.ranks[r].host is None or is_local_host(world.ranks[r].host)
     }
+
+
+def _user_site(entry: ledger.Entry) -> ledger.Entry:
+    """``entry`` with its call site in the user's file, not a node's copy of it."""
+    site = user_path(entry.file)
+    return entry if site == entry.file else replace(entry, file=site)
 
 
 #: what a verdict says of a rank whose cell raised, and of one at a breakpoint prompt

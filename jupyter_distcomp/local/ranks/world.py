@@ -23,7 +23,7 @@ from ...errors import RankError
 from ...machine import mpi, remote, scratch, shim
 from ...machine.hosts import Placement
 from ...machine.network import is_local_host
-from ...machine.node_disks import make_node_disks
+from ...machine.node_disks import NodeDisks, make_node_disks
 from ...rank_side import flow, reaper
 from ...rank_side.rank_setup import CELL_LABEL, LEAN_REQUEST, OPEN_MPI_WORLD_KEYS, setup_rank
 from . import ipp, ledgers
@@ -35,7 +35,10 @@ if TYPE_CHECKING:
     from ..debug.channel import DebugChannel
     from .ipp import Client
 
-__all__ = ["START_TIMEOUT", "RankInfo", "World"]
+__all__ = ["NOTEBOOK_DIR", "START_TIMEOUT", "RankInfo", "World"]
+
+#: the notebook's folder, on every rank of this machine (each node runs in a copy of it)
+NOTEBOOK_DIR = "DISTCOMP_NOTEBOOK_DIR"
 
 START_TIMEOUT = 120.0
 SETUP_TIMEOUT = 60.0  # seconds the ranks have to answer a call of the start (or call_each)
@@ -77,6 +80,7 @@ class World(WorldHealth):
         #: on several emulated nodes, each node's ranks in their own copy of the kernel's
         #: folder with their own TMPDIR (``DistComp.node_local_files``)
         self.node_disks = node_disks and instance_count > 1
+        self.disks: NodeDisks | None = None  # those copies, once made
         self.launcher = launcher
         self.instance_count = instance_count
         self.process_count_per_node = process_count_per_node
@@ -192,6 +196,7 @@ class World(WorldHealth):
             self.process_count_per_node,
             mpi.run_files_environment(self._tmp, self._segments, os.environ),
             self.start_env,
+            shim.node_slots(self.envs) if self.placement.local else [],
         )
         cluster.start()
         if self._stopped:
@@ -247,12 +252,16 @@ class World(WorldHealth):
         flows = self.flows
         cwds = [""] * self.world_size
         private: dict[str, str] = {}
-        if self.node_disks and self.connection.embedded and self.placement.local:
-            disks = make_node_disks(Path.cwd(), self.instance_count, root=self._tmp)
+        here = self.connection.embedded and self.placement.local
+        if here:  # the notebook's folder, also where each node has a copy of it
+            private[NOTEBOOK_DIR] = str(Path.cwd())
+        if self.node_disks and here:
+            self.disks = self._node_disks()
+        if self.disks is not None:
             for info in self.ranks:
-                self.envs[info.rank].update(disks.environment(info.node))
-                cwds[info.rank] = disks.code[info.node]
-        elif self.connection.embedded and self.placement.local:
+                self.envs[info.rank].update(self.disks.environment(info.node))
+                cwds[info.rank] = self.disks.code[info.node]
+        elif here:
             # the ranks' temp files (multiprocessing's pymp- folders among them) in the
             # world's scratch folder: they go with the ranks, also after a kill -9
             private["TMPDIR"] = os.path.join(self._tmp, "tmp")
@@ -296,6 +305,18 @@ class World(WorldHealth):
             target=self._watch, name=f"distcomp-watch-{self.name}", daemon=True
         )
         self._monitor.start()
+
+    def _node_disks(self) -> NodeDisks:
+        """Each node's copy of the notebook's folder (an error where that folder is over
+        Azure ML's limit on a code snapshot)."""
+        return make_node_disks(
+            Path.cwd(),
+            self.instance_count,
+            root=self._tmp,
+            what="the notebook's folder",
+            fix="%config DistComp.node_local_files = False (every node in the notebook's "
+            "folder), or list what the ranks need not see in the folder's .amlignore",
+        )
 
     def _node_environment(self, rank: int) -> dict[str, str]:
         """The listen shim's variables of ``rank``'s emulated node, if it has its own address;
@@ -403,6 +424,8 @@ class World(WorldHealth):
                 remote.remove(self.placement.ssh_command, self.placement.hosts, self._tmp)
         if self.flows is not None:
             self.flows.close()
+        if self.disks is not None:
+            self.disks.remove()
         scratch.remove(self._tmp, self._segments)
 
     def describe_layout(self) -> str:
