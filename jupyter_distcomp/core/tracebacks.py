@@ -93,6 +93,8 @@ class HeldTracebacks:
 
 #: torch.distributed's prefix of what a rank prints at its end (``[rank1]: ``)
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
+#: how IPython marks a frame's own line among its context lines (``--> 322``)
+_MARKED = re.compile(r"-+> ")
 
 
 class HookFrames:
@@ -108,7 +110,7 @@ class HookFrames:
         line = _RANK_PREFIX.sub("", strip_ansi(text), count=1)
         if line.lstrip().startswith(("File ", "Cell In[")) or not line.strip():
             self._skipping[rank] = in_hooks(line)
-        elif not line[:1].isspace() and not line.startswith("-->"):  # IPython marks its line
+        elif not line[:1].isspace() and not _MARKED.match(line):
             self._skipping[rank] = False
         return not self._skipping.get(rank, False)
 

@@ -12,6 +12,10 @@ bcachefs; ``copy_file_range``, which some file systems serve without copying), e
 byte. Never hard links: a write through one would change the user's file. The snapshot follows
 Azure ML's rules: ``.amlignore`` (else ``.gitignore``) in the code folder leaves files out, and
 a snapshot over Azure ML's limit is refused here as it would be there.
+
+What the ranks print, and their stacks and debugger frames, name the copies; every view
+shows them as the user's own files through one rule, :func:`user_path` (and a breakpoint in
+the user's file holds in every copy: :func:`node_paths`), for the copies that exist now.
 """
 
 from __future__ import annotations

@@ -40,16 +40,18 @@ def read(
     this machine)."""
     chosen = range(world.world_size) if ranks is None else ranks
     return {
-        r: [_user_site(entry) for entry in ledger.read_ledger(world.ledger_path(r), last)]
+        r: user_sites(ledger.read_ledger(world.ledger_path(r), last))
         for r in chosen
         if world.ranks[r].host is None or is_local_host(world.ranks[r].host)
     }
 
 
-def _user_site(entry: ledger.Entry) -> ledger.Entry:
-    """``entry`` with its call site in the user's file, not a node's copy of it."""
-    site = user_path(entry.file)
-    return entry if site == entry.file else replace(entry, file=site)
+def user_sites(entries: list[ledger.Entry]) -> list[ledger.Entry]:
+    """``entries`` with their call sites in the user's files, not a node's copy of them."""
+    return [
+        entry if user_path(entry.file) == entry.file else replace(entry, file=user_path(entry.file))
+        for entry in entries
+    ]
 
 
 #: what a verdict says of a rank whose cell raised, and of one at a breakpoint prompt

@@ -81,6 +81,7 @@ class World(WorldHealth):
         #: folder with their own TMPDIR (``DistComp.node_local_files``)
         self.node_disks = node_disks and instance_count > 1
         self.disks: NodeDisks | None = None  # those copies, once made
+        self._copying: _Copying | None = None  # the copies being made while the ranks start
         self.launcher = launcher
         self.instance_count = instance_count
         self.process_count_per_node = process_count_per_node
@@ -187,6 +188,8 @@ class World(WorldHealth):
             self._changed()
 
     def _start_embedded(self) -> None:
+        if self.node_disks and self.placement.local:  # copied while mpiexec starts the ranks
+            self._copying = _Copying(self._node_disks)
         profile_dir = os.path.join(self._tmp, "profile")
         self.cluster = cluster = ipp.LocalCluster(
             self.world_size,
@@ -255,8 +258,8 @@ class World(WorldHealth):
         here = self.connection.embedded and self.placement.local
         if here:  # the notebook's folder, also where each node has a copy of it
             private[NOTEBOOK_DIR] = str(Path.cwd())
-        if self.node_disks and here:
-            self.disks = self._node_disks()
+        if self._copying is not None:
+            self.disks = self._copying.result()
         if self.disks is not None:
             for info in self.ranks:
                 self.envs[info.rank].update(self.disks.environment(info.node))
@@ -424,8 +427,9 @@ class World(WorldHealth):
                 remote.remove(self.placement.ssh_command, self.placement.hosts, self._tmp)
         if self.flows is not None:
             self.flows.close()
-        if self.disks is not None:
-            self.disks.remove()
+        if self._copying is not None:  # done copying, or failed: nothing is left of it
+            with contextlib.suppress(Exception):
+                self._copying.result().remove()
         scratch.remove(self._tmp, self._segments)
 
     def describe_layout(self) -> str:
@@ -452,3 +456,30 @@ RANK_EXIT_GRACE = 3.0
 
 class _Stopped(Exception):
     """stop() was called while the world was starting."""
+
+
+class _Copying:
+    """Each node's copy of the notebook's folder, made in a thread of its own while mpiexec
+    starts the ranks (their start takes longer); :meth:`result` waits for it."""
+
+    def __init__(self, make: Callable[[], NodeDisks]) -> None:
+        self._made: NodeDisks | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(make,), name="distcomp-node-disks", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, make: Callable[[], NodeDisks]) -> None:
+        try:
+            self._made = make()
+        except BaseException as exc:
+            self._error = exc
+
+    def result(self) -> NodeDisks:
+        """The copies; what making them raised, raised here."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._made is not None, "made or failed"
+        return self._made
