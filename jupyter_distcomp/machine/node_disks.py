@@ -201,33 +201,29 @@ def _copy_file(source: Path, target: Path) -> None:
     shutil.copymode(source, target)
 
 
-#: how to bring a code folder under Azure ML's limit
-CODE_FOLDER_FIX = (
-    "pass data and checkpoints as inputs (they are shared, not copied), list the rest in the "
-    "code folder's .amlignore, or point the spec's `code` at a folder with the code only"
-)
+def over_limit(folder: Path) -> str:
+    """What of ``folder``'s snapshot is over Azure ML's limit ("2500 files, 3 MB"), or ""."""
+    _, files, size = snapshot(folder)
+    if size > SNAPSHOT_MAX_BYTES or len(files) > SNAPSHOT_MAX_FILES:
+        return f"{len(files)} files, {size / 2**20:.0f} MB"
+    return ""
 
 
 def make_node_disks(
-    code_dir: Path,
-    nodes: int,
-    skip: Iterable[Path] = (),
-    root: str | None = None,
-    *,
-    what: str = "the code folder",
-    fix: str = CODE_FOLDER_FIX,
+    code_dir: Path, nodes: int, skip: Iterable[Path] = (), root: str | None = None
 ) -> NodeDisks:
     """A scratch folder (in ``root``, a scratch folder of the run, where given) with
     ``node-N/code`` (the code folder's snapshot) and ``node-N/tmp`` for each of ``nodes``
-    nodes; an error when the snapshot is over Azure ML's limit (naming the folder ``what``,
-    with ``fix``)."""
+    nodes; an error when the snapshot is over Azure ML's limit."""
     folders, files, size = snapshot(code_dir, skip)
     if size > SNAPSHOT_MAX_BYTES or len(files) > SNAPSHOT_MAX_FILES:
         raise SpecError(
-            f"{what} {code_dir} holds {len(files)} files, {size / 2**20:.0f} MB: "
+            f"the code folder {code_dir} holds {len(files)} files, {size / 2**20:.0f} MB: "
             f"over Azure ML's limit on a code snapshot ({SNAPSHOT_MAX_BYTES // 2**20} MB, "
             f"{SNAPSHOT_MAX_FILES} files; {SNAPSHOT_LIMIT_SOURCE}), which every node gets a "
-            f"copy of, here as there. Fix: {fix}."
+            "copy of, here as there. Fix: pass data and checkpoints as inputs (they are "
+            "shared, not copied), list the rest in the code folder's .amlignore, or point "
+            "the spec's `code` at a folder with the code only."
         )
     made = tempfile.mkdtemp(prefix="nodes-", dir=root) if root else None
     where = Path(made or scratch.make_folder("distcomp-nodes-"))

@@ -268,8 +268,9 @@ class RankBackend:
             )
             if short:
                 print(short, file=sys.stderr)
-            if self.node_local_files and layout.instance_count > 1:
-                _say_node_local_files()
+        node_files = self.node_local_files and layout.instance_count > 1
+        if node_files and placement.local and signature[-1].embedded:
+            node_files = _node_local_files(name)
         # the ports are chosen here, once per world; every view shows these values
         envs = placement.rank_environments(component, self.master_addr)
         world = World(
@@ -283,7 +284,7 @@ class RankBackend:
             placement=placement,
             on_change=self._notify,
             on_ready=(attach,),
-            node_disks=self.node_local_files,
+            node_disks=node_files,
         )
         self.worlds[name] = world
         self._signatures[name] = signature
@@ -676,11 +677,28 @@ def _warn_if_oversubscribed(world_size: int) -> None:
 _node_files_said: list[bool] = []
 
 
-def _say_node_local_files() -> None:
-    """Once per kernel: the ranks of several emulated nodes run in copies of the notebook's
-    folder, and how to reach the folder itself."""
+def _node_local_files(name: str) -> bool:
+    """Whether the ranks of ``name`` on several emulated nodes run in copies of the notebook's
+    folder: said once per kernel, with how to reach the folder itself; not where the folder
+    is over Azure ML's limit on a code snapshot (said each time, with the fix)."""
+    from pathlib import Path
+
+    from ...machine.node_disks import SNAPSHOT_MAX_BYTES, SNAPSHOT_MAX_FILES, over_limit
+
+    excess = over_limit(Path.cwd())
+    if excess:
+        print(
+            f"distcomp: the notebook's folder holds {excess}, over Azure ML's limit on a code "
+            f"snapshot ({SNAPSHOT_MAX_BYTES // 2**20} MB, {SNAPSHOT_MAX_FILES} files): the "
+            f"ranks of {name} share it, as with DistComp.node_local_files = False, where each "
+            "node would run in its own copy. Fix: list what the ranks need not see (data, "
+            ".git/) in the folder's .amlignore, then `%distcomp restart "
+            f"{name}`.",
+            file=sys.stderr,
+        )
+        return False
     if _node_files_said:
-        return
+        return True
     _node_files_said.append(True)
     print(
         "distcomp: each emulated node runs its ranks in its own copy of the notebook's folder, "
@@ -690,3 +708,4 @@ def _say_node_local_files() -> None:
         "folder: %config DistComp.node_local_files = False. (Said once per kernel.)",
         file=sys.stderr,
     )
+    return True

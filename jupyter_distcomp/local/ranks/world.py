@@ -310,16 +310,8 @@ class World(WorldHealth):
         self._monitor.start()
 
     def _node_disks(self) -> NodeDisks:
-        """Each node's copy of the notebook's folder (an error where that folder is over
-        Azure ML's limit on a code snapshot)."""
-        return make_node_disks(
-            Path.cwd(),
-            self.instance_count,
-            root=self._tmp,
-            what="the notebook's folder",
-            fix="%config DistComp.node_local_files = False (every node in the notebook's "
-            "folder), or list what the ranks need not see in the folder's .amlignore",
-        )
+        """Each node's copy of the notebook's folder."""
+        return make_node_disks(Path.cwd(), self.instance_count, root=self._tmp)
 
     def _node_environment(self, rank: int) -> dict[str, str]:
         """The listen shim's variables of ``rank``'s emulated node, if it has its own address;
