@@ -71,3 +71,15 @@ def test_and_out_of_an_ipython_traceback_with_its_marked_line():
         "RuntimeError: no tensor",
     ]
     assert without_hook_frames(ipython) == ipython[:4] + ipython[7:]
+
+
+def test_the_same_traceback_behind_each_ranks_prefix_is_held_as_one():
+    from jupyter_distcomp.core.tracebacks import HeldTracebacks
+
+    held = HeldTracebacks()
+    body = [*PYTHON[:-1], "TypeError: Invalid function argument.", "     but got a list."]
+    for rank in (0, 1):
+        for line in body:
+            assert held.take(rank, "stderr", f"[rank{rank}]: {line}") == ([], True)
+    assert held.raised(0) and held.raised(1)  # the message's second line is still its error
+    assert held.groups() == [([0, 1], body)]

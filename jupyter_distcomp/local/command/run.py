@@ -27,7 +27,7 @@ from ...core.layout import MPI_LAUNCHERS, env_places
 from ...core.ranges import format_ranks, rank_label
 from ...core.rank_text import labelled_lines
 from ...core.tf_config import empty_ps_hint
-from ...core.tracebacks import HeldTracebacks, HookFrames
+from ...core.tracebacks import HeldTracebacks, HookFrames, without_rank_prefix
 from ...errors import RankError, SpecError
 from ...machine.gpus import shortage_notice
 from ...machine.hosts import Placement
@@ -265,6 +265,8 @@ class _Run:
                 if self.on_line is not None:
                     self.on_line(rank, stream_name, raw)
                 text = user_text(raw)  # the user's files, not a node's copy of them
+                if stream_name == "stderr":  # torch's [rankN]: says what our label says
+                    text = without_rank_prefix(text)
                 if stream_name == "stderr" and not self.hook_frames.keep(rank, text):
                     item = self._next(until - time.monotonic() if wait else 0)
                     continue  # a frame of our wrappers: the user sees their own frames
