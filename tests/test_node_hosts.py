@@ -96,8 +96,27 @@ def component(tmp_path, launcher: str, program: str, nodes: int, per_node: int):
     return made
 
 
-def seen_by(out, ranks: int) -> list[dict]:
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(ranks)]
+def run_seen(
+    tmp_path,
+    launcher: str,
+    program: str,
+    nodes: int,
+    per_node: int,
+    inputs: dict | None = None,
+    timeout: float = 120,
+) -> list[dict]:
+    """Run ``program`` as the command of a ``nodes`` x ``per_node`` layout; what each rank
+    wrote to the output ``out`` (``rankN.json``), in rank order."""
+    out = tmp_path / "out"
+    run_command(
+        component(tmp_path, launcher, program, nodes, per_node),
+        inputs=inputs,
+        outputs={"out": str(out)},
+        stream=None,
+        cwd=tmp_path,
+        timeout=timeout,
+    )
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(nodes * per_node)]
 
 
 def free_ports(count: int) -> int:
@@ -122,16 +141,7 @@ def free_ports(count: int) -> int:
 
 
 def test_mpi_ranks_of_two_nodes_see_two_hosts(tmp_path):
-    out = tmp_path / "out"
-    run_command(
-        component(tmp_path, "mpi", MPI_PROGRAM, 2, 2),
-        inputs={"port": free_ports(3)},
-        outputs={"out": str(out)},
-        stream=None,
-        cwd=tmp_path,
-        timeout=120,
-    )
-    seen = seen_by(out, 4)
+    seen = run_seen(tmp_path, "mpi", MPI_PROGRAM, 2, 2, inputs={"port": free_ports(3)})
     for rank, facts in enumerate(seen):
         node = rank // 2
         name, address = f"distcomp-node-{node}", f"127.0.0.{node + 2}"
@@ -146,15 +156,8 @@ def test_mpi_ranks_of_two_nodes_see_two_hosts(tmp_path):
 
 def test_torch_ranks_of_two_nodes_see_two_hosts_and_rendezvous(tmp_path):
     pytest.importorskip("torch")
-    out = tmp_path / "out"
-    run_command(
-        component(tmp_path, "torch.distributed", TORCH_PROGRAM, 2, 2),
-        outputs={"out": str(out)},
-        stream=None,
-        cwd=tmp_path,
-        timeout=180,
-    )
-    for rank, facts in enumerate(seen_by(out, 4)):
+    seen = run_seen(tmp_path, "torch.distributed", TORCH_PROGRAM, 2, 2, timeout=180)
+    for rank, facts in enumerate(seen):
         name = f"distcomp-node-{rank // 2}"
         assert facts == {
             "hostname": name,
@@ -166,16 +169,8 @@ def test_torch_ranks_of_two_nodes_see_two_hosts_and_rendezvous(tmp_path):
 
 
 def test_one_node_is_this_machine(tmp_path):
-    out = tmp_path / "out"
-    run_command(
-        component(tmp_path, "mpi", MPI_PROGRAM, 1, 4),
-        inputs={"port": free_ports(5)},
-        outputs={"out": str(out)},
-        stream=None,
-        cwd=tmp_path,
-        timeout=120,
-    )
-    for rank, facts in enumerate(seen_by(out, 4)):
+    seen = run_seen(tmp_path, "mpi", MPI_PROGRAM, 1, 4, inputs={"port": free_ports(5)})
+    for rank, facts in enumerate(seen):
         assert facts["hostname"] == facts["processor"] == socket.gethostname(), rank
         assert facts["local"] == [rank, 4] and facts["nccl"] is None, rank
         assert facts["own"] == "127.0.0.1", rank  # this machine: loopback only

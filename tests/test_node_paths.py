@@ -79,17 +79,22 @@ def test_a_breakpoint_in_the_users_module_names_their_file_on_every_node(kernel,
     assert "[node 1 rank 3] got 4" in text
 
 
+def _where_once_waiting(kernel, name: str, seconds: float) -> str:
+    """``%distcomp where NAME``'s text once a rank is in ``wait_for_data`` (or ``seconds``
+    have passed)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        out = kernel.run(f"%distcomp where {name}")
+        if "in wait_for_data" in out.text or time.monotonic() > deadline:
+            return out.text
+        time.sleep(0.5)
+
+
 def test_where_names_the_users_file_once_for_the_ranks_of_both_nodes(kernel, folder):
     started = kernel.run("%%distcomp run nodes --background\nimport helper\nhelper.wait_for_data()")
     assert started.ok, started.text
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            out = kernel.run("%distcomp where nodes")
-            if "wait_for_data" in out.text or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
-        text = out.text
+        text = _where_once_waiting(kernel, "nodes", 60)
         assert "ranks 0-3: busy, current stack" in text, text
         assert f'File "{folder / "helper.py"}", line 10, in wait_for_data' in text, text
         assert "node-" not in text, text
@@ -108,13 +113,7 @@ def test_where_on_a_command_of_two_nodes_names_the_users_file(kernel, folder):
     )
     assert out.ok, out.text
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            out = kernel.run("%distcomp where cmd")
-            if "in wait_for_data" in out.text or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
-        text = out.text
+        text = _where_once_waiting(kernel, "cmd", 90)
         assert "ranks 0-3: running, current stack" in text, text
         assert f'File "{folder / "helper.py"}", line 10, in wait_for_data' in text, text
         assert f'File "{folder / "train.py"}", line 3, in <module>' in text, text
