@@ -163,28 +163,14 @@ def bench_emulated_nodes(shell, backend) -> None:
         two = start_layout(shell, backend, 2, 2)
         starts.append((two[0], one[0]))
         firsts.append((two[1], one[1]))
-    two_s = statistics.median(t for t, _ in starts)
-    one_s = statistics.median(o for _, o in starts)
-    print(
-        figure(
-            "   2 nodes x 2: ours",
-            median_ratio(starts),
-            "1 node x 4 (ours)",
-            "",
-            f"2 x 2 {two_s:.2f} s, 1 x 4 {one_s:.2f} s",
-        )
-    )
-    two_s = statistics.median(t for t, _ in firsts)
-    one_s = statistics.median(o for _, o in firsts)
-    print(
-        figure(
-            "   2 x 2, first allreduce cell",
-            median_ratio(firsts),
-            "1 x 4 (ours)",
-            "",
-            f"2 x 2 {two_s * 1000:.0f} ms, 1 x 4 {one_s * 1000:.0f} ms",
-        )
-    )
+    for label, pairs, against in (
+        ("   2 nodes x 2: ours", starts, "1 node x 4 (ours)"),
+        ("   2 x 2, first allreduce cell", firsts, "1 x 4 (ours)"),
+    ):
+        two_s = statistics.median(t for t, _ in pairs)
+        one_s = statistics.median(o for _, o in pairs)
+        seconds = f"2 x 2 {two_s:.3f} s, 1 x 4 {one_s:.3f} s"
+        print(figure(label, median_ratio(pairs), against, "", seconds))
 
 
 def bench_round_trip(shell, world, n: int = 60) -> tuple[float, float, float]:
