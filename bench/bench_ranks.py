@@ -9,7 +9,9 @@ only beside them, for scale. ``--quick`` measures fewer sizes and repetitions.
 1. start-up of 1, 4, 8, 16, 32 ranks: our backend against the floor, a bare
    ``mpiexec -n N python -c "from mpi4py import MPI; MPI.COMM_WORLD.Barrier()"`` (target at
    4 ranks <= 2.0x), and ipyparallel's own ``ipp.Cluster(engines="mpi", n=N)`` against the
-   same floor
+   same floor; then 4 ranks on 2 emulated nodes (an Open MPI daemon per node, each node a
+   host of its own) against the same 4 ranks on one node, for a start and for a first
+   Allreduce of a cell (ranks of two nodes talk over TCP, of one node over shared memory)
 2. a warm ``%%distcomp run`` round trip on 4 and 16 ranks against ``%%px`` on the same
    engines (target <= 1.0x), and against relaunching ``mpiexec`` each time
 3. 10,000 printed lines per rank on 4 ranks: every line arrives, against ``%%px --stream``
@@ -128,6 +130,49 @@ def bench_startup(shell, backend) -> None:
         )
 
 
+def set_layout(shell, nodes: int, per_node: int) -> None:
+    shell.user_ns["bench"].runsettings.resource_layout.configure(
+        instance_count=nodes, process_count_per_node=per_node
+    )
+
+
+FIRST_ALLREDUCE = (
+    "%%distcomp run bench\nfrom mpi4py import MPI\nMPI.COMM_WORLD.allreduce(MPI.COMM_WORLD.rank)"
+)
+
+
+def start_layout(shell, backend, nodes: int, per_node: int) -> tuple[float, float]:
+    """Seconds to start ``nodes`` x ``per_node`` ranks, and then for a first allreduce."""
+    set_layout(shell, nodes, per_node)
+    tic = time.perf_counter()
+    quiet(backend.start, "bench", shell.user_ns["bench"])
+    started = time.perf_counter() - tic
+    tic = time.perf_counter()
+    result, _ = quiet(shell.run_cell, FIRST_ALLREDUCE)
+    first = time.perf_counter() - tic
+    assert result.success, result.error_in_exec
+    stop_and_settle(backend.stop, "bench")
+    return started, first
+
+
+def bench_emulated_nodes(shell, backend) -> None:
+    reps = 1 if QUICK else 3
+    starts, firsts = [], []
+    for _ in range(reps):
+        one = start_layout(shell, backend, 1, 4)
+        two = start_layout(shell, backend, 2, 2)
+        starts.append((two[0], one[0]))
+        firsts.append((two[1], one[1]))
+    for label, pairs, against in (
+        ("   2 nodes x 2: ours", starts, "1 node x 4 (ours)"),
+        ("   2 x 2, first allreduce cell", firsts, "1 x 4 (ours)"),
+    ):
+        two_s = statistics.median(t for t, _ in pairs)
+        one_s = statistics.median(o for _, o in pairs)
+        seconds = f"2 x 2 {two_s:.3f} s, 1 x 4 {one_s:.3f} s"
+        print(figure(label, median_ratio(pairs), against, "", seconds))
+
+
 def bench_round_trip(shell, world, n: int = 60) -> tuple[float, float, float]:
     """Medians: ours/%%px per pair of cells, ours (s), %%px (s)."""
     view = world.client[:]
@@ -189,6 +234,7 @@ def main() -> None:
     print(f"jupyter-distcomp local ranks; {load()} at the start\n")
 
     bench_startup(shell, backend)
+    bench_emulated_nodes(shell, backend)
 
     print("\nwarm round trip (x = 1), against %%px on the same engines:")
     for ranks in TRIP_SIZES:

@@ -199,11 +199,9 @@ def test_each_rank_sees_its_azure_variables(tmp_path, launcher, nodes, per_node)
             seen, wanted = _without_ports(seen), _without_ports(wanted)
         assert seen == wanted, f"rank {rank}"
         node = rank // per_node if launcher != "tensorflow" else rank
-        if nodes == 1:
-            assert info["cwd"] == str(tmp_path / "code")
-        else:  # each node in its own copy of the code folder, as Azure ML's snapshot
-            assert info["cwd"].endswith(f"/node-{node}/code"), info["cwd"]
-            assert not Path(info["cwd"]).exists()  # removed with the run
+        # each node (one too) in its own copy of the code folder, as Azure ML's snapshot
+        assert info["cwd"].endswith(f"/node-{node}/code"), info["cwd"]
+        assert not Path(info["cwd"]).exists()  # removed with the run
         if under_mpiexec:  # one MPI world of all ranks, as mpirun gives on Azure ML
             assert info["mpi"] == [rank, world, world]
         else:  # Azure starts PyTorch-distribution and tensorflow ranks without mpirun

@@ -50,3 +50,52 @@ def test_a_traceback_a_rank_prints_and_goes_on_from_shows_where_it_was_printed(t
     held.take(1, "stderr", "KeyboardInterrupt")
     assert not held.raised(1), "an answer to our SIGINT is no failure of the rank's own"
     assert held.groups() == [([1], ["Traceback (most recent call last):", "KeyboardInterrupt"])]
+
+
+WRONG = """
+import torch.distributed as dist
+import helper
+dist.init_process_group("gloo")
+helper.reduce_wrongly()
+"""
+
+HELPER = """
+import torch.distributed as dist
+def reduce_wrongly():
+    dist.all_reduce([1.0])
+"""
+
+WRONG_SPEC = """
+name: wrong
+type: DistributedComponent
+code: {code}
+launcher:
+  type: torch.distributed
+  additional_arguments: python prog.py
+"""
+
+
+def test_the_same_error_on_two_nodes_is_shown_once_in_the_users_files_and_frames(tmp_path):
+    """torch's ``[rankN]:`` before each line, each node's copy of the code, our ledger's
+    wrapper around ``all_reduce``: none of it keeps the four ranks' identical errors apart,
+    nor shows."""
+    pytest.importorskip("torch")
+    from jupyter_distcomp.core.spec_parsing import load_component
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "prog.py").write_text(WRONG)
+    (code / "helper.py").write_text(HELPER)
+    component = load_component(WRONG_SPEC.format(code=code), base_dir=tmp_path)
+    component.runsettings.resource_layout.configure(instance_count=2, process_count_per_node=2)
+    lines = Lines()
+    with pytest.raises(RankError) as caught:
+        run_command(component, stream=lines, cwd=tmp_path, timeout=180)
+    message = str(caught.value)
+    texts = lines.texts()
+    shown = "\n".join([*texts, message])
+    assert "failed on ranks 0-3:" in message, message
+    assert texts.count("[ranks 0-3] Traceback (most recent call last):") == 1, texts
+    assert f'[ranks 0-3]   File "{code / "helper.py"}", line 4, in reduce_wrongly' in texts, texts
+    assert "[ranks 0-3]              but got <class 'list'> instead." in texts, texts
+    assert "rank_side" not in shown and "node-" not in shown and "[rank0]:" not in shown, shown

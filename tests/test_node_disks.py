@@ -89,11 +89,17 @@ def test_a_file_node_0_writes_in_its_folder_is_invisible_to_node_1(tmp_path, lau
 
 
 @pytest.mark.slow
-def test_one_node_runs_in_the_code_folder_itself(tmp_path):
-    component = make_component(tmp_path, "torch.distributed", nodes=1)
+@pytest.mark.parametrize("launcher", ["torch.distributed", "mpi"])
+def test_one_node_runs_in_a_copy_too_and_leaves_the_code_folder_as_it_was(tmp_path, launcher):
+    """A one-node run that saves a checkpoint in its working directory leaves nothing in the
+    code folder, where the next run (or a submit, which uploads it) would find it."""
+    component = make_component(tmp_path, launcher, nodes=1)
     out = tmp_path / "out"
     run_command(component, outputs={"out": str(out)}, stream=None, cwd=tmp_path)
-    assert json.loads((out / "rank0.json").read_text())["cwd"] == str(tmp_path / "code")
+    seen = json.loads((out / "rank0.json").read_text())
+    assert seen["snapshot"] and seen["cwd"].endswith("/node-0/code")
+    assert seen["tmp"].endswith("/node-0/tmp") and not Path(seen["cwd"]).exists()
+    assert sorted(p.name for p in (tmp_path / "code").iterdir()) == ["prog.py"]
 
 
 def test_a_code_folder_over_azure_mls_snapshot_limit_is_refused_before_a_start(tmp_path):

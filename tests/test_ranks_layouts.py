@@ -217,9 +217,10 @@ def test_node_local_files_give_each_node_its_own_copy_of_the_notebook_folder(
     (tmp_path / "data.txt").write_text("prepared")
     define(ip, "disks", MPI_SPEC, nodes=2, per_node=1)
     session = ip.magics_manager.registry["DistCompMagics"].session
+    ip.run_line_magic("config", "DistComp.node_local_files = False")
     caption = repr(session.env_table("disks"))  # what `%distcomp env disks` shows
     assert "`%%distcomp run`: all ranks in the notebook's folder" in caption
-    ip.run_line_magic("config", "DistComp.node_local_files = True")
+    ip.run_line_magic("config", "DistComp.node_local_files = True")  # the default
     try:
         caption = repr(session.env_table("disks"))
         assert "`%%distcomp run`: each node in its own copy of the notebook's folder" in caption
@@ -243,7 +244,6 @@ print(os.path.exists("snapshot.pt"), os.path.exists(os.path.join(tempfile.gettem
         ]
         assert sorted(p.name for p in tmp_path.iterdir()) == ["data.txt"]
     finally:
-        ip.run_line_magic("config", "DistComp.node_local_files = False")
         run_cell(ip, "%distcomp stop disks")
 
 

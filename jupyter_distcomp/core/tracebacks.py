@@ -2,19 +2,33 @@
 last words, so that ranks that fail the same way show it once.
 
 A traceback starts at ``Traceback (most recent call last):`` and ends at its exception
-line (chained ones, with their ``During handling ...`` lines, belong to it). While a rank
+line and the indented lines that continue its message (chained ones, with their ``During
+handling ...`` lines, belong to it). While a rank
 prints nothing else on stderr, its traceback is held; what it prints there after it (say
 it caught and printed the traceback, then carried on) releases it, to be shown as printed
 (its stdout, another pipe, arrives in no reliable order against stderr). At the run's
-end the tracebacks still held are grouped: identical ones once, for all their ranks.
+end the tracebacks still held are grouped: identical ones once, for all their ranks
+(torch.distributed's ``[rankN]:`` before each line left out: the label names the ranks).
 One rule for the ranks of ``%distcomp command`` and the logs of a followed Azure ML job.
+
+A user sees their own frames only: :class:`HookFrames` leaves out the frames of our
+wrappers around their calls (the collectives ledger's, the output pacing's: rank_side's
+``HOOK_FILES``), in a run cell's error, a command's output and a followed job's logs alike,
+also behind torch's ``[rankN]:`` prefix. (An Azure ML job's own log keeps them.)
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
+from ..errors import strip_ansi
+from ..rank_side.ledger_words import in_hooks
+
 HEAD = "Traceback (most recent call last):"
+#: torch.distributed's prefix of what a rank prints at its end (``[rank1]: ``): the same
+#: traceback on every rank, read without it
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
 CHAIN = (
     "During handling of the above exception, another exception occurred:",
     "The above exception was the direct cause of the following exception:",
@@ -25,6 +39,12 @@ CHAIN = (
 class _Block:
     lines: list[str] = field(default_factory=list)
     complete: bool = False  # its exception line has come
+
+
+def without_rank_prefix(text: str) -> str:
+    """``text`` without torch.distributed's ``[rankN]: `` before it (a rank's label says
+    which rank printed it)."""
+    return _RANK_PREFIX.sub("", text, count=1)
 
 
 def _exception_line(text: str) -> bool:
@@ -40,6 +60,7 @@ class HeldTracebacks:
         ``text`` is held itself)."""
         if stream != "stderr":  # stdout is another pipe: its order against stderr is lost
             return [], False
+        text = without_rank_prefix(text)  # held as Python printed it
         block = self._blocks.get(rank)
         if block is not None:
             if not block.complete:
@@ -49,6 +70,9 @@ class HeldTracebacks:
             if not text.strip() or text in CHAIN or text == HEAD:
                 block.lines.append(text)
                 block.complete = not (text in CHAIN or text == HEAD)
+                return [], True
+            if text[:1].isspace():  # the exception's message goes on over several lines
+                block.lines.append(text)
                 return [], True
         released = self.release(rank)
         if text == HEAD:
@@ -80,3 +104,31 @@ class HeldTracebacks:
         for rank in sorted(self._blocks if ranks is None else set(ranks) & set(self._blocks)):
             found.setdefault(tuple(self._blocks.pop(rank).lines), []).append(rank)
         return [(ranks_of, list(lines)) for lines, ranks_of in found.items()]
+
+
+#: how IPython marks a frame's own line among its context lines (``--> 322``)
+_MARKED = re.compile(r"-+> ")
+
+
+class HookFrames:
+    """Which lines of each rank's tracebacks are the user's: a frame in one of our wrapper
+    files (its ``File`` line, its source and marker lines) is not, up to the next frame, a
+    blank line or a line that is not indented (the exception, the next traceback)."""
+
+    def __init__(self) -> None:
+        self._skipping: dict[int, bool] = {}
+
+    def keep(self, rank: int, text: str) -> bool:
+        """Whether ``rank``'s next line ``text`` is shown."""
+        line = _RANK_PREFIX.sub("", strip_ansi(text), count=1)
+        if line.lstrip().startswith(("File ", "Cell In[")) or not line.strip():
+            self._skipping[rank] = in_hooks(line)
+        elif not line[:1].isspace() and not _MARKED.match(line):
+            self._skipping[rank] = False
+        return not self._skipping.get(rank, False)
+
+
+def without_hook_frames(lines: list[str]) -> list[str]:
+    """One traceback's lines without the frames of our wrappers (:class:`HookFrames`)."""
+    frames = HookFrames()
+    return [line for line in lines if frames.keep(0, line)]

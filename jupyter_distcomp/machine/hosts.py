@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ..core.layout import PORT_AT_START, env_places
 from ..errors import LayoutError
 from .gpus import node_environments
-from .network import LOOPBACK, listen_address, listener_ports, loopback_interface
+from .network import LOOPBACK, listen_address, listener_ports, loopback_interface, node_address
 
 if TYPE_CHECKING:
     from ..core.layout import RankEnv
@@ -86,16 +86,6 @@ class Placement:
         return [
             {**env, **shares[node]} for env, (node, _) in zip(envs, env_places(envs), strict=True)
         ]
-
-
-def node_address(node: int) -> str:
-    """The loopback address of emulated node ``node`` of a multi-node layout: 127.0.0.2 for
-    node 0, 127.0.0.3 for node 1, ... (Linux routes all of 127.0.0.0/8 to loopback); a
-    one-node layout stays on 127.0.0.1. Not 127.0.0.1 for node 0, so that ``localhost`` (node
-    1 itself, on Azure ML) and node 0's address differ."""
-    if not 0 <= node < 250:
-        raise LayoutError(f"{node + 1} emulated nodes: at most 250. Fix: fewer nodes.")
-    return f"127.0.0.{node + 2}"
 
 
 def read_hostfile(path: str | os.PathLike[str]) -> list[str]:

@@ -13,9 +13,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..errors import RankError
+from ..rank_side import node_agent
 from ..rank_side.segments import RECORDS_VARIABLE
 from .hosts import Placement
-from .network import listen_address, network_of
+from .network import listen_address, network_of, node_name
 
 
 def mpiexec_path() -> str:
@@ -85,29 +86,72 @@ LOOPBACK_NETWORK = "127.0.0.0/8"
 
 
 def mpiexec_flags(
-    placement: Placement, world_size: int, process_count_per_node: int, forward: Sequence[str] = ()
+    placement: Placement,
+    world_size: int,
+    process_count_per_node: int,
+    forward: Sequence[str] = (),
+    nodes: Sequence[int] = (),
 ) -> list[str]:
     """Every flag of an mpiexec that starts ``world_size`` ranks so placed: on this machine,
     :func:`mpiexec_args`; on hosts, ``process_count_per_node`` slots each, as a cluster
     gives them. Then :func:`mpiexec_host_args`."""
     own = mpiexec_args(world_size) if placement.local else ["--bind-to", "none"]
-    return [*own, *mpiexec_host_args(placement, process_count_per_node, forward)]
+    return [*own, *mpiexec_host_args(placement, process_count_per_node, forward, nodes)]
+
+
+#: how Open MPI reaches an emulated node: this runs its daemon here, as that node
+NODE_AGENT = [sys.executable, "-I", node_agent.__file__]
+
+
+def emulated_node_args(nodes: Sequence[int]) -> list[str]:
+    """mpiexec flags for ranks on the emulated nodes of a layout, ``nodes[i]`` ranks on node
+    i: one Open MPI daemon per node (each a "host" that the launch agent,
+    rank_side/node_agent.py, starts here as that node), so Open MPI sees the nodes as a
+    cluster's, each daemon's ranks local to each other only; the daemons talk over loopback
+    (with the shim, each node's network interface)."""
+    return [
+        "--host",
+        ",".join(f"{node_name(node)}:{slots}" for node, slots in enumerate(nodes)),
+        "--map-by",
+        "slot",  # fill node 0 first: rank r runs on node r // process_count_per_node
+        "--prtemca",
+        "plm_ssh_agent",
+        " ".join(NODE_AGENT),
+        # each daemon started by mpiexec itself, and kept its child (never daemonized), so
+        # that it ends with mpiexec's process tree
+        "--prtemca",
+        "plm_ssh_no_tree_spawn",
+        "1",
+        "--prtemca",
+        "prte_leave_session_attached",
+        "1",
+        "--prtemca",
+        "prte_if_include",
+        LOOPBACK_NETWORK,
+    ]
 
 
 def mpiexec_host_args(
-    placement: Placement, process_count_per_node: int, forward: Sequence[str] = ()
+    placement: Placement,
+    process_count_per_node: int,
+    forward: Sequence[str] = (),
+    nodes: Sequence[int] = (),
 ) -> list[str]:
     """mpiexec flags for ranks on the placement's hosts (node i = host i,
     ``process_count_per_node`` each; the variables named in ``forward`` passed on to them);
-    without hosts, the flags that keep Open MPI's traffic on this machine."""
+    without hosts, the flags that keep Open MPI's traffic on this machine, and with
+    ``nodes`` (the ranks of each emulated node, two nodes or more) one daemon per node
+    (:func:`emulated_node_args`)."""
     hosts = placement.hosts
     if not hosts:
-        # one machine: shared memory between the ranks of the world (ob1 over sm and self);
-        # TCP on loopback only, for what shared memory cannot reach: processes a rank
-        # starts with MPI_Comm_spawn or joins by Connect/Accept (another job); none of
-        # libfabric's (ofi) or UCX's (uct) components, whose probing for fabrics this
-        # machine lacks is about a second of every start
+        # one machine: shared memory between the ranks of a node (ob1 over sm and self);
+        # TCP on loopback only, between emulated nodes and for what shared memory cannot
+        # reach: processes a rank starts with MPI_Comm_spawn or joins by Connect/Accept
+        # (another job); none of libfabric's (ofi) or UCX's (uct) components, whose probing
+        # for fabrics this machine lacks is about a second of every start
+        emulated = emulated_node_args(nodes) if len(nodes) > 1 else []
         return [
+            *emulated,
             "--mca",
             "btl",
             LOCAL_BTL,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import random
+import re
 import socket
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -80,9 +81,32 @@ def loopback_interface() -> str:
     return next((n for n in ("lo", "lo0") if n in names), "lo")
 
 
+#: the host name of emulated node N of a multi-node layout on this machine
+NODE_NAME = "distcomp-node-{}"
+_NODE_NAME = re.compile(r"distcomp-node-\d+")
+
+
+def node_name(node: int) -> str:
+    """The host name of emulated node ``node`` (what ``socket.gethostname()`` says there)."""
+    return NODE_NAME.format(node)
+
+
+def node_address(node: int) -> str:
+    """The loopback address of emulated node ``node`` of a multi-node layout: 127.0.0.2 for
+    node 0, 127.0.0.3 for node 1, ... (Linux routes all of 127.0.0.0/8 to loopback); a
+    one-node layout stays on 127.0.0.1. Not 127.0.0.1 for node 0, so that ``localhost`` (node
+    1 itself, on Azure ML) and node 0's address differ."""
+    if not 0 <= node < 250:
+        raise LayoutError(f"{node + 1} emulated nodes: at most 250. Fix: fewer nodes.")
+    return f"127.0.0.{node + 2}"
+
+
 def is_local_host(host: str | None) -> bool:
-    """True for this machine's names (a rank whose pid can be signalled from here)."""
-    return host in (None, "", socket.gethostname(), "localhost", "127.0.0.1")
+    """True for this machine's names (a rank whose pid can be signalled from here), the
+    names of the emulated nodes on it included."""
+    if host in (None, "", socket.gethostname(), "localhost", "127.0.0.1"):
+        return True
+    return bool(_NODE_NAME.fullmatch(host or ""))
 
 
 def is_this_machine(addr: str) -> bool:

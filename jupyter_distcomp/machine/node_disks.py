@@ -15,6 +15,10 @@ files out, a link is copied as what it points to (azure-ai-ml's ``get_upload_fil
 walks with ``followlinks=True`` and uploads each link's target), and a snapshot over Azure ML's
 limit, counted in what links point to, is refused here as it would be there. A FIFO, socket or
 device is refused before anything is copied: reading one would wait for a writer forever.
+
+What the ranks print, and their stacks and debugger frames, name the copies; every view
+shows them as the user's own files through one rule, :func:`user_path` (and a breakpoint in
+the user's file holds in every copy: :func:`node_paths`), for the copies that exist now.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,18 +53,75 @@ _FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int)
 
 @dataclass(frozen=True)
 class NodeDisks:
-    """The scratch folder of one run and, per node, its code copy and its temp folder."""
+    """The scratch folder of one run and, per node, its code copy and its temp folder;
+    ``source``: the user's folder the copies were made of."""
 
     root: str
     code: tuple[str, ...]
     tmp: tuple[str, ...]
+    source: str = ""
 
     def environment(self, node: int) -> dict[str, str]:
         """The variables that put a node's processes on its own disk."""
         return {"TMPDIR": self.tmp[node], "PWD": self.code[node]}
 
+    def node_path(self, path: str, node: int) -> str:
+        """``path`` (a file in the user's folder) as node ``node`` has it: in its copy."""
+        inside = _inside(path, self.source)
+        return path if inside is None else self.code[node] + inside
+
     def remove(self) -> None:
+        with _LOCK:
+            if self in _LIVE:
+                _LIVE.remove(self)
         scratch.remove(self.root)
+
+
+#: the node disks of the runs and worlds that exist now: :func:`user_text` maps their copies
+_LIVE: list[NodeDisks] = []
+_LOCK = threading.Lock()
+
+
+def _inside(path: str, folder: str) -> str | None:
+    """What follows ``folder`` in ``path`` ("" or "/name..."), or None if not inside it."""
+    if not folder or not path.startswith(folder):
+        return None
+    rest = path[len(folder) :]
+    return rest if rest == "" or rest.startswith(os.sep) else None
+
+
+def user_path(path: str) -> str:
+    """``path`` with a node's copy of a folder (``.../node-1/code/train.py``) named as the
+    user's own (``~/project/train.py``): the one rule every view of tracebacks, stacks,
+    debugger locations and frames follows, so a user reads (and an editor opens) their own
+    files, and identical failures on several nodes read alike."""
+    return user_text(path)
+
+
+def node_paths(path: str) -> list[str]:
+    """Each node's copy of ``path`` (a file in a user's folder that nodes run copies of):
+    where a breakpoint the user set in their file is, on each node."""
+    with _LOCK:
+        live = list(_LIVE)
+    return [
+        disks.node_path(path, n)
+        for disks in live
+        for n in range(len(disks.code))
+        if _inside(path, disks.source) is not None
+    ]
+
+
+def user_text(text: str) -> str:
+    """:func:`user_path` applied to every copy named anywhere in ``text``."""
+    if "node-" not in text:
+        return text
+    with _LOCK:
+        live = list(_LIVE)
+    for disks in live:
+        if disks.root in text:
+            for copy in disks.code:
+                text = text.replace(copy, disks.source)
+    return text
 
 
 def _ignore_patterns(code_dir: Path) -> list[str]:
@@ -210,6 +272,14 @@ def _copy_file(source: Path, target: Path) -> None:
     shutil.copymode(source, target)
 
 
+def over_limit(folder: Path) -> str:
+    """What of ``folder``'s snapshot is over Azure ML's limit ("2500 files, 3 MB"), or ""."""
+    _, files, size = snapshot(folder)
+    if size > SNAPSHOT_MAX_BYTES or len(files) > SNAPSHOT_MAX_FILES:
+        return f"{len(files)} files, {size / 2**20:.0f} MB"
+    return ""
+
+
 def make_node_disks(
     code_dir: Path, nodes: int, skip: Iterable[Path] = (), root: str | None = None
 ) -> NodeDisks:
@@ -247,8 +317,12 @@ def make_node_disks(
     except BaseException:
         scratch.remove(str(where))
         raise
-    return NodeDisks(
+    disks = NodeDisks(
         str(where),
         tuple(str(where / f"node-{n}" / "code") for n in range(nodes)),
         tuple(str(where / f"node-{n}" / "tmp") for n in range(nodes)),
+        str(code_dir),
     )
+    with _LOCK:
+        _LIVE.append(disks)
+    return disks

@@ -83,12 +83,13 @@ class DistComp(_Settings):
     )
     master_addr = Unicode("127.0.0.1", config=True, help="MASTER_ADDR given to local ranks.")
     node_local_files = Bool(
-        False,
+        True,
         config=True,
-        help="`%%distcomp run` ranks on several emulated nodes: False runs every rank in the "
-        "notebook's folder; True gives each node its own copy of that folder and its own "
-        "TMPDIR, as Azure ML's nodes and `%distcomp command` have. Takes effect at the next "
-        "start of the ranks.",
+        help="`%%distcomp run` ranks on several emulated nodes: True (the default) gives each "
+        "node its own copy of the notebook's folder and its own TMPDIR, as Azure ML's nodes "
+        "and `%distcomp command` have (the folder itself is os.environ['DISTCOMP_NOTEBOOK_DIR'] "
+        "on every rank); False runs every rank in the notebook's folder. Takes effect at the "
+        "next start of the ranks.",
     )
     show_widget = Bool(True, config=True, help="Show the run-settings panel below definitions.")
     prestart = Union(

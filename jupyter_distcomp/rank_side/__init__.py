@@ -7,6 +7,9 @@
 - ``segments``: each rank writes down the shared-memory segments it makes; the world's
   stop, the guard and the next kernel's sweep unlink those a killed rank left.
 - ``rank_exec``: the supervisor of each rank of ``%distcomp command``, run as a file.
+- ``node_agent``: Open MPI's launch agent for the emulated nodes of a multi-node layout
+  (in place of ssh): runs each node's daemon here, as that node (its variables, its host
+  name).
 - ``engine_start``: ``python -m jupyter_distcomp.rank_side.engine_start FILE ...``: an engine
   on this machine, started beside its controller; it initialises MPI while ipyparallel's
   engine loads, and runs that engine (by name) once the controller's connection FILE is

@@ -31,7 +31,6 @@ from __future__ import annotations
 import datetime
 import hashlib
 import hmac
-import ipaddress
 import os
 import socket
 import time
@@ -106,14 +105,13 @@ def _tcp_store(dist, store) -> Any:
 
 
 def _own_address(host: str) -> str:
-    """This machine's address on the way to ``host`` (where the world's store is served),
-    so reachable by the ranks that reach that store."""
+    """This host's address on the way to ``host`` (where the world's store is served), so
+    reachable by the ranks that reach that store: on an emulated node, the node's own (the
+    preloaded shim gives a connection to a loopback address its node's address), as on a
+    cluster the route gives the node's."""
     family, _, _, _, where = socket.getaddrinfo(host, None, type=socket.SOCK_DGRAM)[0]
-    address = str(where[0])
-    if ipaddress.ip_address(address).is_loopback:
-        return address
     with socket.socket(family, socket.SOCK_DGRAM) as probe:
-        probe.connect((address, 9))  # no packet is sent: the route picks the address
+        probe.connect((str(where[0]), 9))  # no packet is sent: the route picks the address
         return str(probe.getsockname()[0])
 
 

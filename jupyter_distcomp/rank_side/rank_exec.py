@@ -46,6 +46,8 @@ USAGE = "usage: python -I rank_exec.py (ENVFILE | --plan-in-env | --direct) -- A
 #: the variable that carries the plan (socket, each rank's variables) to ranks on other hosts
 PLAN_VARIABLE = "DISTCOMP_RANK_PLAN"
 _MPI_PREFIXES = ("OMPI_", "PMIX_", "PRTE_")
+#: the host name of the rank's emulated node (machine/shim.h)
+NODE_NAME = "DISTCOMP_NODE_NAME"
 
 
 def _connect(path: str, header: str) -> socket.socket:
@@ -61,10 +63,10 @@ def _connect(path: str, header: str) -> socket.socket:
     return sock
 
 
-def _reaper() -> ModuleType:
-    """reaper.py beside this file: run as a file (-I), this is no package to import from."""
+def _sibling(name: str) -> ModuleType:
+    """``name``.py beside this file: run as a file (-I), this is no package to import from."""
     spec = importlib.util.spec_from_file_location(
-        "distcomp_reaper", os.path.join(os.path.dirname(os.path.abspath(__file__)), "reaper.py")
+        f"distcomp_{name}", os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
     )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -72,13 +74,20 @@ def _reaper() -> ModuleType:
     return module
 
 
-reaper = _reaper()
+reaper = _sibling("reaper")
 
 
-def _start_child(argv: list[str], env: dict[str, str], streams: tuple | None) -> int:
+def _start_child(
+    argv: list[str], env: dict[str, str], streams: tuple | None, host: str = ""
+) -> int:
+    """The rank's process; ``host``: the name of its emulated node, its host name where the
+    system permits a UTS namespace (node_agent.become; under mpiexec its node's daemon has
+    one already)."""
     child = os.fork()
     if child:
         return child
+    if host:
+        _sibling("node_agent").become(host)
     if streams:
         os.dup2(streams[0].fileno(), 1)
         os.dup2(streams[1].fileno(), 2)
@@ -158,7 +167,7 @@ def main(args: list[str]) -> int:
     reaper.become_subreaper()
     if args[0] == "--direct":
         parent = os.getppid()
-        child = _start_child(argv, dict(os.environ), None)
+        child = _start_child(argv, dict(os.environ), None, os.environ.get(NODE_NAME, ""))
         threading.Thread(
             target=_kill_when, args=(_until_orphaned(parent), child), daemon=True
         ).start()

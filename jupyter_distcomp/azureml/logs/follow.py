@@ -28,7 +28,7 @@ from typing import Any
 from ...core.joblog.state import MARK, parse_state_line
 from ...core.ranges import format_ranks
 from ...core.rank_text import OpenColours, labelled_lines
-from ...core.tracebacks import HeldTracebacks
+from ...core.tracebacks import HeldTracebacks, HookFrames
 from ...errors import AzureMLError
 from ..failures import explain, scrub
 from .job import JobFacts, read_job
@@ -92,6 +92,7 @@ class Follower:
         self.reader = LogReader(ml_client, self.facts.rank_of, spool=spool)
         self.tracebacks = HeldTracebacks()
         self.colours = OpenColours()  # no colour a rank leaves on reaches a label
+        self.hook_frames = HookFrames()
         self.completed_at: dict[int, float] = {}  # rank -> when its held traceback completed
         self.ranks: dict[int, RankSeen] = {}
         self.stalled: set[int] = set()  # ranks whose last state line says they stall
@@ -112,6 +113,8 @@ class Follower:
             seen = self._rank(rank)
             seen.lines += 1
             seen.tail.append(text)
+            if not self.hook_frames.keep(rank, text):  # our wrappers' frames: not the user's
+                continue
             released, held = self.tracebacks.take(rank, "stderr", text)
             if released:
                 out.extend(self._labelled(rank, line) for line in released)

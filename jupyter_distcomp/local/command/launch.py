@@ -74,11 +74,15 @@ def mpiexec_argv(
     argv: list[str],
     placement: Placement | None = None,
     process_count_per_node: int = 1,
+    nodes: list[int] | None = None,
 ) -> list[str]:
     """mpiexec starting the rank supervisor on ``ranks`` ranks, with the shared MPI flags;
-    with hosts, on them (the supervisor's plan then travels in a forwarded variable)."""
+    with hosts, on them (the supervisor's plan then travels in a forwarded variable);
+    ``nodes``: the ranks of each emulated node (``shim.node_slots``)."""
     placement = placement or Placement()
-    flags = mpi.mpiexec_flags(placement, ranks, process_count_per_node, [PLAN_VARIABLE])
+    flags = mpi.mpiexec_flags(
+        placement, ranks, process_count_per_node, [PLAN_VARIABLE], nodes or []
+    )
     return [mpi.mpiexec_path(), "-n", str(ranks), *flags, *SUPERVISOR, envfile, "--", *argv]
 
 
@@ -214,7 +218,9 @@ class MpiLaunch:
         self.tmp = scratch.make_folder("distcomp-")
         self.segments = scratch.shared_memory_folder("distcomp-") if placement.local else None
         listen = placement.listen()
+        nodes = shim.node_slots(envs) if placement.local else []
         env = {**mpi.mpiexec_environment(base_env), **shim.listen_environment(listen)}
+        env.update(shim.launcher_environment(nodes))
         env.update(mpi.run_files_environment(self.tmp, self.segments, base_env))
         plan: dict = {"ranks": envs, "drop_mpi": drop_mpi}
         if cwds:
@@ -237,7 +243,9 @@ class MpiLaunch:
         self.acceptor = _thread(self._accept)
         try:
             self.proc = _start(
-                mpiexec_argv(len(envs), envfile, argv, placement, process_count_per_node), cwd, env
+                mpiexec_argv(len(envs), envfile, argv, placement, process_count_per_node, nodes),
+                cwd,
+                env,
             )
         except BaseException:
             self.server.close()

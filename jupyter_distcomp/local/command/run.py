@@ -1,8 +1,9 @@
 """Run a component's command on local ranks, as Azure ML would: ``%distcomp command``.
 
-One process per rank with that rank's variables (``rank_environments``), in the component's
-code folder, under ``mpiexec`` for ``mpi`` / ``deepspeed`` launchers and as plain processes
-for ``torch.distributed`` / ``tensorflow`` (see launch.py). Output streams while the
+One process per rank with that rank's variables (``rank_environments``), in its node's copy
+of the component's code folder (``machine/node_disks.py``; one node too), under ``mpiexec``
+for ``mpi`` / ``deepspeed`` launchers and as plain processes for ``torch.distributed`` /
+``tensorflow`` (see launch.py). Output streams while the
 ranks run, each line labelled with its rank; the first rank to fail stops the others, so a
 crashed rank never leaves its peers hanging in a collective; Ctrl-C and ``timeout`` stop
 every rank (SIGINT first, so Python ranks print where they were, SIGKILL after ``grace``).
@@ -26,11 +27,11 @@ from ...core.layout import MPI_LAUNCHERS, env_places
 from ...core.ranges import format_ranks, rank_label
 from ...core.rank_text import OpenColours, labelled_lines
 from ...core.tf_config import empty_ps_hint
-from ...core.tracebacks import HeldTracebacks
+from ...core.tracebacks import HeldTracebacks, HookFrames, without_rank_prefix
 from ...errors import RankError, SpecError
 from ...machine.gpus import shortage_notice
 from ...machine.hosts import Placement
-from ...machine.node_disks import NodeDisks, make_node_disks
+from ...machine.node_disks import NodeDisks, make_node_disks, user_text
 from ...machine.shim import listen_environment, node_environment
 from ..debug.channel import DebugChannel
 from ..debug.held import HeldStops
@@ -100,9 +101,11 @@ def run_command(
     fails or the run times out, unless ``check`` is False; re-raises KeyboardInterrupt after
     stopping every rank. ``inputs`` / ``outputs`` override the run settings for this run only.
     ``cwd`` is where relative input and output paths start (default: the current folder, the
-    notebook's); the ranks themselves run in the component's code folder. ``placement``:
-    the hosts the nodes run on (node i on host i, started by mpiexec over ssh, whatever the
-    launcher; the code folder must exist at the same path there). ``background``: the
+    notebook's); the ranks themselves run in their node's copy of the component's code
+    folder (on this machine; on hosts, in the code folder there), and what they print names
+    the user's files, not the copies. ``placement``: the hosts the nodes run on (node i on
+    host i, started by mpiexec over ssh, whatever the launcher; the code folder must exist
+    at the same path there). ``background``: the
     BackgroundCell this run is the thread of; its ``wait`` serves the breakpoints. ``name``:
     what the notebook calls the component (default: the spec's name); ``%distcomp where`` and
     ``interrupt`` find the run by it. ``on_line(rank, stream, text)``: called with each line a
@@ -174,12 +177,12 @@ def run_command(
     disks: NodeDisks | None = None
     with registered(name or component.name, active):
         try:
-            envs = [{**env, **node_environment(env)} for env in envs]  # own loopback address
+            envs = [{**env, **node_environment(env)} for env in envs]  # a host per node
             cwds = None
-            if launcher is not None and nodes > 1 and placement.local:  # a disk per node
+            if placement.local:  # a disk per node, one node too: never the user's folder
                 outputs_inside = [Path(p) for p in bound_outputs.values()]
-                disks = make_node_disks(code_dir, nodes, skip=outputs_inside)
                 nodes_of = [node for node, _ in env_places(envs)]
+                disks = make_node_disks(code_dir, max(nodes_of) + 1, skip=outputs_inside)
                 cwds = [disks.code[node] for node in nodes_of]
                 envs = [{**e, **disks.environment(n)} for e, n in zip(envs, nodes_of, strict=True)]
             if launcher in MPI_LAUNCHERS or placement.hosts:  # mpiexec reaches the hosts
@@ -236,6 +239,7 @@ class _Run:
         self.quits: set[int] = set()  # ranks whose user typed q at a prompt
         self.held: HeldStops | None = None  # a run in the background: its stops wait
         self.tracebacks = HeldTracebacks()  # shown once per distinct text at the end
+        self.hook_frames = HookFrames()  # our wrappers' frames, left out of what is shown
         self.on_line: Callable[[int, str, str], Any] | None = None  # each rank's raw lines
 
     # -- output ---------------------------------------------------------------------------
@@ -260,11 +264,17 @@ class _Run:
                 # mpiexec's own words: kept for the error message when no rank explains a
                 # failure; not streamed, as after a rank failure they blame whichever rank
                 # it saw stopping first, which is misleading next to our per-rank report
-                self.launcher_tail.append(item[3])
+                self.launcher_tail.append(user_text(item[3]))
             elif item[0] == "line":
-                _, rank, stream_name, text = item
+                _, rank, stream_name, raw = item
                 if self.on_line is not None:
-                    self.on_line(rank, stream_name, text)
+                    self.on_line(rank, stream_name, raw)
+                text = user_text(raw)  # the user's files, not a node's copy of them
+                if stream_name == "stderr":  # torch's [rankN]: says what our label says
+                    text = without_rank_prefix(text)
+                if stream_name == "stderr" and not self.hook_frames.keep(rank, text):
+                    item = self._next(until - time.monotonic() if wait else 0)
+                    continue  # a frame of our wrappers: the user sees their own frames
                 line = self._record(rank, stream_name, text)
                 released, held = self.tracebacks.take(rank, stream_name, text)
                 if released:

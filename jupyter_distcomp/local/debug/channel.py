@@ -27,6 +27,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ...contracts import RankState
+from ...machine.node_disks import user_text
 from .listener import AUTH_SECONDS, Listener
 
 __all__ = ["AUTH_SECONDS", "DebugChannel", "RankSession"]
@@ -73,7 +74,8 @@ class RankSession:
         """Reader thread: answer stops, queue everything else for the main thread."""
         try:
             while True:
-                message = json.loads(self.conn.recv_bytes())
+                # what ranks say names the user's files, not their node's copies
+                message = json.loads(user_text(self.conn.recv_bytes().decode()))
                 if "hello" in message:
                     self.rank = int(message["hello"])
                 elif "stop" in message:

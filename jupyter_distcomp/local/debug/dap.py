@@ -32,6 +32,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ...machine.node_disks import node_paths
 from ..cell_names import notebook_path
 from .refs import REF_BASE, Malformed, References, Stale, error_reply, number
 
@@ -383,7 +384,8 @@ class Adapter:
 
     def rank_breakpoints(self, cell_path: str = "") -> tuple[dict, dict]:
         """``(cells, files)`` as the ranks take them: the lines of the cell at ``cell_path``
-        under "", of earlier rank cells by their rank file's base name, and of files."""
+        under "", of earlier rank cells by their rank file's base name, and of files (each
+        also in every node's copy of it, where nodes run copies of the user's folder)."""
         by_path = {path: name for name, path in self.rank_files.items()}
         cells: dict[str, list[int]] = {}
         files: dict[str, list[int]] = {}
@@ -394,7 +396,8 @@ class Adapter:
                 elif path in by_path:
                     cells[by_path[path]] = lines
                 elif not self.is_cell(path):
-                    files[path] = lines
+                    for each in (path, *node_paths(path)):
+                        files[each] = lines
         return cells, files
 
     def cell_path(self, source: str) -> str:

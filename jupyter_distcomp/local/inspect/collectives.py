@@ -47,7 +47,9 @@ def collectives_processes(title: str, run: ActiveRun, last: int = 10) -> WhereRe
     process)."""
     targets = run.targets(list(range(run.world_size)))
     ledgers = {
-        rank: ledger.read_ledger(os.path.splitext(stack_file)[0] + ".ledger")
+        rank: world_ledgers.user_sites(
+            ledger.read_ledger(os.path.splitext(stack_file)[0] + ".ledger")
+        )
         for rank, (_, stack_file, _) in targets.items()
     }
     return report(title, ledgers, run.world_size, None, last)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from ...contracts import RankState
 from ...core.ranges import format_ranks
 from ...errors import strip_ansi
+from ...machine.node_disks import user_text
 from ..ranks import gpu
 from ..ranks.ledgers import verdict_sections
 from ..stacks import Frame, collect_stacks, stack_frames, stack_sections
@@ -119,7 +120,7 @@ def _children_sections(world: World, ranks: list[int]) -> list[tuple[str, list[s
 def where_processes(title: str, ranks: list[int], run: ActiveRun) -> WhereReport:
     """Where the processes of a ``%distcomp command`` run are: each rank's first Python
     process, signalled to write its stack; relative file names in the stacks are relative
-    to the ranks' folder."""
+    to the ranks' folder, and a node's copy of it is named as the user's folder."""
     targets = run.targets(ranks)
 
     def send() -> None:
@@ -132,7 +133,9 @@ def where_processes(title: str, ranks: list[int], run: ActiveRun) -> WhereReport
     stacks = collect_stacks(
         {r: t[1] for r, t in targets.items()}, {r: t[2] for r, t in targets.items()}, send
     )
-    absolute = {r: _RELATIVE.sub(rf'File "{run.cwd}/\1"', stack) for r, stack in stacks.items()}
+    absolute = {
+        r: user_text(_RELATIVE.sub(rf'File "{run.cwd}/\1"', stack)) for r, stack in stacks.items()
+    }
     sections = stack_sections(absolute, "", "running, current stack")
     quiet = [r for r in ranks if r not in stacks]
     if quiet:

@@ -28,7 +28,7 @@ from .connection import Connection
 from .ledgers import busy_message
 from .options import CellOptions
 from .replay import Replayed, ReplayLog
-from .world import World
+from .world import NOTEBOOK_DIR, World
 
 if TYPE_CHECKING:
     from ...core.model import Component
@@ -67,7 +67,7 @@ class RankBackend:
         self.worlds: dict[str, World] = {}
         self.master_addr = "127.0.0.1"
         #: DistComp.node_local_files: each emulated node's ranks in a copy of the folder
-        self.node_local_files = False
+        self.node_local_files = True
         self.default_connection = Connection()
         self.connections: dict[str, Connection] = {}
         self.placement = Placement()  # DistComp.hosts: where the nodes of every layout run
@@ -281,6 +281,9 @@ class RankBackend:
             )
             if short:
                 print(short, file=sys.stderr)
+        node_files = self.node_local_files and layout.instance_count > 1
+        if node_files and placement.local and signature[-1].embedded:
+            node_files = _node_local_files(name)
         # the ports are chosen here, once per world; every view shows these values
         envs = placement.rank_environments(component, self.master_addr)
         world = World(
@@ -294,7 +297,7 @@ class RankBackend:
             placement=placement,
             on_change=self._notify,
             on_ready=(attach,),
-            node_disks=self.node_local_files,
+            node_disks=node_files,
         )
         self.worlds[name] = world
         self._signatures[name] = signature
@@ -657,3 +660,40 @@ def _warn_if_oversubscribed(world_size: int) -> None:
         "DistComp.hosts to spread the nodes over machines. (Said once per kernel.)",
         file=sys.stderr,
     )
+
+
+_node_files_said: list[bool] = []
+
+
+def _node_local_files(name: str) -> bool:
+    """Whether the ranks of ``name`` on several emulated nodes run in copies of the notebook's
+    folder: said once per kernel, with how to reach the folder itself; not where the folder
+    is over Azure ML's limit on a code snapshot (said each time, with the fix)."""
+    from pathlib import Path
+
+    from ...machine.node_disks import SNAPSHOT_MAX_BYTES, SNAPSHOT_MAX_FILES, over_limit
+
+    excess = over_limit(Path.cwd())
+    if excess:
+        print(
+            f"distcomp: the notebook's folder holds {excess}, over Azure ML's limit on a code "
+            f"snapshot ({SNAPSHOT_MAX_BYTES // 2**20} MB, {SNAPSHOT_MAX_FILES} files): the "
+            f"ranks of {name} share it, as with DistComp.node_local_files = False, where each "
+            "node would run in its own copy. Fix: list what the ranks need not see (data, "
+            ".git/) in the folder's .amlignore, then `%distcomp restart "
+            f"{name}`.",
+            file=sys.stderr,
+        )
+        return False
+    if _node_files_said:
+        return True
+    _node_files_said.append(True)
+    print(
+        "distcomp: each emulated node runs its ranks in its own copy of the notebook's folder, "
+        "with its own TMPDIR, as Azure ML's nodes have their own disks: what one node writes "
+        "there the others do not see, and nothing lands in the notebook's folder, which is "
+        f"os.environ[{NOTEBOOK_DIR!r}] on every rank. To run every node in the notebook's "
+        "folder: %config DistComp.node_local_files = False. (Said once per kernel.)",
+        file=sys.stderr,
+    )
+    return True

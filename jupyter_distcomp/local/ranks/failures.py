@@ -12,9 +12,10 @@ from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from ...core.ranges import format_ranks
+from ...core.tracebacks import without_hook_frames
 from ...errors import strip_ansi
 from ...machine.gpus import no_gpu_notice
-from ...rank_side.ledger_words import in_hooks
+from ...machine.node_disks import user_text
 from ..stacks import CELL_FILE
 from .gpu import is_out_of_memory
 
@@ -46,7 +47,7 @@ def _ename(err: RemoteErrorLike) -> str:
 
 
 def _error_key(err: RemoteErrorLike) -> tuple[str, str, str]:
-    text = strip_ansi(getattr(err, "traceback", None) or "")
+    text = user_text(strip_ansi(getattr(err, "traceback", None) or ""))
     text = _CELL_COUNT.sub("In[]", CELL_FILE.sub("<cell>", text))
     return (_ename(err), str(getattr(err, "evalue", "") or ""), text)
 
@@ -83,7 +84,8 @@ def error_sections(
             ]
             sections.append((format_ranks(ranks), body))
             continue
-        body = _without_hook_frames((err.traceback or f"{err.ename}: {err.evalue}").splitlines())
+        text = user_text(err.traceback or f"{err.ename}: {err.evalue}")  # the user's files
+        body = without_hook_frames(text.splitlines())  # the user's frames only
         body = _without_padding(body)
         if not any(err.ename and err.ename in strip_ansi(line) for line in body):
             body.append(f"{err.ename}: {err.evalue}")
@@ -91,20 +93,6 @@ def error_sections(
             body += [line for rank in ranks for line in gpu(rank)]
         sections.append((format_ranks(ranks), body))
     return sections
-
-
-def _without_hook_frames(lines: list[str]) -> list[str]:
-    """A rank's traceback without the frames of our wrappers (the ledger's, the output
-    pacing's): the user's call and the error it raised stay."""
-    kept: list[str] = []
-    skipping = False
-    for line in lines:
-        plain = strip_ansi(line)
-        if plain.startswith(("File ", "Cell In[")) or not plain.strip():
-            skipping = in_hooks(plain)
-        if not skipping:
-            kept.append(line)
-    return kept
 
 
 def _without_padding(lines: list[str]) -> list[str]:

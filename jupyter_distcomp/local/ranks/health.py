@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ...contracts import RankState
 from ...core.ranges import rank_label
 from ...machine.network import is_local_host
+from ...machine.node_disks import user_text
 from ..stacks import RemoteRank, collect_stacks, file_size, remote_stacks
 from . import ipp
 from .failures import mpiexec_messages
@@ -277,6 +278,7 @@ class WorldHealth:
         send = functools.partial(self.signal, local, signal.SIGUSR1)
         result = collect_stacks(paths, threads, send, wait)
         result.update(self._remote_stacks([r for r in ranks if r not in local], wait))
+        result = {rank: user_text(stack) for rank, stack in result.items()}  # user's files
         for rank in ranks:
             result.setdefault(rank, "(no stack: the rank did not answer SIGUSR1)")
         return result

@@ -185,12 +185,14 @@ FORWARDED = ("IPP_CLUSTER_ID", "IPP_PROFILE_DIR", "IPP_CONNECTION_INFO", "MPLBAC
 
 
 def engine_environment(
-    listen: str = LOOPBACK, files: Mapping[str, str] | None = None
+    listen: str = LOOPBACK, files: Mapping[str, str] | None = None, nodes: Sequence[int] = ()
 ) -> dict[str, str]:
     """Variables mpiexec and the engines need besides the kernel's own; the processes on
-    this machine listen on ``listen`` only; ``files``: :func:`mpi.run_files_environment`."""
+    this machine listen on ``listen`` only; ``files``: :func:`mpi.run_files_environment`;
+    ``nodes``: the ranks of each emulated node (``shim.node_slots``)."""
     env = mpi.mpiexec_environment()
     env.update(shim.listen_environment(listen))
+    env.update(shim.launcher_environment(list(nodes)))
     env.update(files or {})
     if "MPLBACKEND" not in os.environ:
         # figures made on ranks come back as images, as in a notebook
@@ -205,11 +207,13 @@ def cluster_config(
     process_count_per_node: int = 1,
     files: Mapping[str, str] | None = None,
     start_env: Mapping[str, str] | None = None,
+    nodes: Sequence[int] = (),
 ) -> Config:
     """traitlets config for ``Cluster(engines="mpi")``: our mpiexec, flags, heartbeat; with
     hosts, the engines run there and the controller listens on the address reaching them.
     ``start_env``: variables every rank has from its start (passed on to other hosts too);
-    the engines' own win."""
+    the engines' own win. ``nodes``: the ranks of each emulated node, one Open MPI daemon
+    each (``mpi.emulated_node_args``)."""
     from ipyparallel.cluster.launcher import ipcontroller_cmd_argv
     from traitlets.config import Config
 
@@ -224,9 +228,12 @@ def cluster_config(
     start_env = dict(start_env or {})
     forward = [*FORWARDED, *(name for name in start_env if name not in FORWARDED)]
     config.MPILauncher.mpi_args = mpi.mpiexec_flags(
-        placement, world_size, process_count_per_node, forward
+        placement, world_size, process_count_per_node, forward, nodes
     )
-    config.MPIEngineSetLauncher.environment = {**start_env, **engine_environment(listen, files)}
+    config.MPIEngineSetLauncher.environment = {
+        **start_env,
+        **engine_environment(listen, files, nodes),
+    }
     config.MPIEngineSetLauncher.engine_args = [
         "--log-level=WARN",
         f"--IPEngine.max_heartbeat_misses={ENGINE_MISSES}",
@@ -287,7 +294,8 @@ def curve_available() -> bool:
 class LocalCluster:
     """A controller and one mpiexec engine set of ``world_size`` ranks, started by us;
     ``files``: where mpiexec keeps its files (:func:`mpi.run_files_environment`);
-    ``start_env``: variables every rank has from its start.
+    ``start_env``: variables every rank has from its start; ``nodes``: the ranks of each
+    emulated node.
 
     Keeps mpiexec's launcher after the stop: it holds what mpiexec printed.
     """
@@ -301,15 +309,19 @@ class LocalCluster:
         process_count_per_node: int = 1,
         files: Mapping[str, str] | None = None,
         start_env: Mapping[str, str] | None = None,
+        nodes: Sequence[int] = (),
     ):
         import ipyparallel
 
         self.world_size = world_size
+        config = cluster_config(
+            world_size, placement, process_count_per_node, files, start_env, nodes
+        )
         self._cluster = ipyparallel.Cluster(
             engines="mpi",
             n=world_size,
             profile_dir=profile_dir,
-            config=cluster_config(world_size, placement, process_count_per_node, files, start_env),
+            config=config,
             load_profile=False,
             delay=0,  # engines wait for the controller's connection info anyway
             engine_timeout=int(timeout),

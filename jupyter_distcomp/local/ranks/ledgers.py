@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,7 @@ from ...core.horovod_stall import pending_stall_lines
 from ...core.ranges import format_ranks
 from ...core.waitfor import deadlock_lines
 from ...machine.network import is_local_host
+from ...machine.node_disks import user_path
 from ...rank_side import ledger, ledger_words
 from ...rank_side.rank_setup import check_collectives
 from ..cell_names import where as cell_where
@@ -45,10 +47,18 @@ def read(
     this machine)."""
     chosen = range(world.world_size) if ranks is None else ranks
     return {
-        r: ledger.read_ledger(world.ledger_path(r), last)
+        r: user_sites(ledger.read_ledger(world.ledger_path(r), last))
         for r in chosen
         if world.ranks[r].host is None or is_local_host(world.ranks[r].host)
     }
+
+
+def user_sites(entries: list[ledger.Entry]) -> list[ledger.Entry]:
+    """``entries`` with their call sites in the user's files, not a node's copy of them."""
+    return [
+        entry if user_path(entry.file) == entry.file else replace(entry, file=user_path(entry.file))
+        for entry in entries
+    ]
 
 
 #: what a verdict says of a rank whose cell raised, and of one at a breakpoint prompt

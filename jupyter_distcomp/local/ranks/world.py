@@ -24,7 +24,7 @@ from ...errors import RankError, SpecError
 from ...machine import mpi, remote, scratch, shim
 from ...machine.hosts import Placement
 from ...machine.network import is_local_host
-from ...machine.node_disks import make_node_disks
+from ...machine.node_disks import NodeDisks, make_node_disks
 from ...rank_side import flow, reaper
 from ...rank_side import segments as records
 from ...rank_side.check_exchange import KEY_VARIABLE as CHECK_KEY_VARIABLE
@@ -38,7 +38,10 @@ if TYPE_CHECKING:
     from ..debug.channel import DebugChannel
     from .ipp import Client
 
-__all__ = ["START_TIMEOUT", "RankInfo", "World"]
+__all__ = ["NOTEBOOK_DIR", "START_TIMEOUT", "RankInfo", "World"]
+
+#: the notebook's folder, on every rank of this machine (each node runs in a copy of it)
+NOTEBOOK_DIR = "DISTCOMP_NOTEBOOK_DIR"
 
 START_TIMEOUT = 120.0
 SETUP_TIMEOUT = 60.0  # seconds the ranks have to answer a call of the start (or call_each)
@@ -85,6 +88,8 @@ class World(WorldHealth):
         #: on several emulated nodes, each node's ranks in their own copy of the kernel's
         #: folder with their own TMPDIR (``DistComp.node_local_files``)
         self.node_disks = node_disks and instance_count > 1
+        self.disks: NodeDisks | None = None  # those copies, once made
+        self._copying: _Copying | None = None  # the copies being made while the ranks start
         self.launcher = launcher
         self.instance_count = instance_count
         self.process_count_per_node = process_count_per_node
@@ -197,6 +202,8 @@ class World(WorldHealth):
             self._changed()
 
     def _start_embedded(self) -> None:
+        if self.node_disks and self.placement.local:  # copied while mpiexec starts the ranks
+            self._copying = _Copying(self._node_disks)
         profile_dir = os.path.join(self._tmp, "profile")
         self.cluster = cluster = ipp.LocalCluster(
             self.world_size,
@@ -206,6 +213,7 @@ class World(WorldHealth):
             self.process_count_per_node,
             mpi.run_files_environment(self._tmp, self._segments, os.environ),
             self.start_env,
+            shim.node_slots(self.envs) if self.placement.local else [],
         )
         cluster.start()
         if self._stopped:
@@ -262,12 +270,16 @@ class World(WorldHealth):
         flows = self.flows
         cwds = [""] * self.world_size
         private: dict[str, str] = {}
-        if self.node_disks and self.connection.embedded and self.placement.local:
-            disks = make_node_disks(Path.cwd(), self.instance_count, root=self._tmp)
+        here = self.connection.embedded and self.placement.local
+        if here:  # the notebook's folder, also where each node has a copy of it
+            private[NOTEBOOK_DIR] = str(Path.cwd())
+        if self._copying is not None:
+            self.disks = self._copying.result()
+        if self.disks is not None:
             for info in self.ranks:
-                self.envs[info.rank].update(disks.environment(info.node))
-                cwds[info.rank] = disks.code[info.node]
-        elif self.connection.embedded and self.placement.local:
+                self.envs[info.rank].update(self.disks.environment(info.node))
+                cwds[info.rank] = self.disks.code[info.node]
+        elif here:
             # the ranks' temp files (multiprocessing's pymp- folders among them) in the
             # world's scratch folder: they go with the ranks, also after a kill -9
             private["TMPDIR"] = os.path.join(self._tmp, "tmp")
@@ -319,6 +331,10 @@ class World(WorldHealth):
             target=self._watch, name=f"distcomp-watch-{self.name}", daemon=True
         )
         self._monitor.start()
+
+    def _node_disks(self) -> NodeDisks:
+        """Each node's copy of the notebook's folder."""
+        return make_node_disks(Path.cwd(), self.instance_count, root=self._tmp)
 
     def _node_environment(self, rank: int) -> dict[str, str]:
         """The listen shim's variables of ``rank``'s emulated node, if it has its own address;
@@ -448,6 +464,9 @@ class World(WorldHealth):
                 remote.remove(self.placement.ssh_command, self.placement.hosts, self._tmp)
         if self.flows is not None:
             self.flows.close()
+        if self._copying is not None:  # done copying, or failed: nothing is left of it
+            with contextlib.suppress(Exception):
+                self._copying.result().remove()
         scratch.remove(self._tmp, self._segments)
 
     def describe_layout(self) -> str:
@@ -475,3 +494,30 @@ RANK_EXIT_GRACE = 3.0
 
 class _Stopped(Exception):
     """stop() was called while the world was starting."""
+
+
+class _Copying:
+    """Each node's copy of the notebook's folder, made in a thread of its own while mpiexec
+    starts the ranks (their start takes longer); :meth:`result` waits for it."""
+
+    def __init__(self, make: Callable[[], NodeDisks]) -> None:
+        self._made: NodeDisks | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(make,), name="distcomp-node-disks", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, make: Callable[[], NodeDisks]) -> None:
+        try:
+            self._made = make()
+        except BaseException as exc:
+            self._error = exc
+
+    def result(self) -> NodeDisks:
+        """The copies; what making them raised, raised here."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._made is not None, "made or failed"
+        return self._made

@@ -23,8 +23,9 @@ def files_text(instance_count: int, node_local_files: bool, local: bool = True) 
     if instance_count < 2 or not local:
         return None
     run = (
-        "each node in its own copy of the notebook's folder with its own TMPDIR "
-        "(DistComp.node_local_files = False: all in the notebook's folder)"
+        "each node in its own copy of the notebook's folder with its own TMPDIR, the folder "
+        "itself at $DISTCOMP_NOTEBOOK_DIR (DistComp.node_local_files = False: all in the "
+        "notebook's folder)"
         if node_local_files
         else "all ranks in the notebook's folder (DistComp.node_local_files = True: a copy "
         "per node, as on Azure ML)"
