@@ -43,14 +43,18 @@ def run(notebook_path: Path = NOTEBOOK) -> int:
         return 2
     notebook = nbformat.read(notebook_path, as_version=4)
     tic = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="distcomp-demo-") as workdir:
+    with (
+        tempfile.TemporaryDirectory(prefix="distcomp-demo-") as workdir,
+        tempfile.TemporaryDirectory(prefix="distcomp-demo-kernel-") as sockets,
+    ):
         shutil.copy(notebook_path, workdir)
         code = notebook_path.parent / CODE  # the spec's `code:` folder, beside the notebook
         if code.is_dir():
             shutil.copytree(code, Path(workdir) / CODE)
-        # the kernel's channels are Unix sockets in the demo's folder: nothing listens on a
-        # port, and the kernel has no plain-TCP transport to warn about
-        ipc = Config({"KernelManager": {"transport": "ipc", "ip": str(Path(workdir) / "kernel")}})
+        # the kernel's channels are Unix sockets in a folder of their own (not the notebook's,
+        # which each emulated node copies): nothing listens on a port, and the kernel has no
+        # plain-TCP transport to warn about
+        ipc = Config({"KernelManager": {"transport": "ipc", "ip": str(Path(sockets) / "kernel")}})
         client = NotebookClient(
             notebook,
             timeout=600,
