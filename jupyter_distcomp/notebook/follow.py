@@ -62,6 +62,8 @@ class _Result:
     cwd: str
     timed_out: list[int] = field(default_factory=list)
     launcher_tail: list[str] = field(default_factory=list)
+    #: the job's inputs are not in its logs: its command line is masked by flag names only
+    inputs: dict[str, Any] = field(default_factory=dict)
 
     @property
     def failed(self) -> list[_Rank]:
