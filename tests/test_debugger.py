@@ -292,25 +292,27 @@ def test_post_mortem_on_the_lowest_failed_rank_and_on_a_chosen_one(kernel):
     ready(kernel)
 
 
+#: a command whose ranks write when they went on into OUT (an absolute path: a command runs
+#: in a copy of its code folder), its breakpoint on line 8
 TRAIN = """\
 import os
 import time
-
+OUT = {out!r}
 rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
 if rank == 1:
     secret = rank * 7
     breakpoint()
     print("rank 1 continues", flush=True)
-    open("continued", "w").write(repr(time.time()))
+    open(os.path.join(OUT, "continued"), "w").write(repr(time.time()))
 else:
     print("rank 0 works on", flush=True)
-    open("done-0", "w").write(repr(time.time()))
+    open(os.path.join(OUT, "done-0"), "w").write(repr(time.time()))
 """
 
 
 @pytest.mark.slow
 def test_breakpoint_in_the_specs_command_prompts_and_other_ranks_run_on(kernel, tmp_path):
-    (tmp_path / "train.py").write_text(TRAIN)
+    (tmp_path / "train.py").write_text(TRAIN.format(out=str(tmp_path)))
     spec = MPI_SPEC.replace("name: dbg", f"name: cmd\ncode: {tmp_path}")
     out = kernel.run(f"%%distcomp cmd\n{spec}")
     assert out.ok, out.text
@@ -334,7 +336,7 @@ def test_breakpoint_in_the_specs_command_prompts_and_other_ranks_run_on(kernel, 
 
 @pytest.mark.slow
 def test_breakpoint_in_a_command_run_in_the_background_prompts_in_wait(kernel, tmp_path):
-    (tmp_path / "train.py").write_text(TRAIN)
+    (tmp_path / "train.py").write_text(TRAIN.format(out=str(tmp_path)))
     spec = MPI_SPEC.replace("name: dbg", f"name: bgcmd\ncode: {tmp_path}")
     assert kernel.run(f"%%distcomp bgcmd\n{spec}").ok
     kernel.run(
