@@ -219,11 +219,11 @@ def test_node_local_files_give_each_node_its_own_copy_of_the_notebook_folder(
     session = ip.magics_manager.registry["DistCompMagics"].session
     ip.run_line_magic("config", "DistComp.node_local_files = False")
     caption = repr(session.env_table("disks"))  # what `%distcomp env disks` shows
-    assert "`%%distcomp run`: all ranks in the notebook's folder" in caption
+    assert "%%distcomp run: all ranks in the notebook's folder" in caption
     ip.run_line_magic("config", "DistComp.node_local_files = True")  # the default
     try:
         caption = repr(session.env_table("disks"))
-        assert "`%%distcomp run`: each node in its own copy of the notebook's folder" in caption
+        assert "%%distcomp run: each node in its own copy of the notebook's folder" in caption
         code = f"""
 import os, tempfile
 from mpi4py import MPI
