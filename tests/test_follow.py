@@ -4,6 +4,7 @@ azure-ai-ml client, against the stand-in that runs the jobs (jupyter_distcomp/st
 from __future__ import annotations
 
 import re
+import sys
 import threading
 import time
 from collections import Counter
@@ -278,7 +279,17 @@ def test_interrupting_stops_following_never_the_job(shell, standin):
 
     define(shell, nodes=1, ppn=1, env={"STEP_SECONDS": "0.5"})
     job = submit_job(standin, shell, "--input steps=40")
-    threading.Timer(2.0, _thread.interrupt_main).start()
+
+    def interrupt_once_following() -> None:  # Ctrl-C once the cell shows the rank's steps
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            shown = getattr(sys.stdout, "getvalue", lambda: "")()
+            if "rank 0 step 1" in shown:
+                break
+            time.sleep(0.05)
+        _thread.interrupt_main()
+
+    threading.Thread(target=interrupt_once_following, daemon=True).start()
     with capture_output() as captured:
         result = shell.run_cell(f"%distcomp follow {job}")
     assert result.success, result.error_in_exec

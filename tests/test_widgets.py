@@ -51,11 +51,13 @@ launcher:
   additional_arguments: python hello.py {inputs.greeting} {inputs.seconds}
 """
 
+#: PID_DIR: the test's folder, by absolute path (a command runs in a copy of its code folder)
 HELLO_PY = """\
 import os, sys, time
+PID_DIR = "{pid_dir}"
 rank = os.environ["OMPI_COMM_WORLD_RANK"]
 size = os.environ["OMPI_COMM_WORLD_SIZE"]
-with open(f"pid{rank}", "w") as handle:  # the test checks these exact processes are gone
+with open(os.path.join(PID_DIR, f"pid{rank}"), "w") as handle:  # the test checks they end
     handle.write(str(os.getpid()))
 print(f"{sys.argv[1]} from {rank} of {size}", flush=True)
 time.sleep(int(sys.argv[2]))
@@ -545,7 +547,7 @@ def test_submit_checks_the_layout_against_the_compute(panel, standin, tmp_path):
 def test_follow_shows_every_rank_of_the_submitted_job_in_the_log(panel, tmp_path):
     from jupyter_distcomp.standin import AzureStandIn
 
-    (tmp_path / "hello.py").write_text(HELLO_PY)
+    (tmp_path / "hello.py").write_text(HELLO_PY.replace("{pid_dir}", str(tmp_path)))
     comp = load_component(HELLO + ENVIRONMENT, base_dir=tmp_path)
     comp.runsettings.resource_layout.configure(instance_count=2, process_count_per_node=1)
     with AzureStandIn(root=tmp_path / "standin") as running:  # runs what is submitted
@@ -700,7 +702,7 @@ def test_the_panel_shows_the_current_state_only(panel):
 
 @pytest.mark.slow
 def test_run_command_streams_labelled_output_and_failures(panel, tmp_path):
-    (tmp_path / "hello.py").write_text(HELLO_PY)
+    (tmp_path / "hello.py").write_text(HELLO_PY.replace("{pid_dir}", str(tmp_path)))
     comp = load_component(HELLO, base_dir=tmp_path)
     p = panel(comp, name="wcmd")
     p.layout_fields.process_count.value = 2
@@ -722,7 +724,7 @@ def test_run_command_streams_labelled_output_and_failures(panel, tmp_path):
 
 @pytest.mark.slow
 def test_stop_interrupts_a_running_command(panel, tmp_path):
-    (tmp_path / "hello.py").write_text(HELLO_PY)
+    (tmp_path / "hello.py").write_text(HELLO_PY.replace("{pid_dir}", str(tmp_path)))
     comp = load_component(HELLO, base_dir=tmp_path)
     comp.runsettings.set_input("seconds", 60)
     p = panel(comp, name="wlong")

@@ -180,8 +180,8 @@ def follow_job(
     from ..azureml.logs import Follower
 
     spool = folder / "artifacts" if folder is not None else None
-    follower = Follower(ml_client, name, show, state or StateLine(), settings, spool=spool)
     try:
+        follower = Follower(ml_client, name, show, state or StateLine(), settings, spool=spool)
         outcome = follower.run()
     except KeyboardInterrupt:
         show(
