@@ -80,12 +80,13 @@ def test_a_breakpoint_in_the_users_module_names_their_file_on_every_node(kernel,
 
 
 def _where_once_waiting(kernel, name: str, seconds: float) -> str:
-    """``%distcomp where NAME``'s text once a rank is in ``wait_for_data`` (or ``seconds``
-    have passed)."""
+    """``%distcomp where NAME``'s text once ranks 0-3 are in one stack, in
+    ``wait_for_data`` (or ``seconds`` have passed)."""
     deadline = time.monotonic() + seconds
     while True:
         out = kernel.run(f"%distcomp where {name}")
-        if "in wait_for_data" in out.text or time.monotonic() > deadline:
+        together = "ranks 0-3: " in out.text and "in wait_for_data" in out.text
+        if together or time.monotonic() > deadline:
             return out.text
         time.sleep(0.5)
 
