@@ -95,8 +95,9 @@ def text_of(cell) -> str:
     for output in cell.get("outputs", []):
         if output.output_type == "stream":
             parts.append(output.text)
-        elif "data" in output:
-            parts.append(output.data.get("text/plain", ""))
+        elif "data" in output:  # a display is a block of its own, never part of a line
+            shown = output.data.get("text/plain", "")
+            parts.append(shown + "\n" if shown and not shown.endswith("\n") else shown)
     return "".join(parts)
 
 
