@@ -5,6 +5,8 @@ and the public specs prepared for submission.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from jupyter_distcomp.standin import *  # noqa: F403  (the names the tests import from here)
@@ -19,6 +21,25 @@ class AzureStandIn(_StandIn):
 
     def __init__(self, *args: Any, statuses: tuple[str, ...] | None = SCRIPTED, **kwargs: Any):
         super().__init__(*args, statuses=statuses, **kwargs)
+
+
+@contextlib.contextmanager
+def session_on(ip: Any, standin: _StandIn) -> Iterator[Any]:
+    """The shell ``ip`` with its session pointed at ``standin`` and following jobs every
+    0.2-0.5 s; its settings as they were afterwards."""
+    settings = ip.magics_manager.registry["DistCompMagics"].session.azureml
+    saved = {k: getattr(settings, k) for k in ("follow_poll", "follow_poll_max")}
+    for key, value in standin.session_settings().items():
+        setattr(settings, key, value)
+    settings.follow_poll, settings.follow_poll_max = 0.2, 0.5
+    try:
+        yield ip
+    finally:
+        for key, value in saved.items():
+            setattr(settings, key, value)
+        for key in ("credential", "subscription_id", "resource_group", "workspace_name"):
+            setattr(settings, key, None)
+        settings.client_kwargs = {}
 
 
 # -- specs for the Azure tests ----------------------------------------------------------------

@@ -15,6 +15,7 @@ from IPython.utils.capture import capture_output
 from jupyter_distcomp import AzureMLError
 from jupyter_distcomp.standin import TOKEN, AzureStandIn, FakeCredential
 
+from .azure_standin import session_on
 from .waiting import wait_for
 
 pytest.importorskip("azure.ai.ml")
@@ -55,17 +56,8 @@ def shell(ip, standin, tmp_path, monkeypatch):
     """The shell, its session pointed at the stand-in, a component `train` defined."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text(TRAIN)
-    settings = ip.magics_manager.registry["DistCompMagics"].session.azureml
-    saved = {k: getattr(settings, k) for k in ("follow_poll", "follow_poll_max")}
-    for key, value in standin.session_settings().items():
-        setattr(settings, key, value)
-    settings.follow_poll, settings.follow_poll_max = 0.2, 0.5
-    yield ip
-    for key, value in saved.items():
-        setattr(settings, key, value)
-    for key in ("credential", "subscription_id", "resource_group", "workspace_name"):
-        setattr(settings, key, None)
-    settings.client_kwargs = {}
+    with session_on(ip, standin):
+        yield ip
 
 
 def define(ip, nodes=2, ppn=2, env=None):

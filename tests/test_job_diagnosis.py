@@ -14,6 +14,8 @@ from jupyter_distcomp import AzureMLError
 from jupyter_distcomp.core.joblog.state import MARK
 from jupyter_distcomp.standin import AzureStandIn
 
+from .azure_standin import session_on
+
 pytest.importorskip("azure.ai.ml")
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]
 
@@ -80,17 +82,8 @@ def standin(tmp_path):
 def shell(ip, standin, tmp_path, monkeypatch):
     """The shell, its session pointed at the stand-in."""
     monkeypatch.chdir(tmp_path)
-    settings = ip.magics_manager.registry["DistCompMagics"].session.azureml
-    saved = {k: getattr(settings, k) for k in ("follow_poll", "follow_poll_max")}
-    for key, value in standin.session_settings().items():
-        setattr(settings, key, value)
-    settings.follow_poll, settings.follow_poll_max = 0.2, 0.5
-    yield ip
-    for key, value in saved.items():
-        setattr(settings, key, value)
-    for key in ("credential", "subscription_id", "resource_group", "workspace_name"):
-        setattr(settings, key, None)
-    settings.client_kwargs = {}
+    with session_on(ip, standin):
+        yield ip
 
 
 def submit(ip, standin, tmp_path, program, spec=TORCH_SPEC, nodes=2, ppn=1, *flags):
