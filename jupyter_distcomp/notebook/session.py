@@ -459,6 +459,10 @@ class Session:
         background cell. What was stopped, one phrase each ("the ranks of NAME", ...)."""
         if name is not None:
             self.component(name)
+        return self.end_runs(name)
+
+    def end_runs(self, name: str | None) -> list[str]:
+        """:meth:`stop`, for a name known to be a component's (the panel's own)."""
         said = self.runs.stop(name)
         backend = self._backend
         if backend is None:

@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from ...core.model import Component
     from ...local.command import CommandResult
     from ...local.ranks.backend import RankBackend
-    from ...local.runs import Runs
     from ..session import Submission
 
 
@@ -46,8 +45,7 @@ class PanelSession(Protocol):
     @property
     def backend(self) -> RankBackend: ...
 
-    @property
-    def runs(self) -> Runs: ...
+    def end_runs(self, name: str | None) -> list[str]: ...
 
     def rank_values(
         self, name: str, component: Component | None = None
@@ -291,9 +289,7 @@ class PanelActions:
             self._stop_requested = True
             cancelled = self.worker.action == "run the command" and self.worker.cancel()
             try:
-                stopped = self.session.runs.stop(self.name)  # another run of the command
-                if self.session.backend.stop(self.name):
-                    stopped.insert(0, f"the ranks of {self.name}")
+                stopped = self.session.end_runs(self.name)  # as `%distcomp stop NAME`
             except Exception as exc:
                 self.worker.say(f"stop failed: {exc}", "error")
                 return
