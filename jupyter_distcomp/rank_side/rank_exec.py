@@ -142,8 +142,15 @@ def _until_orphaned(parent: int):
 
 def _supervise(child: int) -> int:
     """Wait for the child (reaping the orphans we adopt meanwhile), then end what it left."""
+
+    def forward(signum: int, _frame: object) -> None:
+        try:
+            os.kill(child, signum)
+        except ProcessLookupError:  # the child ended and was reaped: its exit code follows
+            pass
+
     for sig in _FORWARDED:
-        signal.signal(sig, lambda signum, _frame: os.kill(child, signum))
+        signal.signal(sig, forward)
     return reaper.wait_for(child)
 
 

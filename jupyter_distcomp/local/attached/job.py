@@ -96,7 +96,7 @@ class AttachedJob:
             self._interrupt_prompt,
             self.states,
             self._interrupt_late,
-            self.say_notices,
+            self._before_prompt,
         )
         self.attached_at = 0.0
 
@@ -254,6 +254,7 @@ class AttachedJob:
             return total
         finally:
             self._serving = False
+            self._before_prompt()
 
     def _serve_returning(self) -> float:
         """Serve the ranks that stop again within :data:`RETURN_SECONDS` of leaving the
@@ -266,7 +267,7 @@ class AttachedJob:
     def serve_stops(self) -> float:
         """Serve the stopped ranks at the prompt, here (the kernel's main thread); seconds
         spent. A kernel interrupt at the prompt reaches the ranks at it, as on local ranks."""
-        self.say_notices()
+        self._before_prompt()
         serving, self._serving = self._serving, True
         try:
             return self.held.serve_waiting()
@@ -290,6 +291,21 @@ class AttachedJob:
                 return f"no more stops within {timeout:g} s; the job runs on"
             self.debugger.wait_change(self.debugger.version, 0.2)
 
+    def _before_prompt(self) -> None:
+        """Before each prompt and when the prompt ends: name the nodes whose SSH connection
+        ended since the last look, then everything the watcher found."""
+        self._check_links()
+        self.say_notices()
+
+    def _check_links(self) -> None:
+        for node in self.nodes:
+            with self._lock:  # the watcher and the prompt both look: one notice per loss
+                lost = node.state == "attached" and not node.link.alive()
+                if lost:
+                    node.state = f"lost: {node.link._said() or 'its SSH connection ended'}"
+            if lost:
+                self._lose(node)
+
     def all_ended(self) -> bool:
         states = self.states()
         return bool(self.procs) and all(s == RankState.DEAD for s in states.values())
@@ -303,16 +319,12 @@ class AttachedJob:
             if time.monotonic() - last < WATCH_SECONDS:
                 continue
             last = time.monotonic()
+            self._check_links()
             for node in self.nodes:
-                if node.state != "attached":
-                    continue
-                if not node.link.alive():
-                    self._lose(node)
-                else:
+                if node.state == "attached":
                     self._discover(node)
 
     def _lose(self, node: Node) -> None:
-        node.state = f"lost: {node.link._said() or 'its SSH connection ended'}"
         ranks = sorted(r for r, p in self.procs.items() if p.node == node.index)
         who = f"{format_ranks(ranks)} leave the prompt and run on" if ranks else "no rank seen"
         self._notice(
