@@ -270,15 +270,17 @@ def test_interrupting_stops_following_never_the_job(shell, standin):
     import _thread
 
     define(shell, nodes=1, ppn=1, env={"STEP_SECONDS": "0.5"})
-    job = submit_job(standin, shell, "--input steps=40")
+    # steps enough to outlast a slow start and the follow's longest wait between polls:
+    # the job is canceled below
+    job = submit_job(standin, shell, "--input steps=600")
 
     following = threading.Event()
 
     def interrupt_while_following() -> None:
-        """Ctrl-C once the cell shows the rank's steps, and again a second later while the
-        cell has not said that it stopped 5 s later (an interrupt that lands in a finaliser
-        is lost, as for a person, who presses it again)."""
-        deadline = time.monotonic() + 60
+        """Ctrl-C once the cell shows the rank's steps, and again 5 s later while the cell
+        has not said that it stopped (an interrupt that lands in a finaliser is lost, as
+        for a person, who presses it again)."""
+        deadline = time.monotonic() + 240
         while following.is_set() and time.monotonic() < deadline:
             shown = getattr(sys.stdout, "getvalue", lambda: "")()
             if "Stopped following" in shown:

@@ -220,6 +220,9 @@ def _release(ip, name: str, size: int) -> None:
 
 
 def test_the_interrupt_names_the_missing_rank(ip, world):
+    from jupyter_distcomp.contracts import RankState
+    from jupyter_distcomp.local.ranks.backend import get_backend
+
     here = label(ip)
     started = run_cell(
         ip,
@@ -227,9 +230,10 @@ def test_the_interrupt_names_the_missing_rank(ip, world):
     )
     assert started.ok
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline:  # rank 0 waits, and the notebook has rank 1's result
         listing = run_cell(ip, "%distcomp collectives h").stdout
-        if "name allreduce.pending) at" in listing and "waiting" in listing:
+        idle = [r["state"] for r in get_backend().status("h")][1] == RankState.IDLE
+        if "name allreduce.pending) at" in listing and "waiting" in listing and idle:
             break
         time.sleep(0.5)
     assert (
