@@ -1,7 +1,9 @@
 """The Azure ML jobs this kernel is attached to (``%distcomp attach JOB``), by job name: the
 Azure side (azureml/attach.py: the job, its nodes' SSH endpoints) joined to the local side
 (local/attached: the tunnels, the ranks at the group prompt). The session routes ``where``,
-``collectives``, ``compare``, ``status``, ``interrupt`` and ``wait`` of a job's name here.
+``collectives``, ``compare``, ``status``, ``interrupt`` and ``wait`` of a job's name here;
+of a job submitted with ``--cells``, ``%%distcomp run NAME --job JOB`` (its ranks as
+engines: local/attached/cells.py) and ``%distcomp stop JOB`` (the job ends).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from ..errors import RankError
 
 if TYPE_CHECKING:
     from ..local.attached import AttachedJob
+    from ..local.jobcells import JobCells, JobWorld
     from .config import AzureML
 
 
@@ -25,6 +28,8 @@ class AttachedJobs:
         self.jobs: dict[str, AttachedJob] = {}
         self.clients: dict[str, Any] = {}
         self.seconds: dict[str, float] = {}  # how long each attach took, once Running
+        self.cell_jobs: dict[str, int] = {}  # jobs whose ranks run cells: ranks per node
+        self.engines: dict[str, JobCells] = {}  # their engines, once a cell asked for them
 
     def __contains__(self, name: object) -> bool:
         return name in self.jobs
@@ -68,7 +73,47 @@ class AttachedJobs:
         self.seconds[name] = time.monotonic() - tic
         self.jobs[name] = job
         self.clients[name] = client
+        if target.cells:
+            self.cell_jobs[name] = max(1, target.world_size // max(1, job.instance_count))
         return job
+
+    def cells(self, name: str, progress: Callable[[int], None] | None = None) -> JobWorld:
+        """The ranks of attached job ``name`` as engines of this kernel (started on first
+        use); a RankError where the job's ranks do not run cells."""
+        from ..local.jobcells import JobCells
+
+        job = self.get(name)
+        engines = self.engines.get(name)
+        if engines is None or engines.world is None:
+            if name not in self.cell_jobs:
+                raise RankError(
+                    f"job {name!r} was not submitted with --cells: its ranks run the spec's "
+                    "command, not the notebook's cells. Fix: `%distcomp submit NAME --compute "
+                    "C --debug --cells`; `%distcomp attach` reaches this job's breakpoints."
+                )
+            engines = JobCells(job, self.cell_jobs[name])
+            engines.start(progress)
+            self.engines[name] = engines
+        assert engines.world is not None, "set by start"
+        return engines.world
+
+    def end(self, name: str) -> str:
+        """``%distcomp stop JOB``: every rank's engine ends (its process exits with code 0,
+        the job completes), then the kernel detaches."""
+        engines = self.engines.pop(name, None)
+        if engines is None:
+            raise RankError(
+                f"job {name!r} runs no cells of this kernel: nothing to stop. Fix: "
+                f"`%distcomp detach {name}` leaves it; Azure ML studio cancels it."
+            )
+        ended = engines.end()
+        self.detach(name)
+        from ..core.ranges import format_ranks
+
+        return (
+            f"Ended job {name}'s engines on {format_ranks(ended) if ended else 'no rank'}: each "
+            "rank's process exits with code 0 and the job completes."
+        )
 
     def ended(self, name: str) -> Callable[[], bool]:
         """Whether Azure ML says job ``name`` has ended (read at most every few seconds)."""
@@ -87,7 +132,16 @@ class AttachedJobs:
         self.clients.pop(name, None)
         if job is None:
             raise RankError(f"job {name!r} is not attached in this kernel; nothing to detach.")
+        engines = self.engines.pop(name, None)
+        if engines is not None:  # the ranks' engines lose this kernel: the idle limit ends them
+            engines.close()
         job.detach()
+        if engines is not None:
+            return (
+                f"Detached from job {name}: it keeps running on Azure ML; its ranks' engines "
+                f"end after {job.idle_minutes:g} min without a cell, and the job with them "
+                f"(`%distcomp stop {name}` ends it at once)."
+            )
         return (
             f"Detached from job {name}: it keeps running on Azure ML; ranks at the prompt run "
             f"on, and the next breakpoint() waits for `%distcomp attach {name}` (at most "
@@ -103,12 +157,21 @@ class AttachedJobs:
                 pass
 
 
-def attached_text(job: AttachedJob, seconds: float) -> str:
-    """What ``%distcomp attach`` says once attached."""
+def attached_text(job: AttachedJob, seconds: float, cells: bool = False) -> str:
+    """What ``%distcomp attach`` says once attached (``cells``: its ranks run cells)."""
     nodes = ", ".join(
         f"node {n.index} {n.destination}" + ("" if n.state == "attached" else f" ({n.state})")
         for n in job.nodes
     )
+    if cells:
+        return (
+            f"Attached to job {job.name} in {seconds:.1f} s over SSH ({job.route} route): "
+            f"{job.instance_count} node(s), {job.world_size} rank(s), each an engine of this "
+            f"kernel: `%%distcomp run NAME --job {job.name}` runs a cell on them.\n"
+            f"Idle limit: the job ends after {job.idle_minutes:g} min without a cell, also "
+            f"when this kernel is gone (set at submit: --idle-limit). `%distcomp stop "
+            f"{job.name}` ends it now."
+        )
     return (
         f"Attached to job {job.name} in {seconds:.1f} s over SSH ({job.route} route): "
         f"{job.instance_count} node(s), {job.world_size} rank(s): {nodes}.\n"
