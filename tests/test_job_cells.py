@@ -24,8 +24,8 @@ from .debug_support import DebugKernel
 from .netns_support import unavailable
 from .test_attach_jobs import (  # noqa: F401  (fixtures)
     hosts,
-    keys,
     kernel,
+    keys,
     listeners,
     pointed_at,
     standin,
@@ -95,9 +95,7 @@ def test_cells_run_on_the_jobs_ranks_until_stop_ends_the_job(
     assert "the job ends after 5 min without a cell, also when this kernel is gone" in out.text
     for rank in range(4):  # each rank's own variables and host, labelled with its node
         node = rank // 2
-        assert f"[node {node} rank {rank}] rank {rank} on node{node} total 10" in out.text, (
-            out.text
-        )
+        assert f"[node {node} rank {rank}] rank {rank} on node{node} total 10" in out.text, out.text
     assert "the spec command" not in "".join(logs(job))
 
     # a failing cell: each rank's error, then the ranks run the next cell
