@@ -105,6 +105,14 @@ def test_cells_run_on_the_jobs_ranks_until_stop_ends_the_job(
     assert not failed.ok
     for rank in range(4):
         assert f"bad input on rank {rank}" in failed.text, failed.text
+    # a cell past its time-out: each rank's stack, taken on its node, then SIGINT over SSH
+    slow = kernel.run(
+        f"%%distcomp run train --job {name} --timeout 3\nimport time\ntime.sleep(120)\n"
+    )
+    assert not slow.ok
+    assert f"the cell timed out after 3 s on {name!r}: ranks 0-3 still busy" in slow.text, slow.text
+    assert "time.sleep(120)" in slow.text, slow.text
+    assert "all ranks are ready for the next cell" in slow.text, slow.text
     again = kernel.run(f"%%distcomp run train --job {name} --ranks 0-3\nprint(c.allreduce(2))\n")
     assert again.ok, again.text
     assert "[node 1 rank 3] 8" in again.text, again.text
