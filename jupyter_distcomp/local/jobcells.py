@@ -217,7 +217,21 @@ def run_job_cell(world: JobWorld, code: str, options: CellOptions, shell: Any = 
     busy = [r for r in targets if world.ranks[r].state == RankState.BUSY]
     if busy:
         raise RankError(busy_message(world, busy))
-    CellRun(world, targets, code, options, shell=shell).run()
+    stopping = (
+        None if options.debug_ranks is None else parse_ranks(options.debug_ranks, world.world_size)
+    )
+
+    def restate(rank: int, state: RankState) -> None:  # busy <-> debugging, as local ranks
+        before = RankState.BUSY if state == RankState.DEBUGGING else RankState.DEBUGGING
+        world.change_state(rank, before, state)
+
+    # a breakpoint() in the cell reaches attach's channel: the cell serves it at the prompt
+    with world.job.serving_cell(restate) as channel:
+        world.debugger = channel
+        try:
+            CellRun(world, targets, code, options, shell=shell, stopping=stopping).run()
+        finally:
+            world.debugger = None
 
 
 __all__ = ["JobCells", "JobWorld", "node_connection", "run_job_cell"]

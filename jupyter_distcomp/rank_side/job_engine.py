@@ -135,6 +135,9 @@ def run_engine(connection: dict, rank: int) -> None:
     stops."""
     import runpy
 
+    # the engine's kernel without ipykernel's debugger (which imports debugpy, and debugpy
+    # takes over breakpoint(): attach's breakpoint() serves the cell's stops instead)
+    sys.modules["distcomp_job_watch"]._sibling("engine_start").without_kernel_debugger()
     os.environ["IPP_CONNECTION_INFO"] = json.dumps(connection)
     sys.argv = [
         "ipengine",
@@ -198,9 +201,12 @@ def main() -> int:
     return 0
 
 
+#: seconds the rank's last lines get to leave through the launcher before the process exits
+#: (it leaves with os._exit: the engine's threads would hold a normal exit)
+LAST_WORDS = 0.5
+
 if __name__ == "__main__":
     code = main()
-    sys.stdout.flush()
     _finalize_mpi()
-    sys.stderr.flush()
+    time.sleep(LAST_WORDS)
     os._exit(code)
