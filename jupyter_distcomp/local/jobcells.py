@@ -165,8 +165,11 @@ class JobCells:
                 world.stop(wait=False)
                 raise RankError(
                     f"job {self.job.name}: {world.ready_count} of {world.world_size} ranks "
-                    f"came as engines within {REGISTER_SECONDS:g} s. Fix: submit with `--debug "
-                    "--cells` (its ranks wait for cells) and an image with ipyparallel."
+                    f"came as engines within {REGISTER_SECONDS:g} s. A rank serves one "
+                    "attach: after a detach (or a kernel that ended) its engine waits for "
+                    "that notebook until the idle limit ends it. Fix: submit the job again, "
+                    "with an image that has ipyparallel; its ranks' logs say why "
+                    f"(`%distcomp follow {self.job.name}`)."
                 )
         world.raise_start_error()
         self.world = world
@@ -197,16 +200,21 @@ class JobCells:
         scratch.remove(self.profile)
 
 
+def refuse_background(options: CellOptions | None, job: str) -> None:
+    """A RankError for a ``--background`` cell on a job's ranks (not built)."""
+    if options is not None and options.background:
+        raise RankError(
+            f"--background is not available with --job: the cell waits for job {job}'s "
+            "ranks. Fix: run it without --background."
+        )
+
+
 def run_job_cell(world: JobWorld, code: str, options: CellOptions, shell: Any = None) -> None:
     """Run ``code`` on the job's ranks (``options.ranks``) as a local run cell runs."""
     from .ranks.ledgers import busy_message
     from .ranks.run import CellRun
 
-    if options.background:
-        raise RankError(
-            f"--background is not available with --job: the cell waits for job "
-            f"{world.name}'s ranks. Fix: run it without --background."
-        )
+    refuse_background(options, world.name)
     targets = parse_ranks(options.ranks, world.world_size)
     dead = [r for r in targets if world.ranks[r].state == RankState.DEAD]
     if dead:
@@ -234,4 +242,4 @@ def run_job_cell(world: JobWorld, code: str, options: CellOptions, shell: Any = 
             world.debugger = None
 
 
-__all__ = ["JobCells", "JobWorld", "node_connection", "run_job_cell"]
+__all__ = ["JobCells", "JobWorld", "node_connection", "refuse_background", "run_job_cell"]

@@ -320,9 +320,10 @@ class Session:
     ) -> None:
         """Run ``code`` on the ranks of Azure ML job ``job`` (submitted with ``--debug
         --cells``), attached first if it is not (``on_attach(the attached job)``)."""
-        from ..local.jobcells import run_job_cell
+        from ..local.jobcells import refuse_background, run_job_cell
 
         self.component(name)
+        refuse_background(options, job)
         if job not in self.attached:
             attached = self.attach(job)
             if on_attach is not None:
