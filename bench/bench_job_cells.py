@@ -21,17 +21,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench_attach import SPEC  # a 2 x 2 MPI component whose command names this Python
 from common import quiet
 
 from tests.netns_support import NamespaceHosts, unavailable
 
-SPEC = """\
-name: bench
-type: DistributedComponent
-launcher:
-  type: mpi
-  additional_arguments: {python} bench.py
-"""
 TRIPS = 60
 
 
@@ -67,7 +61,7 @@ def main() -> None:
     shell.run_line_magic("load_ext", "jupyter_distcomp")
     shell.run_line_magic("config", "DistComp.prestart = False")
     folder = Path(tempfile.mkdtemp(prefix="bench-job-cells-"))
-    (folder / "bench.py").write_text("print('not run')\n")
+    (folder / "train.py").write_text("print('not run')\n")
     spec = SPEC.format(python=sys.executable)
     quiet(shell.run_cell, f"%%distcomp bench\n{spec}code: {folder}\n")
     shell.user_ns["bench"].runsettings.resource_layout.configure(

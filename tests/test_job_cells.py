@@ -20,9 +20,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from . import test_attach_jobs as attach_jobs
 from .debug_support import DebugKernel
-from .netns_support import unavailable
 from .test_attach_jobs import (  # noqa: F401  (fixtures)
+    SPEC,
     hosts,
     kernel,
     keys,
@@ -33,20 +34,8 @@ from .test_attach_jobs import (  # noqa: F401  (fixtures)
 )
 
 pytest.importorskip("azure.ai.ml")
-WHY_NOT = unavailable()
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(WHY_NOT is not None, reason=f"no namespaced hosts: {WHY_NOT}"),
-    pytest.mark.filterwarnings("ignore::UserWarning"),
-]
-
-SPEC = """\
-name: train
-type: DistributedComponent
-launcher:
-  type: mpi
-  additional_arguments: {python} train.py
-"""
+#: the attach tests' marks: slow, skipped (with the reason) without namespaced hosts
+pytestmark = attach_jobs.pytestmark
 #: what a cell on the job's ranks does: who it is, where, and an allreduce across nodes
 CELL = """\
 import os, socket

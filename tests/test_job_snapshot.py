@@ -242,11 +242,9 @@ def test_submit_magic_diagnoses_by_default_and_not_when_told(ip, standin, tmp_pa
     assert ours == [{f"proj/{name}" for name in OURS}, set()] * 2
 
 
-@pytest.mark.slow
-@pytest.mark.filterwarnings("ignore:The `context` parameter is deprecated")
-def test_submit_debug_sends_the_ssh_service_the_attach_side_and_its_variables(
-    ip, standin, tmp_path, monkeypatch
-):
+def _defined_with_a_key(ip, standin, tmp_path, monkeypatch) -> Path:
+    """The component ``train`` defined in its project, the session on ``standin``; the
+    user's public SSH key file."""
     from .test_azureml_submit import _configure
 
     code = _project(tmp_path)
@@ -257,6 +255,15 @@ def test_submit_debug_sends_the_ssh_service_the_attach_side_and_its_variables(
     )
     assert ip.run_cell(f"%%distcomp train\n{SPEC}").success
     _configure(ip, standin)
+    return public
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:The `context` parameter is deprecated")
+def test_submit_debug_sends_the_ssh_service_the_attach_side_and_its_variables(
+    ip, standin, tmp_path, monkeypatch
+):
+    public = _defined_with_a_key(ip, standin, tmp_path, monkeypatch)
     line = f"%distcomp submit train --compute cpu --debug --idle-limit 12 --ssh-key {public}"
     result = ip.run_cell(line)
     assert result.success, result.error_in_exec
@@ -285,14 +292,7 @@ def test_submit_debug_sends_the_ssh_service_the_attach_side_and_its_variables(
 def test_submit_debug_cells_runs_the_engine_in_the_specs_python_instead_of_its_command(
     ip, standin, tmp_path, monkeypatch
 ):
-    from .test_azureml_submit import _configure
-
-    code = _project(tmp_path)
-    monkeypatch.chdir(code)
-    public = tmp_path / "me.pub"
-    public.write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJustATestKeyForCells me@here\n")
-    assert ip.run_cell(f"%%distcomp train\n{SPEC}").success
-    _configure(ip, standin)
+    public = _defined_with_a_key(ip, standin, tmp_path, monkeypatch)
     alone = ip.run_cell(f"%distcomp submit train --compute cpu --cells --ssh-key {public}")
     assert "--cells needs --debug" in str(alone.error_in_exec)
     line = f"%distcomp submit train --compute cpu --debug --cells --ssh-key {public}"
