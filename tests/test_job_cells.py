@@ -147,7 +147,7 @@ def test_a_killed_kernel_leaves_the_job_to_end_by_its_idle_limit(
         assert doomed.run(pointed_at(standin, keys)).ok
         out = doomed.run(f"%distcomp attach {name}", timeout=300)
         assert out.ok, out.text
-        assert "each an engine of this kernel" in out.text, out.text
+        assert "each rank an engine of this kernel" in out.text, out.text
         kernel_process = psutil.Process(doomed.km.provisioner.process.pid)
         kernel_process.kill()  # SIGKILL: no atexit hook, no detach, no stop
     finally:

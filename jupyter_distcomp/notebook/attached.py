@@ -3,7 +3,7 @@ Azure side (azureml/attach.py: the job, its nodes' SSH endpoints) joined to the 
 (local/attached: the tunnels, the ranks at the group prompt). The session routes ``where``,
 ``collectives``, ``compare``, ``status``, ``interrupt`` and ``wait`` of a job's name here;
 of a job submitted with ``--cells``, ``%%distcomp run NAME --job JOB`` (its ranks as
-engines: local/attached/cells.py) and ``%distcomp stop JOB`` (the job ends).
+engines: local/jobcells.py) and ``%distcomp stop JOB`` (the job ends).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..core.ranges import format_ranks
 from ..errors import RankError
 
 if TYPE_CHECKING:
@@ -108,8 +109,6 @@ class AttachedJobs:
             )
         ended = engines.end()
         self.detach(name)
-        from ..core.ranges import format_ranks
-
         return (
             f"Ended job {name}'s engines on {format_ranks(ended) if ended else 'no rank'}: each "
             "rank's process exits with code 0 and the job completes."
@@ -166,8 +165,9 @@ def attached_text(job: AttachedJob, seconds: float, cells: bool = False) -> str:
     if cells:
         return (
             f"Attached to job {job.name} in {seconds:.1f} s over SSH ({job.route} route): "
-            f"{job.instance_count} node(s), {job.world_size} rank(s), each an engine of this "
-            f"kernel: `%%distcomp run NAME --job {job.name}` runs a cell on them.\n"
+            f"{job.instance_count} node(s), {job.world_size} rank(s): {nodes}; each rank an "
+            f"engine of this kernel: `%%distcomp run NAME --job {job.name}` runs a cell on "
+            "them.\n"
             f"Idle limit: the job ends after {job.idle_minutes:g} min without a cell, also "
             f"when this kernel is gone (set at submit: --idle-limit). `%distcomp stop "
             f"{job.name}` ends it now."

@@ -324,11 +324,12 @@ class Session:
 
         self.component(name)
         refuse_background(options, job)
-        if job not in self.attached:
-            attached = self.attach(job)
-            if on_attach is not None:
-                on_attach(attached)
+        attaching = job not in self.attached
+        if attaching:
+            self.attach(job)
         world = self.attached.cells(job)
+        if attaching and on_attach is not None:
+            on_attach(self.attached.get(job))
         run_job_cell(world, code, self._cell_options(options), shell=self.shell)
 
     def debug(self, name: str, rank: int | None = None) -> None:

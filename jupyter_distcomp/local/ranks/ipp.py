@@ -417,7 +417,7 @@ class LocalCluster:
 
 class Controller:
     """A controller alone, in ``profile_dir``, on loopback with CurveZMQ, for engines that
-    others start (the ranks of an Azure ML job: local/attached/cells.py); it ends with the
+    others start (the ranks of an Azure ML job: local/jobcells.py); it ends with the
     kernel (the guard)."""
 
     def __init__(self, profile_dir: str) -> None:

@@ -67,7 +67,7 @@ class World(WorldHealth):
     """The ranks of one component. Create, then :meth:`start_async` or :meth:`start`."""
 
     #: the ranks keep the variables their launcher gave them and their own SIGUSR1 stack
-    #: file (a job's ranks: local/attached/cells.py); ``envs`` then only place them
+    #: file (a job's ranks: local/jobcells.py); ``envs`` then only place them
     own_environment = False
 
     def __init__(
@@ -294,7 +294,7 @@ class World(WorldHealth):
             setup_rank,
             lambda info: (
                 {
-                    **({} if own else private),
+                    **private,  # empty but on this machine's own ranks
                     **({} if own else self.envs[info.rank]),
                     **({} if own else self._node_environment(info.rank)),
                     CHECK_KEY_VARIABLE: self._check_key,  # signs check mode's store values
