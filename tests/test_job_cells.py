@@ -112,6 +112,19 @@ def test_cells_run_on_the_jobs_ranks_until_stop_ends_the_job(
     assert f"the cell timed out after 3 s on {name!r}: ranks 0-3 still busy" in slow.text, slow.text
     assert "time.sleep(120)" in slow.text, slow.text
     assert "all ranks are ready for the next cell" in slow.text, slow.text
+    # a kernel interrupt while a cell runs reaches the job's ranks (SIGINT over SSH)
+    sleeping = kernel.kc.execute(
+        f"%%distcomp run train --job {name}\nimport time\nprint('sleeping', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    for rank in (0, 3):
+        assert f"rank {rank}] sleeping" in kernel.output_until(sleeping, f"rank {rank}] sleeping")
+    kernel.km.interrupt_kernel()
+    reply = kernel.kc.get_shell_msg(timeout=60)
+    while reply["parent_header"].get("msg_id") != sleeping:
+        reply = kernel.kc.get_shell_msg(timeout=60)
+    assert reply["content"]["status"] == "error", reply["content"]
+    assert reply["content"]["ename"] == "RankInterrupt", reply["content"]
     again = kernel.run(f"%%distcomp run train --job {name} --ranks 0-3\nprint(c.allreduce(2))\n")
     assert again.ok, again.text
     assert "[node 1 rank 3] 8" in again.text, again.text
