@@ -2,7 +2,8 @@
 
 No other module of the kernel imports ipyparallel or calls into its objects: they get
 clusters, clients, replies and the errors replies raise from here (on the rank side, only
-``rank_side/engine_start.py``, which starts each engine, imports it). :data:`RELIES_ON`
+``rank_side/engine_start.py``, which starts each engine, and ``rank_side/job_engine.py``,
+which starts one in a rank of an Azure ML job, import it). :data:`RELIES_ON`
 names everything used, and a test checks it against the installed ipyparallel. ipyparallel
 is imported on first use only.
 
