@@ -140,6 +140,8 @@ def test_cells_run_on_the_jobs_ranks_until_stop_ends_the_job(
             if conn.status == psutil.CONN_LISTEN:
                 assert conn.laddr.ip in ("127.0.0.1", "::1"), (process.name(), conn)
 
+    status = kernel.run(f"%distcomp status {name}")
+    assert "engines of this kernel: ranks 0-3" in status.text, status.text
     stopped = kernel.run(f"%distcomp stop {name}")
     assert f"Ended job {name}'s engines on ranks 0-3" in stopped.text, stopped.text
     assert job.wait(120) == "Completed", "\n".join(logs(job))

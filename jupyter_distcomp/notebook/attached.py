@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..contracts import RankState
 from ..core.ranges import format_ranks
 from ..errors import RankError
 
@@ -97,6 +98,23 @@ class AttachedJobs:
             self.engines[name] = engines
         assert engines.world is not None, "set by start"
         return engines.world
+
+    def describe(self, name: str) -> list[str]:
+        """What ``%distcomp status JOB`` says: the attach's nodes and ranks, and of a job
+        whose ranks run cells, where its engines are."""
+        lines = self.get(name).describe()
+        engines = self.engines.get(name)
+        world = engines.world if engines is not None else None
+        if world is not None:
+            alive = [i.rank for i in world.ranks if i.state != RankState.DEAD]
+            lines.append(
+                f"engines of this kernel: {format_ranks(alive) if alive else 'none left'} "
+                f"(`%%distcomp run NAME --job {name}`); the job ends at `%distcomp stop {name}`"
+                f" or after {self.get(name).idle_minutes:g} min without a cell"
+            )
+        elif name in self.cell_jobs:
+            lines.append(f"its ranks wait for cells: `%%distcomp run NAME --job {name}`")
+        return lines
 
     def end(self, name: str) -> str:
         """``%distcomp stop JOB``: every rank's engine ends (its process exits with code 0,

@@ -593,7 +593,7 @@ class DistCompMagics(Magics):
         from IPython.display import display
 
         if self.session._is_attached(args.name):
-            print("\n".join(self.session.attached.get(args.name).describe()))
+            print("\n".join(self.session.attached.describe(args.name)))
             return
 
         from .views.status import StatusTable
