@@ -94,7 +94,11 @@ class AttachedJobs:
                     "C --debug --cells`; `%distcomp attach` reaches this job's breakpoints."
                 )
             engines = JobCells(job, self.cell_jobs[name])
-            engines.start(progress)
+            try:
+                engines.start(progress)
+            except BaseException:  # nothing of ours is left running: the controller goes
+                engines.close()
+                raise
             self.engines[name] = engines
         assert engines.world is not None, "set by start"
         return engines.world
