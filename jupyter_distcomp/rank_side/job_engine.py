@@ -93,8 +93,8 @@ class Idle:
         Kernel.finish_metadata = finish_metadata
 
     def watch(self, minutes: float) -> None:
-        """In a thread: end the engine (:func:`stop_engine`) once
-        no cell came for ``minutes`` (counted from now, the engine's start)."""
+        """In a thread: end the engine (:func:`stop_engine`) once no cell came for
+        ``minutes`` (counted from now, the engine's start; a cell that runs counts as one)."""
         self.last = time.monotonic()
 
         def run() -> None:
