@@ -79,7 +79,12 @@ def test_the_cycle_check_finds_a_cycle():
 # -- the maps: each folder's docstring names its modules; one adapter imports ipyparallel --
 
 #: the modules that may import ipyparallel: the kernel's adapter, and the engine's start
-IPYPARALLEL_IMPORTERS = {"local/ranks/ipp.py", "rank_side/engine_start.py"}
+#: the kernel's adapter, and the two engine starts: a local rank's, and a job rank's (--cells)
+IPYPARALLEL_IMPORTERS = {
+    "local/ranks/ipp.py",
+    "rank_side/engine_start.py",
+    "rank_side/job_engine.py",
+}
 
 
 def docstring_of(path: Path) -> str:
@@ -136,7 +141,7 @@ def test_every_folder_names_each_of_its_modules_in_a_line():
     assert unnamed_modules(PACKAGE) == []
 
 
-def test_only_the_adapter_and_the_engine_start_import_ipyparallel():
+def test_only_the_adapter_and_the_engine_starts_import_ipyparallel():
     assert importers_of(PACKAGE, "ipyparallel") == IPYPARALLEL_IMPORTERS
 
 

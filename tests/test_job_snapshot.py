@@ -66,8 +66,9 @@ def test_what_travels_runs_on_python_3_8_and_needs_nothing_else():
             # on an interpreter without the package)
             assert "import jupyter_distcomp" not in text and "from jupyter_distcomp" not in text
         everything |= loaded
-    # and nothing travels that no other travelling file loads (the sitecustomize aside)
-    assert everything - {"check_exchange"} == travels - {"sitecustomize"}
+    # and nothing travels that no other travelling file loads (the sitecustomize aside, and
+    # job_engine, the command of a job submitted with --cells)
+    assert everything - {"check_exchange"} == travels - {"sitecustomize", "job_engine"}
 
 
 @pytest.mark.parametrize(
@@ -241,11 +242,9 @@ def test_submit_magic_diagnoses_by_default_and_not_when_told(ip, standin, tmp_pa
     assert ours == [{f"proj/{name}" for name in OURS}, set()] * 2
 
 
-@pytest.mark.slow
-@pytest.mark.filterwarnings("ignore:The `context` parameter is deprecated")
-def test_submit_debug_sends_the_ssh_service_the_attach_side_and_its_variables(
-    ip, standin, tmp_path, monkeypatch
-):
+def _defined_with_a_key(ip, standin, tmp_path, monkeypatch) -> Path:
+    """The component ``train`` defined in its project, the session on ``standin``; the
+    user's public SSH key file."""
     from .test_azureml_submit import _configure
 
     code = _project(tmp_path)
@@ -256,6 +255,15 @@ def test_submit_debug_sends_the_ssh_service_the_attach_side_and_its_variables(
     )
     assert ip.run_cell(f"%%distcomp train\n{SPEC}").success
     _configure(ip, standin)
+    return public
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:The `context` parameter is deprecated")
+def test_submit_debug_sends_the_ssh_service_the_attach_side_and_its_variables(
+    ip, standin, tmp_path, monkeypatch
+):
+    public = _defined_with_a_key(ip, standin, tmp_path, monkeypatch)
     line = f"%distcomp submit train --compute cpu --debug --idle-limit 12 --ssh-key {public}"
     result = ip.run_cell(line)
     assert result.success, result.error_in_exec
@@ -277,6 +285,38 @@ def test_submit_debug_sends_the_ssh_service_the_attach_side_and_its_variables(
     assert ours == {f"proj/{n}" for n in OURS} | {
         f"proj/.distcomp/rank_side/{n}" for n in DEBUG_FILES
     }
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:The `context` parameter is deprecated")
+def test_submit_debug_cells_runs_the_engine_in_the_specs_python_instead_of_its_command(
+    ip, standin, tmp_path, monkeypatch
+):
+    public = _defined_with_a_key(ip, standin, tmp_path, monkeypatch)
+    alone = ip.run_cell(f"%distcomp submit train --compute cpu --cells --ssh-key {public}")
+    assert "--cells needs --debug" in str(alone.error_in_exec)
+    line = f"%distcomp submit train --compute cpu --debug --cells --ssh-key {public}"
+    result = ip.run_cell(line)
+    assert result.success, result.error_in_exec
+    (put,) = standin.job_puts()
+    body = put.body["properties"]
+    assert body["environmentVariables"]["DISTCOMP_CELLS"] == "1"
+    assert body["command"] == PREFIX + "python .distcomp/rank_side/job_engine.py"
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("python train.py --epochs 3", "python"),
+        ("/opt/conda/bin/python3.10 -u train.py", "/opt/conda/bin/python3.10"),
+        ("torchrun --nproc_per_node 2 train.py", "python"),
+        ("", "python"),
+    ],
+)
+def test_a_cells_job_runs_the_engine_in_the_python_its_command_names(command, expected):
+    from jupyter_distcomp.azureml.debugged import cells_command
+
+    assert cells_command(command) == f"{expected} .distcomp/rank_side/job_engine.py"
 
 
 def test_each_sitecustomize_on_the_path_runs_once(tmp_path):

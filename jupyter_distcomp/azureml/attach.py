@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 from ..errors import AzureMLError
 from ..rank_side.job_attach import DEFAULT_IDLE_MINUTES, ENV_FOLDER, ENV_IDLE
+from .debugged import ENV_CELLS
 from .logs.job import JobFacts, read_job
 
 #: the user ``az ml job connect-ssh`` logs in as (the ml CLI extension's _ssh_command.py)
@@ -40,6 +41,7 @@ class AttachTarget:
     destinations: list[str]  # node i's SSH destination, ssh://user@host:port
     folder: str
     idle_minutes: float
+    cells: bool = False  # its ranks wait to run the notebook's cells (submit --cells)
 
     @property
     def world_size(self) -> int:
@@ -103,7 +105,8 @@ def attach_target(
         _node_destination(ml_client, name, node, user) for node in range(facts.instance_count)
     ]
     idle = float(variables.get(ENV_IDLE) or DEFAULT_IDLE_MINUTES)
-    return AttachTarget(facts, destinations, str(folder), idle)
+    cells = bool(variables.get(ENV_CELLS))
+    return AttachTarget(facts, destinations, str(folder), idle, cells)
 
 
 def _job(ml_client: Any, name: str) -> tuple[JobFacts, dict[str, str]]:

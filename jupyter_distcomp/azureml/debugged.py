@@ -9,20 +9,34 @@ never leaves their machine), a code snapshot that carries the rank side of attac
 here with azure-ai-ml's own ``generate_job_name``), and ``DISTCOMP_IDLE_MINUTES``, how long
 a ``breakpoint()`` waits for a notebook (and a prompt for a command) before the rank runs
 on. A job nobody attaches to runs as it would without ``--debug``.
+
+With ``cells`` (``--debug --cells``) the job runs no command of the spec: each rank's
+process, started by the job's launcher with the job's environment, runs
+``rank_side/job_engine.py`` and becomes an ipyparallel engine of the notebook once it
+attaches (``%%distcomp run NAME --job JOB``), until the notebook ends it or no cell comes
+for the idle limit. ``DISTCOMP_CELLS`` tells attach so.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ..errors import AzureMLError
 from ..rank_side.job_attach import DEFAULT_IDLE_MINUTES, ENV_FOLDER, ENV_IDLE
 
+#: set on a job whose ranks run the notebook's cells (``--cells``)
+ENV_CELLS = "DISTCOMP_CELLS"
+#: the rank side a cells job runs, in its code snapshot (azureml/snapshot.py)
+ENGINE_SCRIPT = ".distcomp/rank_side/job_engine.py"
+
 #: on each node, the job's folder: this prefix and the job's name
 FOLDER_PREFIX = "/tmp/distcomp-attach-"
 
 
-def debug_variables(job_name: str, idle_minutes: float | None = None) -> dict[str, str]:
+def debug_variables(
+    job_name: str, idle_minutes: float | None = None, cells: bool = False
+) -> dict[str, str]:
     """The variables of a job submitted with ``--debug`` (see the module's docstring)."""
     idle = DEFAULT_IDLE_MINUTES if idle_minutes is None else float(idle_minutes)
     if idle <= 0:
@@ -30,7 +44,22 @@ def debug_variables(job_name: str, idle_minutes: float | None = None) -> dict[st
             f"--idle-limit {idle:g}: a breakpoint must wait some minutes for the notebook. "
             f"Fix: a positive number of minutes (default {DEFAULT_IDLE_MINUTES:g})."
         )
-    return {ENV_FOLDER: FOLDER_PREFIX + job_name, ENV_IDLE: f"{idle:g}"}
+    found = {ENV_FOLDER: FOLDER_PREFIX + job_name, ENV_IDLE: f"{idle:g}"}
+    return {**found, ENV_CELLS: "1"} if cells else found
+
+
+def cells_command(command: str) -> str:
+    """The command of a ``--cells`` job: the rank side's engine in the Python the spec's
+    command starts with (``python`` where it starts with something else)."""
+    import shlex
+
+    try:
+        words = shlex.split(command or "")
+    except ValueError:
+        words = []
+    first = words[0] if words else ""
+    python = first if os.path.basename(first).startswith("python") else "python"
+    return f"{shlex.quote(python)} {ENGINE_SCRIPT}"
 
 
 def new_job_name() -> str:
@@ -41,7 +70,7 @@ def new_job_name() -> str:
 
 
 def debugged(
-    job_kwargs: dict[str, Any], idle_minutes: float | None, ssh_key: Any
+    job_kwargs: dict[str, Any], idle_minutes: float | None, ssh_key: Any, cells: bool = False
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """``job_kwargs`` of a job the notebook attaches to (a name chosen here: the ranks find
     their folder by it; the SSH service on every node), and the attach variables."""
@@ -51,7 +80,16 @@ def debugged(
     services = dict(job_kwargs.get("services") or {})
     if not any(type(s).__name__ == "SshJobService" for s in services.values()):
         services.update(job_services(["ssh"], ssh_key))
-    return {**job_kwargs, "name": name, "services": services}, debug_variables(name, idle_minutes)
+    variables = debug_variables(name, idle_minutes, cells)
+    return {**job_kwargs, "name": name, "services": services}, variables
 
 
-__all__ = ["FOLDER_PREFIX", "debug_variables", "debugged", "new_job_name"]
+__all__ = [
+    "ENGINE_SCRIPT",
+    "ENV_CELLS",
+    "FOLDER_PREFIX",
+    "cells_command",
+    "debug_variables",
+    "debugged",
+    "new_job_name",
+]

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import AzureMLError, AzureMLWarning
 from .checks import outside_package
 from .convert import to_azureml_job
+from .debugged import ENV_CELLS, cells_command
 from .failures import explain, scrub
 
 if TYPE_CHECKING:
@@ -135,6 +136,7 @@ def submit(
     debug: bool = False,
     idle_minutes: float | None = None,
     ssh_key: Any = None,
+    cells: bool = False,
     **job_kwargs: Any,
 ):
     """Build the job from the component's run settings and submit it; returns the created Job.
@@ -149,16 +151,22 @@ def submit(
     too), the notebook can attach to the running job (see :mod:`~jupyter_distcomp.azureml.
     attach`): the SSH service on every node with the public key ``ssh_key`` (default: the
     first of ~/.ssh), and each ``breakpoint()`` waits ``idle_minutes`` (default 30) for the
-    notebook. With ``wait``, follows the job until it ends (see :func:`wait_for_job`) and
-    returns the final job. ``handle``: the notebook's name of the component, which the
+    notebook; with ``cells`` too, the job's ranks run the notebook's cells instead of the
+    spec's command (``%%distcomp run NAME --job JOB``, debugged.py). With ``wait``, follows
+    the job until it ends (see :func:`wait_for_job`) and returns the final job. ``handle``: the notebook's name of the component, which the
     preflight's fixes name (default: its spec's ``name:``).
     """
     attach: dict[str, str] = {}
     if debug:
         from .debugged import debugged
 
-        job_kwargs, attach = debugged(job_kwargs, idle_minutes, ssh_key)
+        job_kwargs, attach = debugged(job_kwargs, idle_minutes, ssh_key, cells)
         diagnose = True
+    elif cells:
+        raise AzureMLError(
+            "--cells needs --debug: the notebook reaches the job's ranks through attach. Fix: "
+            "`%distcomp submit NAME --compute C --debug --cells`."
+        )
     with contextlib.ExitStack() as snapshot:
         created = _create(
             component,
@@ -207,6 +215,8 @@ def _create(
     job = to_azureml_job(component, **job_kwargs)
     if attach:
         job.environment_variables = {**(job.environment_variables or {}), **attach}
+        if attach.get(ENV_CELLS):
+            job.command = cells_command(job.command or "")
     plain_command = job.command
     try:
         if code is not None:

@@ -10,10 +10,12 @@ of the hosts the user names), each with the variables Azure ML gives it.
 - ``inspect``: where each rank is, its collectives, and one value compared across ranks
 - ``runs``: the runs in progress (background cells and commands, ``%distcomp command``
   runs), asked in one place by ``stop``, ``status``, ``where`` and ``interrupt``
+- ``jobcells``: ``%%distcomp run NAME --job JOB``: the ranks of an attached job submitted
+  with ``--cells`` as engines of the kernel, a world as local ranks are
 - ``stacks``: a rank's current Python stack, here or on its host
 - ``cell_names``: which notebook cell (``In [5]``) a rank's cell file is
 
-Lower folders never import higher ones: ``inspect`` and ``runs`` read worlds, command runs and attached
-jobs, which use ``debug``, which uses none of them; ``stacks`` and ``cell_names`` are used by
-all.
+Lower folders never import higher ones: ``inspect``, ``runs`` and ``jobcells`` read
+worlds, command runs and attached jobs, which use ``debug``, which uses none of them;
+``stacks`` and ``cell_names`` are used by all.
 """

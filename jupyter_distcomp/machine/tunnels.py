@@ -75,6 +75,9 @@ class NodeLink:
                 stdout=subprocess.DEVNULL,
                 stderr=log,
                 preexec_fn=lambda: reaper.die_with_parent(signal.SIGTERM),
+                # a session of its own: a kernel interrupt (SIGINT to the kernel's process
+                # group) must not end the connection, and its tunnels with it
+                start_new_session=True,
             )
 
     def ready(self, timeout: float) -> bool:

@@ -1,7 +1,9 @@
 """The Azure ML jobs this kernel is attached to (``%distcomp attach JOB``), by job name: the
 Azure side (azureml/attach.py: the job, its nodes' SSH endpoints) joined to the local side
 (local/attached: the tunnels, the ranks at the group prompt). The session routes ``where``,
-``collectives``, ``compare``, ``status``, ``interrupt`` and ``wait`` of a job's name here.
+``collectives``, ``compare``, ``status``, ``interrupt`` and ``wait`` of a job's name here;
+of a job submitted with ``--cells``, ``%%distcomp run NAME --job JOB`` (its ranks as
+engines: local/jobcells.py) and ``%distcomp stop JOB`` (the job ends).
 """
 
 from __future__ import annotations
@@ -10,10 +12,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..contracts import RankState
+from ..core.ranges import format_ranks
 from ..errors import RankError
 
 if TYPE_CHECKING:
     from ..local.attached import AttachedJob
+    from ..local.jobcells import JobCells, JobWorld
     from .config import AzureML
 
 
@@ -25,6 +30,8 @@ class AttachedJobs:
         self.jobs: dict[str, AttachedJob] = {}
         self.clients: dict[str, Any] = {}
         self.seconds: dict[str, float] = {}  # how long each attach took, once Running
+        self.cell_jobs: dict[str, int] = {}  # jobs whose ranks run cells: ranks per node
+        self.engines: dict[str, JobCells] = {}  # their engines, once a cell asked for them
 
     def __contains__(self, name: object) -> bool:
         return name in self.jobs
@@ -68,7 +75,66 @@ class AttachedJobs:
         self.seconds[name] = time.monotonic() - tic
         self.jobs[name] = job
         self.clients[name] = client
+        if target.cells:
+            self.cell_jobs[name] = max(1, target.world_size // max(1, job.instance_count))
         return job
+
+    def cells(self, name: str, progress: Callable[[int], None] | None = None) -> JobWorld:
+        """The ranks of attached job ``name`` as engines of this kernel (started on first
+        use); a RankError where the job's ranks do not run cells."""
+        from ..local.jobcells import JobCells
+
+        job = self.get(name)
+        engines = self.engines.get(name)
+        if engines is None or engines.world is None:
+            if name not in self.cell_jobs:
+                raise RankError(
+                    f"job {name!r} was not submitted with --cells: its ranks run the spec's "
+                    "command, not the notebook's cells. Fix: `%distcomp submit NAME --compute "
+                    "C --debug --cells`; `%distcomp attach` reaches this job's breakpoints."
+                )
+            engines = JobCells(job, self.cell_jobs[name])
+            try:
+                engines.start(progress)
+            except BaseException:  # nothing of ours is left running: the controller goes
+                engines.close()
+                raise
+            self.engines[name] = engines
+        assert engines.world is not None, "set by start"
+        return engines.world
+
+    def describe(self, name: str) -> list[str]:
+        """What ``%distcomp status JOB`` says: the attach's nodes and ranks, and of a job
+        whose ranks run cells, where its engines are."""
+        lines = self.get(name).describe()
+        engines = self.engines.get(name)
+        world = engines.world if engines is not None else None
+        if world is not None:
+            alive = [i.rank for i in world.ranks if i.state != RankState.DEAD]
+            lines.append(
+                f"engines of this kernel: {format_ranks(alive) if alive else 'none left'} "
+                f"(`%%distcomp run NAME --job {name}`); the job ends at `%distcomp stop {name}`"
+                f" or after {self.get(name).idle_minutes:g} min without a cell"
+            )
+        elif name in self.cell_jobs:
+            lines.append(f"its ranks wait for cells: `%%distcomp run NAME --job {name}`")
+        return lines
+
+    def end(self, name: str) -> str:
+        """``%distcomp stop JOB``: every rank's engine ends (its process exits with code 0,
+        the job completes), then the kernel detaches."""
+        engines = self.engines.pop(name, None)
+        if engines is None:
+            raise RankError(
+                f"job {name!r} runs no cells of this kernel: nothing to stop. Fix: "
+                f"`%distcomp detach {name}` leaves it; Azure ML studio cancels it."
+            )
+        ended = engines.end()
+        self.detach(name)
+        return (
+            f"Ended job {name}'s engines on {format_ranks(ended) if ended else 'no rank'}: each "
+            "rank's process exits with code 0 and the job completes."
+        )
 
     def ended(self, name: str) -> Callable[[], bool]:
         """Whether Azure ML says job ``name`` has ended (read at most every few seconds)."""
@@ -87,7 +153,16 @@ class AttachedJobs:
         self.clients.pop(name, None)
         if job is None:
             raise RankError(f"job {name!r} is not attached in this kernel; nothing to detach.")
+        engines = self.engines.pop(name, None)
+        if engines is not None:  # the ranks' engines lose this kernel: the idle limit ends them
+            engines.close()
         job.detach()
+        if engines is not None:
+            return (
+                f"Detached from job {name}: it keeps running on Azure ML; its ranks' engines "
+                f"end after {job.idle_minutes:g} min without a cell, and the job with them "
+                f"(`%distcomp stop {name}` ends it at once)."
+            )
         return (
             f"Detached from job {name}: it keeps running on Azure ML; ranks at the prompt run "
             f"on, and the next breakpoint() waits for `%distcomp attach {name}` (at most "
@@ -103,12 +178,22 @@ class AttachedJobs:
                 pass
 
 
-def attached_text(job: AttachedJob, seconds: float) -> str:
-    """What ``%distcomp attach`` says once attached."""
+def attached_text(job: AttachedJob, seconds: float, cells: bool = False) -> str:
+    """What ``%distcomp attach`` says once attached (``cells``: its ranks run cells)."""
     nodes = ", ".join(
         f"node {n.index} {n.destination}" + ("" if n.state == "attached" else f" ({n.state})")
         for n in job.nodes
     )
+    if cells:
+        return (
+            f"Attached to job {job.name} in {seconds:.1f} s over SSH ({job.route} route): "
+            f"{job.instance_count} node(s), {job.world_size} rank(s): {nodes}; each rank an "
+            f"engine of this kernel: `%%distcomp run NAME --job {job.name}` runs a cell on "
+            "them.\n"
+            f"Idle limit: the job ends after {job.idle_minutes:g} min without a cell, also "
+            f"when this kernel is gone (set at submit: --idle-limit). `%distcomp stop "
+            f"{job.name}` ends it now."
+        )
     return (
         f"Attached to job {job.name} in {seconds:.1f} s over SSH ({job.route} route): "
         f"{job.instance_count} node(s), {job.world_size} rank(s): {nodes}.\n"

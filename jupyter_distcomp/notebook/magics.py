@@ -109,6 +109,13 @@ def _build_parser() -> _Parser:
         action="store_true",
         help="compare each collective across ranks before it runs; raise where they differ",
     )
+    run.add_argument(
+        "--job",
+        default=None,
+        metavar="JOB",
+        help="run on the ranks of Azure ML job JOB (submitted with --debug --cells; attached "
+        "on first use)",
+    )
     wait = sub.add_parser("wait", help="wait for the background cell of NAME, raise its error")
     wait.add_argument("name")
     wait.add_argument("--timeout", type=float, default=None, help="seconds to wait at most")
@@ -156,7 +163,11 @@ def _build_parser() -> _Parser:
 
     status = sub.add_parser("status", help="state of each rank")
     status.add_argument("name", nargs="?")
-    stop = sub.add_parser("stop", help="stop ranks (all components when NAME is omitted)")
+    stop = sub.add_parser(
+        "stop",
+        help="stop ranks (all components when NAME is omitted); an attached job's name: end "
+        "the job whose ranks run cells (--cells)",
+    )
     stop.add_argument("name", nargs="?")
     restart = sub.add_parser("restart", help="restart the ranks of NAME")
     restart.add_argument("name")
@@ -245,13 +256,21 @@ def _build_parser() -> _Parser:
         "node, and breakpoint() waits for the notebook",
     )
     submit.add_argument(
+        "--cells",
+        action="store_true",
+        help="with --debug: the job's ranks run the notebook's cells instead of the spec's "
+        "command (`%%%%distcomp run NAME --job JOB`), until `%%distcomp stop JOB` or the idle "
+        "limit",
+    )
+    submit.add_argument(
         "--idle-limit",
         type=float,
         default=None,
         dest="idle_limit",
         metavar="MINUTES",
-        help="with --debug: minutes a breakpoint() waits for a notebook, then the rank runs on "
-        "(default: %%config AzureML.idle_limit)",
+        help="with --debug: minutes a breakpoint() waits for a notebook, then the rank runs on; "
+        "with --cells, minutes without a cell before the job ends (default: %%config "
+        "AzureML.idle_limit)",
     )
 
     attach = sub.add_parser(
@@ -532,6 +551,15 @@ class DistCompMagics(Magics):
             debug_ranks=args.debug_ranks,
             check_collectives=args.check_collectives,
         )
+        if args.job:
+            from .attached import attached_text
+
+            def attached(job: Any) -> None:
+                seconds = self.session.attached.seconds[job.name]
+                print(attached_text(job, seconds, cells=True), flush=True)
+
+            self.session.run_job_cell(args.name, args.job, cell, options, attached)
+            return
         started = self.session.run_cell(args.name, cell, options)
         if args.background:
             _say_background(started)
@@ -565,7 +593,7 @@ class DistCompMagics(Magics):
         from IPython.display import display
 
         if self.session._is_attached(args.name):
-            print("\n".join(self.session.attached.get(args.name).describe()))
+            print("\n".join(self.session.attached.describe(args.name)))
             return
 
         from .views.status import StatusTable
@@ -606,6 +634,9 @@ class DistCompMagics(Magics):
         print(table.text())
 
     def _handle_stop(self, args: argparse.Namespace, cell: str | None) -> None:
+        if self.session._is_attached(args.name):  # a job whose ranks run cells: it ends
+            print(self.session.attached.end(args.name))
+            return
         stopped = self.session.stop(args.name)
         if stopped:
             print(f"Stopped {'; '.join(stopped)}.")
@@ -744,6 +775,7 @@ class DistCompMagics(Magics):
             no_environment=bool(no_environment),
             debug=args.debug,
             idle_minutes=args.idle_limit,
+            cells=args.cells,
         )
         job = submission.job
         display(JobSummary(job, spec_name=args.name))
@@ -751,10 +783,17 @@ class DistCompMagics(Magics):
             idle = (
                 args.idle_limit if args.idle_limit is not None else self.session.azureml.idle_limit
             )
-            print(
-                f"{job.name}: a breakpoint() in its ranks waits for `%distcomp attach {job.name}` "
-                f"(at most {idle:g} min, then the rank runs on)."
-            )
+            if args.cells:
+                print(
+                    f"{job.name}: its ranks wait for the notebook's cells: `%%distcomp run "
+                    f"{args.name} --job {job.name}` (the job ends at `%distcomp stop "
+                    f"{job.name}`, or after {idle:g} min without a cell)."
+                )
+            else:
+                print(
+                    f"{job.name}: a breakpoint() in its ranks waits for `%distcomp attach "
+                    f"{job.name}` (at most {idle:g} min, then the rank runs on)."
+                )
         if args.follow:
             self.session.follow(job.name, ml_client=submission.ml_client)
             return
@@ -788,6 +827,11 @@ class DistCompMagics(Magics):
             print(f"{time.strftime('%H:%M:%S')}  {name}: {new}", flush=True)
 
         job = self.session.attach(name, workspace, args.timeout, status)
+        if name in self.session.attached.cell_jobs:  # its ranks become engines now
+            self.session.attached.cells(name)
+            print(attached_text(job, self.session.attached.seconds[name], cells=True), flush=True)
+            job.say_notices()
+            return
         print(attached_text(job, self.session.attached.seconds[name]), flush=True)
         job.say_notices()
         try:

@@ -290,21 +290,47 @@ class Session:
         (or the setting) compares each collective before it runs, and the fail-fast grace
         and hang notice are the settings'. With ``options.background``: return a running
         :class:`~jupyter_distcomp.local.ranks.background.BackgroundCell` at once."""
+        component = self.component(name)
+        self._ran.add(name)
+        options = self._cell_options(options)
+        return self.backend.run_cell(name, component, code, options, shell=self.shell)
+
+    def _cell_options(self, options: CellOptions | None) -> CellOptions:
+        """``options`` with what they leave open filled from the settings."""
         from dataclasses import replace
 
         from ..local.ranks.options import CellOptions
 
         options = options or CellOptions()
-        component = self.component(name)
-        self._ran.add(name)
-        options = replace(
+        return replace(
             options,
             timeout=options.timeout if options.timeout is not None else self.local.default_timeout,
             fail_fast=self.local.fail_fast_grace,
             check_collectives=options.check_collectives or self.local.check_collectives,
             hang_notice=self.local.hang_notice,
         )
-        return self.backend.run_cell(name, component, code, options, shell=self.shell)
+
+    def run_job_cell(
+        self,
+        name: str,
+        job: str,
+        code: str,
+        options: CellOptions | None = None,
+        on_attach: Callable[[Any], None] | None = None,
+    ) -> None:
+        """Run ``code`` on the ranks of Azure ML job ``job`` (submitted with ``--debug
+        --cells``), attached first if it is not (``on_attach(the attached job)``)."""
+        from ..local.jobcells import refuse_background, run_job_cell
+
+        self.component(name)
+        refuse_background(options, job)
+        attaching = job not in self.attached
+        if attaching:
+            self.attach(job)
+        world = self.attached.cells(job)
+        if attaching and on_attach is not None:
+            on_attach(self.attached.get(job))
+        run_job_cell(world, code, self._cell_options(options), shell=self.shell)
 
     def debug(self, name: str, rank: int | None = None) -> None:
         """Post-mortem pdb on rank ``rank`` (default: the lowest failed) of ``name``."""
@@ -656,6 +682,7 @@ class Session:
         no_environment: bool = False,
         debug: bool = False,
         idle_minutes: float | None = None,
+        cells: bool = False,
     ) -> Submission:
         """Submit the component as an Azure ML job; ``interactive`` adds Azure ML's
         interactive services (jupyterlab, vscode, ssh with ``ssh_key``) on every node.
@@ -666,7 +693,8 @@ class Session:
         A spec that names no environment is refused, before anything reaches the workspace,
         unless ``no_environment`` says to submit it in Azure ML's base image.
         ``debug``: the notebook can attach to the running job (`%distcomp attach`); its
-        ``breakpoint()`` waits ``idle_minutes`` (default ``%config AzureML.idle_limit``)."""
+        ``breakpoint()`` waits ``idle_minutes`` (default ``%config AzureML.idle_limit``);
+        ``cells`` (with ``debug``): its ranks run the notebook's cells (``run_job_cell``)."""
         from ..azureml import submit
         from ..azureml.environment import missing_environment
 
@@ -695,6 +723,7 @@ class Session:
             debug=debug,
             idle_minutes=self.azureml.idle_limit if idle_minutes is None else idle_minutes,
             ssh_key=ssh_key,
+            cells=cells,
             **extra,
         )
         self.last_job = job.name

@@ -44,6 +44,8 @@
 - ``job_sigterm``: SIGTERM in such a rank: its line first, then what SIGTERM did before.
 - ``job_attach``: what a job submitted with ``--debug`` carries besides (with ``debug_hook``
   and ``compare``): its ``breakpoint()`` waits for the notebook (``%distcomp attach``).
+- ``job_engine``: the command of each rank of a job submitted with ``--debug --cells``: the
+  rank becomes an engine of the notebook (``%%distcomp run NAME --job JOB``).
 
 Each starts fast and runs where the package is not installed (a user's own cluster,
 another host, a submitted job), so a module that needs a sibling imports it from the
@@ -56,5 +58,6 @@ the wrappers, which load ``check_exchange``; ``engine_start`` imports ``after_im
 ``rank_setup`` loads ``ledger_hooks`` and ``flow`` into an engine; ``debug_hook`` imports
 ``compare`` when asked to compare; ``job_site`` loads ``job_watch``, which loads ``job_line``,
 ``job_sigterm`` and the ledger's files, and in a debugged job ``job_attach``, which loads
-``debug_hook``; ``stack_site`` loads ``ledger_hooks``.
+``debug_hook``; ``job_engine`` loads ``job_attach`` and ``engine_start``; ``stack_site``
+loads ``ledger_hooks``.
 """

@@ -14,11 +14,12 @@ attach gets a new key, and ranks of the old one never use it again.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import shlex
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -273,6 +274,27 @@ class AttachedJob:
             return self.held.serve_waiting()
         finally:
             self._serving = serving
+
+    @contextlib.contextmanager
+    def serving_cell(self, on_state: Callable[[int, RankState], None]) -> Iterator[DebugChannel]:
+        """While a cell of this kernel runs on the job's ranks (local/jobcells.py): the
+        stops are the cell's to serve, not held; ``on_state`` is told each rank's stop and
+        run as well. The channel is attach's again afterwards."""
+        channel = self.debugger
+        self._serving = True
+
+        def both(rank: int, state: RankState) -> None:
+            self._on_state(rank, state)
+            on_state(rank, state)
+
+        channel.on_state = both
+        try:
+            yield channel
+        finally:
+            channel.on_state = self._on_state
+            channel.serving, channel.allowed = True, None
+            channel.wake = lambda: None
+            self._serving = False
 
     def wait(self, timeout: float | None = None, ended: Callable[[], bool] | None = None) -> str:
         """Serve each stop as it comes until the job's ranks have all ended, ``ended()`` says

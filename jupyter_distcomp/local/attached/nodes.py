@@ -92,7 +92,13 @@ def attach_script(folder: str, node: int) -> str:
     """Write the attach file of ``node`` (its JSON on stdin) at once, readable by the job's
     user alone; in the job's folder, made (0700) if its ranks have not yet, refused unless
     it is that user's own and no one else's."""
-    target = shlex.quote(attach_file(folder, node))
+    return private_file_script(folder, attach_file(folder, node))
+
+
+def private_file_script(folder: str, path: str) -> str:
+    """Write ``path`` in the job's ``folder`` (its text on stdin) as :func:`attach_script`
+    writes the attach file."""
+    target = shlex.quote(path)
     where = shlex.quote(folder)
     return (
         "umask 077\n"

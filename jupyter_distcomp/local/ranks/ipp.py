@@ -2,7 +2,8 @@
 
 No other module of the kernel imports ipyparallel or calls into its objects: they get
 clusters, clients, replies and the errors replies raise from here (on the rank side, only
-``rank_side/engine_start.py``, which starts each engine, imports it). :data:`RELIES_ON`
+``rank_side/engine_start.py``, which starts each engine, and ``rank_side/job_engine.py``,
+which starts one in a rank of an Azure ML job, import it). :data:`RELIES_ON`
 names everything used, and a test checks it against the installed ipyparallel. ipyparallel
 is imported on first use only.
 
@@ -242,7 +243,13 @@ def cluster_config(
         # an engine's nanny is a second Python process per rank (a third of a rank's
         # start-up): it relays signals, and on this machine we signal a rank by its pid
         config.MPIEngineSetLauncher.engine_args.append("--IPEngine.enable_nanny=False")
-    config.LocalControllerLauncher.controller_args = [
+    config.LocalControllerLauncher.controller_args = controller_args(listen)
+    return config
+
+
+def controller_args(listen: str) -> list[str]:
+    """The controller's flags: it listens on ``listen``, with CurveZMQ where libzmq has it."""
+    args = [
         "--log-level=WARN",
         # the hub keeps no record of requests and output (its in-memory store joins each
         # piece of a rank's output to the cell's text so far, and keeps 1,024 cells' worth);
@@ -253,8 +260,8 @@ def cluster_config(
         f"--ip={listen}",
     ]
     if CURVE and curve_available():
-        config.LocalControllerLauncher.controller_args.append("--IPController.enable_curve=True")
-    return config
+        args.append("--IPController.enable_curve=True")
+    return args
 
 
 #: what jupyter_client's Session logs when it has no key, as every client of a controller
@@ -374,17 +381,7 @@ class LocalCluster:
                 return
             self._stopped = True
         self._engine_set = self._engine_set or self._cluster.engine_set
-        guards = guard_pids(self._cluster)
-        if reaper.end_gently(guards, self.grace):
-            reaper.kill_tree(guards, include_roots=True, grace=0)
-        try:
-            asyncio.run_coroutine_threadsafe(self._cluster.stop_cluster(), event_loop()).result(
-                BOOKKEEPING_SECONDS
-            )
-        except Exception:  # its loop is busy, or it failed: the processes are gone already
-            pass
-        # whatever started below the guards meanwhile
-        reaper.kill_tree(guards, include_roots=True, timeout=3)
+        stop_guarded(self._cluster, self.grace)
 
     def mpiexec_alive(self) -> bool:
         """mpiexec runs (or has not been launched yet); True once stopped."""
@@ -417,6 +414,75 @@ class LocalCluster:
         # ipyparallel read the file into memory and removed it when mpiexec ended
         text: str = launcher.get_output()
         return text[since:]
+
+
+class Controller:
+    """A controller alone, in ``profile_dir``, on loopback with CurveZMQ, for engines that
+    others start (the ranks of an Azure ML job: local/jobcells.py); it ends with the
+    kernel (the guard)."""
+
+    def __init__(self, profile_dir: str) -> None:
+        import ipyparallel
+        from ipyparallel.cluster.launcher import ipcontroller_cmd_argv
+        from traitlets.config import Config
+
+        config = Config()
+        config.LocalProcessLauncher.stop_seconds_until_kill = STOP_SECONDS
+        guard = [*GUARD, "--parent", str(os.getpid())]
+        config.LocalControllerLauncher.controller_cmd = [*guard, *ipcontroller_cmd_argv]
+        config.LocalControllerLauncher.controller_args = controller_args(LOOPBACK)
+        self.profile_dir = profile_dir
+        self._cluster = ipyparallel.Cluster(
+            n=0,
+            profile_dir=profile_dir,
+            config=config,
+            load_profile=False,
+            log=quiet_log(),
+            shutdown_atexit=False,
+        )
+        self.cluster_id = str(self._cluster.cluster_id)
+        self._stopped = False
+
+    def start(self, timeout: float = 60.0) -> dict[str, Any]:
+        """Start it; the engines' connection (its ports, its CurveZMQ public key)."""
+        import json
+        import time
+
+        run(self._cluster.start_controller())
+        path = engine_connection_file(self.profile_dir, self.cluster_id)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with open(path) as handle:
+                    found: dict[str, Any] = json.load(handle)
+                return found
+            except (OSError, ValueError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        """Stop the controller (SIGTERM, SIGKILL after the grace); idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        stop_guarded(self._cluster, CLUSTER_GRACE)
+
+
+def stop_guarded(cluster: Any, grace: float) -> None:
+    """Stop ``cluster``'s processes: SIGTERM to their guards, SIGKILL to all below them and
+    to them after ``grace`` s; then ipyparallel's own stop, which finds them gone."""
+    guards = guard_pids(cluster)
+    if reaper.end_gently(guards, grace):
+        reaper.kill_tree(guards, include_roots=True, grace=0)
+    try:
+        asyncio.run_coroutine_threadsafe(cluster.stop_cluster(), event_loop()).result(
+            BOOKKEEPING_SECONDS
+        )
+    except Exception:  # its loop is busy, or it failed: the processes are gone already
+        pass
+    # whatever started below the guards meanwhile
+    reaper.kill_tree(guards, include_roots=True, timeout=3)
 
 
 def engine_connection_file(profile_dir: str, cluster_id: str) -> str:

@@ -66,6 +66,10 @@ StartHook = Callable[["World"], None]
 class World(WorldHealth):
     """The ranks of one component. Create, then :meth:`start_async` or :meth:`start`."""
 
+    #: the ranks keep the variables their launcher gave them and their own SIGUSR1 stack
+    #: file (a job's ranks: local/jobcells.py); ``envs`` then only place them
+    own_environment = False
+
     def __init__(
         self,
         name: str,
@@ -284,18 +288,19 @@ class World(WorldHealth):
             # world's scratch folder: they go with the ranks, also after a kill -9
             private["TMPDIR"] = os.path.join(self._tmp, "tmp")
             os.makedirs(private["TMPDIR"], exist_ok=True)
+        own = self.own_environment
         pending = self.send_each(
             list(range(self.world_size)),
             setup_rank,
             lambda info: (
                 {
-                    **private,
-                    **self.envs[info.rank],
-                    **self._node_environment(info.rank),
+                    **private,  # empty but on this machine's own ranks
+                    **({} if own else self.envs[info.rank]),
+                    **({} if own else self._node_environment(info.rank)),
                     CHECK_KEY_VARIABLE: self._check_key,  # signs check mode's store values
                 },
-                list(OPEN_MPI_WORLD_KEYS),
-                os.path.join(self._tmp, f"rank-{info.rank}.stack"),
+                [] if own else list(OPEN_MPI_WORLD_KEYS),
+                None if own else os.path.join(self._tmp, f"rank-{info.rank}.stack"),
                 (ledgers.HOOKS_FILE, self.ledger_path(info.rank)),
                 (flow.__file__, flows.paths[info.rank]),
                 LEAN_REQUEST,
