@@ -48,8 +48,8 @@ JOB_FILES = (
     "torch_record.py",
 )
 #: what a job submitted with ``--debug`` carries as well: the rank side of ``%distcomp
-#: attach`` and the debugger it loads
-DEBUG_FILES = ("job_attach.py", "debug_hook.py", "compare.py")
+#: attach``, the debugger it loads and JupyterLab's debugger's side of it
+DEBUG_FILES = ("job_attach.py", "debug_hook.py", "compare.py", "dap_side.py", "dap_values.py")
 SITE = f"{FOLDER}/rank_side/job_site"
 #: what the command's prefix sets PYTHONPATH to: bash expands it in the code folder, where
 #: Azure ML starts the command; the job's own PYTHONPATH, if any, follows

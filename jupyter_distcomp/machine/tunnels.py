@@ -75,6 +75,7 @@ class NodeLink:
                 stdout=subprocess.DEVNULL,
                 stderr=log,
                 preexec_fn=lambda: reaper.die_with_parent(signal.SIGTERM),
+                start_new_session=True,  # a kernel interrupt (its process group's) spares it
             )
 
     def ready(self, timeout: float) -> bool:

@@ -1,7 +1,8 @@
 """The Azure ML jobs this kernel is attached to (``%distcomp attach JOB``), by job name: the
 Azure side (azureml/attach.py: the job, its nodes' SSH endpoints) joined to the local side
 (local/attached: the tunnels, the ranks at the group prompt). The session routes ``where``,
-``collectives``, ``compare``, ``status``, ``interrupt`` and ``wait`` of a job's name here.
+``collectives``, ``compare``, ``status``, ``interrupt`` and ``wait`` of a job's name here;
+JupyterLab's debugger shows an attached job's ranks as threads (local/debug/dap.py).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class AttachedJobs:
         self.seconds[name] = time.monotonic() - tic
         self.jobs[name] = job
         self.clients[name] = client
+        _threads_changed()
         return job
 
     def ended(self, name: str) -> Callable[[], bool]:
@@ -88,6 +90,7 @@ class AttachedJobs:
         if job is None:
             raise RankError(f"job {name!r} is not attached in this kernel; nothing to detach.")
         job.detach()
+        _threads_changed()
         return (
             f"Detached from job {name}: it keeps running on Azure ML; ranks at the prompt run "
             f"on, and the next breakpoint() waits for `%distcomp attach {name}` (at most "
@@ -101,6 +104,15 @@ class AttachedJobs:
                 self.detach(name)
             except Exception:  # a node out of reach: its connection ends with us anyway
                 pass
+
+
+def _threads_changed() -> None:
+    """JupyterLab's debugger, if on, is told of the ranks that came or left as threads."""
+    from ..local.debug import dap
+
+    adapter = dap.current()
+    if adapter is not None:
+        adapter.sync_threads()
 
 
 def attached_text(job: AttachedJob, seconds: float) -> str:

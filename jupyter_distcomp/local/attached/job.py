@@ -84,6 +84,7 @@ class AttachedJob:
         self.quits: set[int] = set()
         self.notices: list[str] = []  # what the watcher found, for the next prompt or view
         self._debugging: set[int] = set()
+        self._served: set[int] = set()  # ranks at the prompt in this cell (attach or wait)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._serving = False  # the main thread serves the prompt now
@@ -97,6 +98,7 @@ class AttachedJob:
             self.states,
             self._interrupt_late,
             self._before_prompt,
+            output_here=False,  # the ranks' output goes to the job's logs: no wait for it
         )
         self.attached_at = 0.0
 
@@ -186,6 +188,16 @@ class AttachedJob:
                 found[rank] = RankState.BUSY
         return found
 
+    @property
+    def started(self) -> bool:
+        """Attached: its ranks are threads of JupyterLab's debugger (local/debug/dap.py)."""
+        return self.attached_at > 0 and not self._stop.is_set()
+
+    @property
+    def dead_ranks(self) -> list[int]:
+        """The ranks ended, or out of reach (no thread of JupyterLab's debugger)."""
+        return [r for r, s in self.states().items() if s == RankState.DEAD]
+
     def waiting(self) -> list[int]:
         """The ranks at a breakpoint that wait for a notebook (as their nodes last said)."""
         return sorted(r for r, p in self.procs.items() if p.waiting and p.alive)
@@ -194,6 +206,7 @@ class AttachedJob:
         with self._lock:
             if state == RankState.DEBUGGING:
                 self._debugging.add(rank)
+                self._served.add(rank)
             else:
                 self._debugging.discard(rank)
 
@@ -226,7 +239,27 @@ class AttachedJob:
 
     def _interrupt_prompt(self) -> None:
         """A kernel interrupt at the prompt: it reaches the ranks at it, as on local ranks."""
-        self.interrupt([r for r, s in self.states().items() if s == RankState.DEBUGGING])
+        self._interrupt_served()
+
+    def _interrupt_served(self) -> list[int]:
+        """A kernel interrupt while a cell serves the job: SIGINT to the ranks that came to
+        its prompt and still run (at the prompt, in a step typed there, or continued from
+        it), said; the ranks reached (none: the interrupt is the cell's alone)."""
+        states = self.states()
+        ranks = [
+            r
+            for r in sorted(self._served | self._debugging)
+            if states.get(r) in (RankState.BUSY, RankState.DEBUGGING)
+        ]
+        sent = self.signal(ranks, "INT") if ranks else []
+        if sent:
+            print(
+                f"{self.name}: interrupted: SIGINT sent to {format_ranks(sent)}, the ranks of "
+                "this prompt (a KeyboardInterrupt in their code); the job runs on, still "
+                "attached.",
+                flush=True,
+            )
+        return sent
 
     # -- the prompt -----------------------------------------------------------------------
     def serve_arrivals(self, seconds: float = ARRIVE_SECONDS) -> float:
@@ -236,6 +269,7 @@ class AttachedJob:
         deadline = time.monotonic() + seconds
         looked = 0.0
         self._serving = True  # no stop is announced as held meanwhile
+        self._served = set()
         try:
             while time.monotonic() < deadline:
                 seen = len(self.procs) >= self.world_size
@@ -249,7 +283,12 @@ class AttachedJob:
                 self.debugger.wait_change(self.debugger.version, 0.1)
             spent = total = self.serve_stops()
             while spent:
-                spent = self._serve_returning()
+                try:
+                    spent = self._serve_returning()
+                except KeyboardInterrupt:  # ranks in a step that outlasts the prompt's wait
+                    if not self._interrupt_served():
+                        raise
+                    spent = RETURN_SECONDS  # the interrupted ranks may stop again
                 total += spent
             return total
         finally:
@@ -279,6 +318,7 @@ class AttachedJob:
         the job did, or ``timeout`` s pass; what ended the wait."""
         deadline = None if timeout is None else time.monotonic() + timeout
         checked = 0.0
+        self._served = set()
         while True:
             self.serve_stops()
             if self.all_ended():
@@ -289,7 +329,11 @@ class AttachedJob:
                     return "the job has ended"
             if deadline is not None and time.monotonic() > deadline:
                 return f"no more stops within {timeout:g} s; the job runs on"
-            self.debugger.wait_change(self.debugger.version, 0.2)
+            try:
+                self.debugger.wait_change(self.debugger.version, 0.2)
+            except KeyboardInterrupt:  # ranks in a step that outlasts the prompt's wait
+                if not self._interrupt_served():
+                    raise
 
     def _before_prompt(self) -> None:
         """Before each prompt and when the prompt ends: name the nodes whose SSH connection
