@@ -85,6 +85,7 @@ class AttachedJob:
         self.notices: list[str] = []  # what the watcher found, for the next prompt or view
         self._debugging: set[int] = set()
         self._served: set[int] = set()  # ranks at the prompt in this cell (attach or wait)
+        self._interrupted = False  # an interrupt outside the prompt reached them in this cell
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._serving = False  # the main thread serves the prompt now
@@ -239,12 +240,19 @@ class AttachedJob:
 
     def _interrupt_prompt(self) -> None:
         """A kernel interrupt at the prompt: it reaches the ranks at it, as on local ranks."""
-        self._interrupt_served()
+        self._interrupt_served(at_prompt=True)
 
-    def _interrupt_served(self) -> list[int]:
+    def _new_cell(self) -> None:
+        self._served, self._interrupted = set(), False
+
+    def _interrupt_served(self, at_prompt: bool = False) -> list[int]:
         """A kernel interrupt while a cell serves the job: SIGINT to the ranks that came to
         its prompt and still run (at the prompt, in a step typed there, or continued from
-        it), said; the ranks reached (none: the interrupt is the cell's alone)."""
+        it), said; the ranks reached (none: the interrupt is the cell's alone). Outside the
+        prompt, once a cell: a second interrupt leaves the cell."""
+        if self._interrupted and not at_prompt:
+            return []
+        self._interrupted = True
         states = self.states()
         ranks = [
             r
@@ -269,7 +277,7 @@ class AttachedJob:
         deadline = time.monotonic() + seconds
         looked = 0.0
         self._serving = True  # no stop is announced as held meanwhile
-        self._served = set()
+        self._new_cell()
         try:
             while time.monotonic() < deadline:
                 seen = len(self.procs) >= self.world_size
@@ -318,7 +326,7 @@ class AttachedJob:
         the job did, or ``timeout`` s pass; what ended the wait."""
         deadline = None if timeout is None else time.monotonic() + timeout
         checked = 0.0
-        self._served = set()
+        self._new_cell()
         while True:
             self.serve_stops()
             if self.all_ended():
