@@ -15,7 +15,10 @@ figures show what SSH, the tunnels and the hops cost, not a real network's laten
    debugger channel reached directly, no tunnel: what attach adds; target under 2x) and on
    this machine (2 emulated nodes x 2: MPI in shared memory, not TCP between hosts); the
    same program, the same prompt code. ``BENCH_LINE`` replaces the stepped line (``x = x +
-   1``: the debugger's path alone).
+   1``: the debugger's path alone). The prompt waits for the printed output of ranks of
+   ``%distcomp command`` (it shows in the cell), never for an attached job's (it goes to the
+   job's logs): so local ranks are measured again without that wait, the debugger's path
+   alone on both sides.
    Beside them, what the transport alone costs: a 1-byte echo from node 0 to this machine
    through the ``ssh -R`` forward attach makes, against the same echo straight over the
    bridge (ECHOES round trips each, TCP_NODELAY on both).
@@ -125,14 +128,27 @@ def _prompted(serve, *args, **kwargs) -> list[float]:
     return person.trips
 
 
-def command_steps(folder: Path, hosts: NamespaceHosts | None = None) -> list[float]:
+def command_steps(
+    folder: Path, hosts: NamespaceHosts | None = None, output_wait: bool = True
+) -> list[float]:
     """``n`` over the allreduce on 4 ranks of ``%distcomp command``: on this machine, or
-    (``hosts``) on the hosts, the debugger channel reached without a tunnel."""
+    (``hosts``) on the hosts, the debugger channel reached without a tunnel. Without
+    ``output_wait`` the prompt does not wait for the ranks' printed output, which it does
+    for ranks of ``%distcomp command`` (their output shows in the cell), never for attached
+    ones (theirs goes to the job's logs): the debugger's path alone, as attached ranks have it."""
     from jupyter_distcomp.local.command import run_command
+    from jupyter_distcomp.local.debug import group
     from jupyter_distcomp.machine.hosts import Placement
 
     placement = Placement(tuple(hosts.addresses), hosts.ssh_command) if hosts else None
-    return _prompted(run_command, _component(folder), stream=None, timeout=600, placement=placement)
+    settle = group.UNCOUNTED_SETTLE
+    group.UNCOUNTED_SETTLE = settle if output_wait else 0.0
+    try:
+        return _prompted(
+            run_command, _component(folder), stream=None, timeout=600, placement=placement
+        )
+    finally:
+        group.UNCOUNTED_SETTLE = settle
 
 
 def plain_ssh(hosts: NamespaceHosts) -> float:
@@ -291,6 +307,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-attach-") as root:
         folder = Path(root)
         local = command_steps(folder / "local")
+        bare = command_steps(folder / "bare", output_wait=False)
         with NamespaceHosts(2) as hosts:
             times, peers, steps, echo = attached(hosts, folder / "job")
             direct = command_steps(folder / "direct", hosts)
@@ -299,13 +316,20 @@ def main() -> None:
         f"(max {max(times):.2f} s, target < 10 s) = {statistics.median(times) / statistics.median(peers):.1f}x "
         f"one plain ssh to each node at once ({statistics.median(peers):.2f} s)"
     )
-    over = {k: statistics.median(v) for k, v in (("a", steps), ("h", direct), ("l", local))}
+    over = {
+        k: statistics.median(v) for k, v in (("a", steps), ("h", direct), ("l", local), ("b", bare))
+    }
     print(
         f"group n over an allreduce, 4 ranks (medians of {STEPS}): attached {over['a'] * 1000:.0f} "
         f"ms = {over['a'] / over['h']:.2f}x the same hosts' ranks of `%distcomp command` without "
         f"a tunnel ({over['h'] * 1000:.0f} ms; the target, < 2x), = {over['a'] / over['l']:.2f}x "
         f"local ranks on this machine ({over['l'] * 1000:.0f} ms; MPI over TCP between the hosts "
         "against shared memory)"
+    )
+    print(
+        f"  the debugger's path alone (no wait for printed output, which attached ranks send to "
+        f"the job's logs): attached = {over['a'] / over['b']:.2f}x local ranks on this machine "
+        f"without that wait ({over['b'] * 1000:.0f} ms)"
     )
     print(
         f"a 1-byte echo from a node to the notebook's machine (medians of {ECHOES}): through "
