@@ -6,7 +6,10 @@ remote forward that ends on the node's loopback and leads to this kernel's debug
 (local/debug/channel.py: on 127.0.0.1, with a key of this attach's own), then writes on
 each node the file its ranks wait for (nodes.py). A rank's ``breakpoint()`` then stops at
 the group prompt (local/debug/serve.py) as a local rank's does; the stops that come while
-the kernel is idle are held and named (local/debug/held.py) for ``%distcomp wait``. A thread
+the kernel is idle are held and named (local/debug/held.py) for ``%distcomp wait``; while
+JupyterLab's debugger is on, the ranks are its threads and it serves their stops
+(local/debug/dap_serve.py), as it does a local world's. A kernel interrupt while a cell
+serves the job reaches the ranks of its prompt (SIGINT over SSH), said. A thread
 watches the nodes: a node whose connection ends is named, its ranks leave the prompt and run
 on (the rank side's rule), the others go on. :meth:`detach` leaves the job running; a new
 attach gets a new key, and ranks of the old one never use it again.
