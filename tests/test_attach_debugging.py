@@ -104,6 +104,8 @@ def test_jupyterlabs_debugger_steps_the_attached_jobs_ranks_as_threads(
         msg_id = dap.execute(f"%distcomp attach {name}")
         stops = dap.wait_events("stopped", 4, since, timeout=180, reason="breakpoint")
         assert sorted(rank_of(e["body"]["threadId"]) for e in stops) == [0, 1, 2, 3]
+        started = dap.wait_events("thread", 4, since, reason="started")  # told at attach
+        assert {e["body"]["threadId"] for e in started} == {e["body"]["threadId"] for e in stops}
         threads = dap.request("threads")["body"]["threads"]
         names = {t["name"] for t in threads if t["id"] >= RANK_THREADS}
         assert names == {f"rank {r}" for r in range(4)}, threads
