@@ -87,7 +87,6 @@ class AttachedJob:
         self.quits: set[int] = set()
         self.notices: list[str] = []  # what the watcher found, for the next prompt or view
         self._debugging: set[int] = set()
-        self._served: set[int] = set()  # ranks at the prompt in this cell (attach or wait)
         self._interrupted = False  # an interrupt outside the prompt reached them in this cell
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -210,7 +209,6 @@ class AttachedJob:
         with self._lock:
             if state == RankState.DEBUGGING:
                 self._debugging.add(rank)
-                self._served.add(rank)
             else:
                 self._debugging.discard(rank)
 
@@ -243,23 +241,23 @@ class AttachedJob:
 
     def _interrupt_prompt(self) -> None:
         """A kernel interrupt at the prompt: it reaches the ranks at it, as on local ranks."""
-        self._interrupt_served(at_prompt=True)
+        self._interrupt_prompt_ranks(at_prompt=True)
 
     def _new_cell(self) -> None:
-        self._served, self._interrupted = set(), False
+        self._interrupted = False
 
-    def _interrupt_served(self, at_prompt: bool = False) -> list[int]:
-        """A kernel interrupt while a cell serves the job: SIGINT to the ranks that came to
-        its prompt and still run (at the prompt, in a step typed there, or continued from
-        it), said; the ranks reached (none: the interrupt is the cell's alone). Outside the
-        prompt, once a cell: a second interrupt leaves the cell."""
+    def _interrupt_prompt_ranks(self, at_prompt: bool = False) -> list[int]:
+        """A kernel interrupt while a cell serves the job: SIGINT to the ranks of its prompt
+        (at it, or in a step typed there that runs on; not those that continued), said; the
+        ranks reached (none: the interrupt is the cell's alone). Outside the prompt, once a
+        cell: a second interrupt leaves the cell."""
         if self._interrupted and not at_prompt:
             return []
         self._interrupted = True
         states = self.states()
         ranks = [
             r
-            for r in sorted(self._served | self._debugging)
+            for r in sorted(self._debugging | self.debugger.stepping)
             if states.get(r) in (RankState.BUSY, RankState.DEBUGGING)
         ]
         sent = self.signal(ranks, "INT") if ranks else []
@@ -297,7 +295,7 @@ class AttachedJob:
                 try:
                     spent = self._serve_returning()
                 except KeyboardInterrupt:  # ranks in a step that outlasts the prompt's wait
-                    if not self._interrupt_served():
+                    if not self._interrupt_prompt_ranks():
                         raise
                     spent = RETURN_SECONDS  # the interrupted ranks may stop again
                 total += spent
@@ -343,7 +341,7 @@ class AttachedJob:
             try:
                 self.debugger.wait_change(self.debugger.version, 0.2)
             except KeyboardInterrupt:  # ranks in a step that outlasts the prompt's wait
-                if not self._interrupt_served():
+                if not self._interrupt_prompt_ranks():
                     raise
 
     def _before_prompt(self) -> None:
