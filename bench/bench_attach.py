@@ -15,7 +15,13 @@ figures show what SSH, the tunnels and the hops cost, not a real network's laten
    debugger channel reached directly, no tunnel: what attach adds; target under 2x) and on
    this machine (2 emulated nodes x 2: MPI in shared memory, not TCP between hosts); the
    same program, the same prompt code. ``BENCH_LINE`` replaces the stepped line (``x = x +
-   1``: the debugger's path alone).
+   1``: the debugger's path alone). The prompt waits for the printed output of ranks of
+   ``%distcomp command`` (it shows in the cell), never for an attached job's (it goes to the
+   job's logs): so local ranks are measured again without that wait, the debugger's path
+   alone on both sides.
+   Beside them, what the transport alone costs: a 1-byte echo from node 0 to this machine
+   through the ``ssh -R`` forward attach makes, against the same echo straight over the
+   bridge (ECHOES round trips each, TCP_NODELAY on both).
 3. what a job nobody attaches to pays: a Python process's start (``python -c pass``, as the
    job's bash runs it) with the rank side of attach armed, against the diagnostics alone and
    against no prefix, STARTS alternated runs each (no root needed).
@@ -26,10 +32,12 @@ from __future__ import annotations
 import builtins
 import io
 import os
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import redirect_stderr, redirect_stdout
@@ -56,6 +64,20 @@ PROGRAM = "from mpi4py import MPI\nc = MPI.COMM_WORLD\nx = c.rank\nbreakpoint()\
 RUNNING = "import os, time\nwhile not os.path.exists({go!r}):\n    time.sleep(0.1)\n"
 COUNT = 5
 STARTS = 30
+ECHOES = 300
+#: run on a node: ECHOES 1-byte round trips to HOST PORT; prints the median in seconds
+ECHO_CLIENT = """\
+import socket, statistics, sys, time
+sock = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+trips = []
+for _ in range(int(sys.argv[3])):
+    tic = time.perf_counter()
+    sock.sendall(b"x")
+    sock.recv(1)
+    trips.append(time.perf_counter() - tic)
+print(statistics.median(trips))
+"""
 
 
 def _component(folder: Path, program: str = PROGRAM):
@@ -106,14 +128,27 @@ def _prompted(serve, *args, **kwargs) -> list[float]:
     return person.trips
 
 
-def command_steps(folder: Path, hosts: NamespaceHosts | None = None) -> list[float]:
+def command_steps(
+    folder: Path, hosts: NamespaceHosts | None = None, output_wait: bool = True
+) -> list[float]:
     """``n`` over the allreduce on 4 ranks of ``%distcomp command``: on this machine, or
-    (``hosts``) on the hosts, the debugger channel reached without a tunnel."""
+    (``hosts``) on the hosts, the debugger channel reached without a tunnel. Without
+    ``output_wait`` the prompt does not wait for the ranks' printed output, which it does
+    for ranks of ``%distcomp command`` (their output shows in the cell), never for attached
+    ones (theirs goes to the job's logs): the debugger's path alone, as attached ranks have it."""
     from jupyter_distcomp.local.command import run_command
+    from jupyter_distcomp.local.debug import group
     from jupyter_distcomp.machine.hosts import Placement
 
     placement = Placement(tuple(hosts.addresses), hosts.ssh_command) if hosts else None
-    return _prompted(run_command, _component(folder), stream=None, timeout=600, placement=placement)
+    settle = group.UNCOUNTED_SETTLE
+    group.UNCOUNTED_SETTLE = settle if output_wait else 0.0
+    try:
+        return _prompted(
+            run_command, _component(folder), stream=None, timeout=600, placement=placement
+        )
+    finally:
+        group.UNCOUNTED_SETTLE = settle
 
 
 def plain_ssh(hosts: NamespaceHosts) -> float:
@@ -125,8 +160,53 @@ def plain_ssh(hosts: NamespaceHosts) -> float:
     return time.perf_counter() - tic
 
 
-def attached(hosts: NamespaceHosts, folder: Path) -> tuple[list[float], list[float], list[float]]:
-    """Attach times, plain ssh times, and the ``n`` steps over the allreduce, on a job."""
+def _echo_server(host: str) -> socket.socket:
+    """A listener on ``host`` that echoes every byte of each connection back."""
+    server = socket.create_server((host, 0))
+
+    def echo(conn: socket.socket) -> None:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with conn:
+            while data := conn.recv(64):
+                conn.sendall(data)
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:  # closed
+                return
+            threading.Thread(target=echo, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return server
+
+
+def echo_trips(hosts: NamespaceHosts, link, folder: Path) -> tuple[float, float]:
+    """Median seconds of a 1-byte echo from node 0 to this machine: through an ``ssh -R``
+    forward on ``link`` (attach's), and straight over the bridge (the peer)."""
+    client = folder / "echo_client.py"
+    client.write_text(ECHO_CLIENT)
+    tunnelled, straight = _echo_server("127.0.0.1"), _echo_server(hosts.gateway)
+    try:
+        port = link.forward(tunnelled.getsockname()[1])
+        through = link.run(f"{sys.executable} {client} 127.0.0.1 {port} {ECHOES}", timeout=120)
+        direct = hosts.ssh(
+            0, f"{sys.executable} {client} {hosts.gateway} {straight.getsockname()[1]} {ECHOES}"
+        )
+        assert through is not None and through.returncode == 0, through
+        assert direct.returncode == 0, direct
+        return float(through.stdout), float(direct.stdout)
+    finally:
+        tunnelled.close()
+        straight.close()
+
+
+def attached(
+    hosts: NamespaceHosts, folder: Path
+) -> tuple[list[float], list[float], list[float], tuple[float, float]]:
+    """Attach times, plain ssh times, the ``n`` steps over the allreduce on a job, and the
+    echo through attach's tunnel and straight."""
     from jupyter_distcomp.azureml import submit
     from jupyter_distcomp.azureml.attach import attach_target
     from jupyter_distcomp.local.attached import AttachedJob
@@ -178,12 +258,13 @@ def attached(hosts: NamespaceHosts, folder: Path) -> tuple[list[float], list[flo
         )
         attachment.open()
         try:
+            echo = echo_trips(hosts, attachment.nodes[0].link, folder)
             steps = _prompted(attachment.wait, 300.0)  # `%distcomp wait JOB`
         finally:
             attachment.detach()
         for job in (running, stepping):
             assert standin.job(job.name).wait(120) == "Completed", standin.job(job.name).error
-    return times, peers, steps
+    return times, peers, steps, echo
 
 
 def starts(folder: Path) -> dict[str, float]:
@@ -226,21 +307,34 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-attach-") as root:
         folder = Path(root)
         local = command_steps(folder / "local")
+        bare = command_steps(folder / "bare", output_wait=False)
         with NamespaceHosts(2) as hosts:
-            times, peers, steps = attached(hosts, folder / "job")
+            times, peers, steps, echo = attached(hosts, folder / "job")
             direct = command_steps(folder / "direct", hosts)
     print(
         f"attach to a 2 x 2 job, Running -> attached: median {statistics.median(times):.2f} s "
         f"(max {max(times):.2f} s, target < 10 s) = {statistics.median(times) / statistics.median(peers):.1f}x "
         f"one plain ssh to each node at once ({statistics.median(peers):.2f} s)"
     )
-    over = {k: statistics.median(v) for k, v in (("a", steps), ("h", direct), ("l", local))}
+    over = {
+        k: statistics.median(v) for k, v in (("a", steps), ("h", direct), ("l", local), ("b", bare))
+    }
     print(
         f"group n over an allreduce, 4 ranks (medians of {STEPS}): attached {over['a'] * 1000:.0f} "
         f"ms = {over['a'] / over['h']:.2f}x the same hosts' ranks of `%distcomp command` without "
         f"a tunnel ({over['h'] * 1000:.0f} ms; the target, < 2x), = {over['a'] / over['l']:.2f}x "
         f"local ranks on this machine ({over['l'] * 1000:.0f} ms; MPI over TCP between the hosts "
         "against shared memory)"
+    )
+    print(
+        f"  the debugger's path alone (no wait for printed output, which attached ranks send to "
+        f"the job's logs): attached = {over['a'] / over['b']:.2f}x local ranks on this machine "
+        f"without that wait ({over['b'] * 1000:.0f} ms)"
+    )
+    print(
+        f"a 1-byte echo from a node to the notebook's machine (medians of {ECHOES}): through "
+        f"attach's ssh -R forward {echo[0] * 1e6:.0f} us, straight over the bridge "
+        f"{echo[1] * 1e6:.0f} us: the tunnel adds {(echo[0] - echo[1]) * 1e6:.0f} us a round trip"
     )
 
 

@@ -48,11 +48,14 @@ JOB_FILES = (
     "torch_record.py",
 )
 #: what a job submitted with ``--debug`` carries as well: the rank side of ``%distcomp
-#: attach`` and the debugger it loads, and the engine of ``--cells`` jobs
+#: attach``, the debugger it loads, JupyterLab's debugger's side of it, and the engine of
+#: ``--cells`` jobs
 DEBUG_FILES = (
     "job_attach.py",
     "debug_hook.py",
     "compare.py",
+    "dap_side.py",
+    "dap_values.py",
     "job_engine.py",
     "engine_start.py",
 )

@@ -4,6 +4,7 @@ Azure side (azureml/attach.py: the job, its nodes' SSH endpoints) joined to the 
 ``collectives``, ``compare``, ``status``, ``interrupt`` and ``wait`` of a job's name here;
 of a job submitted with ``--cells``, ``%%distcomp run NAME --job JOB`` (its ranks as
 engines: local/jobcells.py) and ``%distcomp stop JOB`` (the job ends).
+JupyterLab's debugger shows an attached job's ranks as threads (local/debug/dap.py).
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ class AttachedJobs:
         self.clients[name] = client
         if target.cells:
             self.cell_jobs[name] = max(1, target.world_size // max(1, job.instance_count))
+        _threads_changed()
         return job
 
     def cells(self, name: str, progress: Callable[[int], None] | None = None) -> JobWorld:
@@ -163,6 +165,7 @@ class AttachedJobs:
                 f"end after {job.idle_minutes:g} min without a cell, and the job with them "
                 f"(`%distcomp stop {name}` ends it at once)."
             )
+        _threads_changed()
         return (
             f"Detached from job {name}: it keeps running on Azure ML; ranks at the prompt run "
             f"on, and the next breakpoint() waits for `%distcomp attach {name}` (at most "
@@ -180,6 +183,17 @@ class AttachedJobs:
 
 def attached_text(job: AttachedJob, seconds: float, cells: bool = False) -> str:
     """What ``%distcomp attach`` says once attached (``cells``: its ranks run cells)."""
+def _threads_changed() -> None:
+    """JupyterLab's debugger, if on, is told of the ranks that came or left as threads."""
+    from ..local.debug import dap
+
+    adapter = dap.current()
+    if adapter is not None:
+        adapter.sync_threads()
+
+
+def attached_text(job: AttachedJob, seconds: float) -> str:
+    """What ``%distcomp attach`` says once attached."""
     nodes = ", ".join(
         f"node {n.index} {n.destination}" + ("" if n.state == "attached" else f" ({n.state})")
         for n in job.nodes

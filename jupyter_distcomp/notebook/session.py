@@ -835,7 +835,8 @@ class Session:
 
             backend = self.backend
             kernel = getattr(self.shell, "kernel", None)
-            adapter = dap.install(kernel, lambda: dict(backend.worlds))
+            attached = self.attached.jobs  # an attached job's ranks are threads too
+            adapter = dap.install(kernel, lambda: {**backend.worlds, **attached})
             if adapter is not None:  # JupyterLab's debugger: rank threads come and go
                 backend.add_listener(adapter.sync_threads)
 

@@ -36,12 +36,27 @@ PAUSE_SIGNAL = signal.SIGUSR2
 _visual = False  # the notebook's visual debugger is on
 
 
-def _cell_file(code: str) -> str:
-    """The file name this engine's IPython gives a cell of ``code`` (pdb stops by it)."""
-    from IPython import get_ipython
+def _clear_breakpoints() -> None:
+    """Every bdb breakpoint gone: ``Breakpoint.clearBreakpoints`` (Python 3.10 and newer),
+    by hand on an older Python (an attached job's rank may run one)."""
+    clear = getattr(bdb.Breakpoint, "clearBreakpoints", None)
+    if clear is not None:
+        clear()
+        return
+    bdb.Breakpoint.next = 1
+    bdb.Breakpoint.bplist = {}
+    bdb.Breakpoint.bpbynumber = [None]
 
+
+def _cell_file(code: str) -> str:
+    """The file name this engine's IPython gives a cell of ``code`` (pdb stops by it); ''
+    in a process that runs no cells (an attached job's rank)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return ""
     shell = get_ipython()
-    return str(shell.compile.get_code_name(code, code, 0))
+    return str(shell.compile.get_code_name(code, code, 0)) if shell is not None else ""
 
 
 def arm(code: str | None, cells: dict[str, list[int]], files: dict[str, list[int]]) -> str:
@@ -49,7 +64,7 @@ def arm(code: str | None, cells: dict[str, list[int]], files: dict[str, list[int
     base name, and for ``files``; the rank's file name of the cell ('' without code)."""
     global _armed, _visual
     _visual = code is not None
-    bdb.Breakpoint.clearBreakpoints()
+    _clear_breakpoints()
     here = _cell_file(code) if code is not None else ""
     folder = os.path.dirname(here or _cell_file(""))
     wanted: dict[str, list[int]] = dict(files)
@@ -259,10 +274,10 @@ def to_globals(pdb: Any, index: int, source: str, target: str) -> dict:
 def breaks(pdb: Any, cells: dict[str, list[int]], files: dict[str, list[int]]) -> bool:
     """New breakpoints while stopped: the cell's file is the one of the frames' cells."""
     global _armed
-    bdb.Breakpoint.clearBreakpoints()
+    _clear_breakpoints()
     folder = os.path.dirname(_cell_file(""))
     wanted = dict(files)
-    for name, lines in cells.items():
+    for name, lines in cells.items() if folder else ():
         wanted[os.path.join(folder, name)] = lines
     for path, lines in wanted.items():
         for line in lines:

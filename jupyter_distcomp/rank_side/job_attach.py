@@ -12,7 +12,8 @@
   file ``<folder>/attach-node<N>.json`` that ``%distcomp attach`` writes on node N (the port
   where its SSH tunnel ends on the node's loopback, and the debugger channel's key), then
   stops at the notebook's group prompt with the debugger of ``%distcomp command`` ranks
-  (debug_hook.py, loaded by path). Without a notebook for ``DISTCOMP_IDLE_MINUTES``
+  (debug_hook.py, loaded by path; JupyterLab's debugger asks its frames and variables
+  through dap_side.py, as on local ranks). Without a notebook for ``DISTCOMP_IDLE_MINUTES``
   (default 30) the rank says so in its log and runs on: a job nobody attaches to is not
   held for good.
 - a notebook that goes away (``%distcomp detach``, its kernel ended, its SSH connection
@@ -130,6 +131,8 @@ class Rank:
     def debugger(self) -> Any:
         if self._debugger is None:
             _sibling("compare")  # `compare EXPR` at the prompt (debug_hook finds it loaded)
+            _sibling("dap_values")  # JupyterLab's debugger: frames and variables (dap_side)
+            _sibling("dap_side")
             self._debugger = _job_pdb()(_job_channel()(self))
         return self._debugger
 

@@ -6,7 +6,10 @@ remote forward that ends on the node's loopback and leads to this kernel's debug
 (local/debug/channel.py: on 127.0.0.1, with a key of this attach's own), then writes on
 each node the file its ranks wait for (nodes.py). A rank's ``breakpoint()`` then stops at
 the group prompt (local/debug/serve.py) as a local rank's does; the stops that come while
-the kernel is idle are held and named (local/debug/held.py) for ``%distcomp wait``. A thread
+the kernel is idle are held and named (local/debug/held.py) for ``%distcomp wait``; while
+JupyterLab's debugger is on, the ranks are its threads and it serves their stops
+(local/debug/dap_serve.py), as it does a local world's. A kernel interrupt while a cell
+serves the job reaches the ranks of its prompt (SIGINT over SSH), said. A thread
 watches the nodes: a node whose connection ends is named, its ranks leave the prompt and run
 on (the rank side's rule), the others go on. :meth:`detach` leaves the job running; a new
 attach gets a new key, and ranks of the old one never use it again.
@@ -85,6 +88,7 @@ class AttachedJob:
         self.quits: set[int] = set()
         self.notices: list[str] = []  # what the watcher found, for the next prompt or view
         self._debugging: set[int] = set()
+        self._interrupted = False  # an interrupt outside the prompt reached them in this cell
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._serving = False  # the main thread serves the prompt now
@@ -98,6 +102,7 @@ class AttachedJob:
             self.states,
             self._interrupt_late,
             self._before_prompt,
+            output_here=False,  # the ranks' output goes to the job's logs: no wait for it
         )
         self.attached_at = 0.0
 
@@ -187,6 +192,16 @@ class AttachedJob:
                 found[rank] = RankState.BUSY
         return found
 
+    @property
+    def started(self) -> bool:
+        """Attached: its ranks are threads of JupyterLab's debugger (local/debug/dap.py)."""
+        return self.attached_at > 0 and not self._stop.is_set()
+
+    @property
+    def dead_ranks(self) -> list[int]:
+        """The ranks ended, or out of reach (no thread of JupyterLab's debugger)."""
+        return [r for r, s in self.states().items() if s == RankState.DEAD]
+
     def waiting(self) -> list[int]:
         """The ranks at a breakpoint that wait for a notebook (as their nodes last said)."""
         return sorted(r for r, p in self.procs.items() if p.waiting and p.alive)
@@ -227,7 +242,34 @@ class AttachedJob:
 
     def _interrupt_prompt(self) -> None:
         """A kernel interrupt at the prompt: it reaches the ranks at it, as on local ranks."""
-        self.interrupt([r for r, s in self.states().items() if s == RankState.DEBUGGING])
+        self._interrupt_prompt_ranks(at_prompt=True)
+
+    def _new_cell(self) -> None:
+        self._interrupted = False
+
+    def _interrupt_prompt_ranks(self, at_prompt: bool = False) -> list[int]:
+        """A kernel interrupt while a cell serves the job: SIGINT to the ranks of its prompt
+        (at it, or in a step typed there that runs on; not those that continued), said; the
+        ranks reached (none: the interrupt is the cell's alone). Outside the prompt, once a
+        cell: a second interrupt leaves the cell."""
+        if self._interrupted and not at_prompt:
+            return []
+        self._interrupted = True
+        states = self.states()
+        ranks = [
+            r
+            for r in sorted(self._debugging | self.debugger.stepping)
+            if states.get(r) in (RankState.BUSY, RankState.DEBUGGING)
+        ]
+        sent = self.signal(ranks, "INT") if ranks else []
+        if sent:
+            print(
+                f"{self.name}: interrupted: SIGINT sent to {format_ranks(sent)}, the ranks of "
+                "this prompt (a KeyboardInterrupt in their code); the job runs on, still "
+                "attached.",
+                flush=True,
+            )
+        return sent
 
     # -- the prompt -----------------------------------------------------------------------
     def serve_arrivals(self, seconds: float = ARRIVE_SECONDS) -> float:
@@ -237,6 +279,7 @@ class AttachedJob:
         deadline = time.monotonic() + seconds
         looked = 0.0
         self._serving = True  # no stop is announced as held meanwhile
+        self._new_cell()
         try:
             while time.monotonic() < deadline:
                 seen = len(self.procs) >= self.world_size
@@ -250,7 +293,12 @@ class AttachedJob:
                 self.debugger.wait_change(self.debugger.version, 0.1)
             spent = total = self.serve_stops()
             while spent:
-                spent = self._serve_returning()
+                try:
+                    spent = self._serve_returning()
+                except KeyboardInterrupt:  # ranks in a step that outlasts the prompt's wait
+                    if not self._interrupt_prompt_ranks():
+                        raise
+                    spent = RETURN_SECONDS  # the interrupted ranks may stop again
                 total += spent
             return total
         finally:
@@ -301,6 +349,7 @@ class AttachedJob:
         the job did, or ``timeout`` s pass; what ended the wait."""
         deadline = None if timeout is None else time.monotonic() + timeout
         checked = 0.0
+        self._new_cell()
         while True:
             self.serve_stops()
             if self.all_ended():
@@ -311,7 +360,11 @@ class AttachedJob:
                     return "the job has ended"
             if deadline is not None and time.monotonic() > deadline:
                 return f"no more stops within {timeout:g} s; the job runs on"
-            self.debugger.wait_change(self.debugger.version, 0.2)
+            try:
+                self.debugger.wait_change(self.debugger.version, 0.2)
+            except KeyboardInterrupt:  # ranks in a step that outlasts the prompt's wait
+                if not self._interrupt_prompt_ranks():
+                    raise
 
     def _before_prompt(self) -> None:
         """Before each prompt and when the prompt ends: name the nodes whose SSH connection

@@ -153,7 +153,7 @@ class CellDebug:
         adapter = dap.current()
         if adapter is not None:  # JupyterLab's debugger is on: it serves the stops
             from .dap_serve import serve_visual
-            from .serve import _serve_input
+            from .serve import serve_input
 
             label = self.world.label
             return serve_visual(
@@ -164,7 +164,7 @@ class CellDebug:
                 label=label,
                 quits=self.quits,
                 states=self.world.states,
-                on_input=lambda session, ask: _serve_input(session, ask, pump, label),
+                on_input=lambda session, ask: serve_input(session, ask, pump, label),
                 interrupt=self._interrupt,
             )
         return serve(

@@ -107,6 +107,9 @@ class DebugChannel:
         self.serving = True  # False between cells: a late stop is interrupted
         self.skipped: set[int] = set()  # ranks whose breakpoint was skipped
         self.on_state: Callable[[int, RankState], None] = lambda rank, state: None
+        #: ranks that left the prompt with a step (or a continue to a breakpoint) and may
+        #: stop again: pdb still traces them (stopped.py keeps it)
+        self.stepping: set[int] = set()
         self.wake: Callable[[], None] = lambda: None
         self._stops: list[tuple[RankSession, dict]] = []
         self._cond = threading.Condition()

@@ -371,8 +371,10 @@ def serve_visual(
     states: Callable[[], dict[int, RankState]] | None,
     on_input: Callable[[RankSession, dict], None] | None,
     interrupt: Callable[[list[int]], None] | None = None,
+    output_here: bool = True,
 ) -> float:
-    """Serve the stopped ranks for JupyterLab's debugger; the seconds spent (0.0 if none)."""
+    """Serve the stopped ranks for JupyterLab's debugger; the seconds spent (0.0 if none).
+    ``output_here``: False where the ranks' output shows elsewhere (an attached job's logs)."""
     if not channel.pending():
         return 0.0
     tic = time.monotonic()
@@ -391,6 +393,7 @@ def serve_visual(
         before_prompt=before_prompt,
         label=label,
         refocus=True,
+        output_here=output_here,
     )
     serving.run(group)
     return time.monotonic() - tic

@@ -51,6 +51,7 @@ class GroupPrompt:
         refocus: bool = False,
         shown: Callable[[int, str, int], bool] | None = None,
         interrupted: dict[int, dict] | None = None,
+        output_here: bool = True,
     ) -> None:
         """``ask(session, prompt)``: the next line typed for the focused ranks;
         ``before_prompt()`` shows what the ranks printed; ``label(rank)`` names a rank;
@@ -58,7 +59,8 @@ class GroupPrompt:
         ``shown(rank, cell, units)``: whether the cell on show has shown ``units`` of the
         output ``rank`` wrote for request ``cell`` (None: nothing to wait for);
         ``interrupted`` is filled, when an interrupt ends the prompt, with where the ranks
-        at the prompt stopped."""
+        at the prompt stopped; ``output_here``: what the ranks print shows in this cell
+        (False: it goes elsewhere, an attached job's logs, and the prompt waits for none)."""
         self.stopped = stopped
         self.ask = ask
         self.before_prompt = before_prompt
@@ -66,6 +68,7 @@ class GroupPrompt:
         self.refocus = refocus
         self.shown = shown
         self.interrupted = interrupted if interrupted is not None else {}
+        self.output_here = output_here
         self.focus: set[int] | None = None  # None: every rank at a prompt
 
     # -- the loop -------------------------------------------------------------------------
@@ -189,7 +192,9 @@ class GroupPrompt:
         much as each counted, for :data:`OUTPUT_WAIT` s at most."""
         owed = [m for m in members if m.owed]
         self.before_prompt()
-        if not owed:
+        if not owed or not self.output_here:
+            for member in owed:
+                member.owed, member.written = False, None
             return
         if any(m.written is None for m in owed):
             time.sleep(UNCOUNTED_SETTLE)

@@ -2,7 +2,8 @@
 
 Only the kernel's main thread, inside a cell, can prompt. So the background thread does not
 serve a rank that stops: it names it once in its own output area (and ``%distcomp status``
-names it), and ``%distcomp wait NAME``, which runs on the main thread, serves the prompts.
+names it), and ``%distcomp wait NAME``, which runs on the main thread, serves the prompts
+(or JupyterLab's debugger, while it is on). The ranks of an attached job are held so too.
 The background run's time-out waits while a rank is stopped.
 """
 
@@ -12,8 +13,9 @@ import time
 from collections.abc import Callable
 
 from ...contracts import RankState
+from . import dap
 from .channel import DebugChannel
-from .serve import describe_stop, serve
+from .serve import describe_stop, serve, serve_input
 
 
 class HeldStops:
@@ -29,8 +31,11 @@ class HeldStops:
         states: Callable[[], dict[int, RankState]] | None = None,
         interrupt_ranks: Callable[[list[int]], None] | None = None,
         before_prompt: Callable[[], None] = lambda: None,
+        output_here: bool = True,
     ) -> None:
         self.channel = channel
+        #: the ranks' output shows in the notebook (False: an attached job's, in its logs)
+        self.output_here = output_here
         self.before_prompt = before_prompt  # what to show before each prompt
         #: SIGINT to some ranks: an evaluation at the prompt past its time limit
         self.interrupt_ranks = interrupt_ranks
@@ -69,6 +74,19 @@ class HeldStops:
         self._waiting = True
         tic = time.monotonic()
         try:
+            self._serve()
+        except KeyboardInterrupt:
+            self.interrupt()
+        finally:
+            self._waiting = False
+            self._told = set()
+        return time.monotonic() - tic
+
+    def _serve(self) -> None:
+        """The stopped ranks at the group prompt, or, while JupyterLab's debugger is on,
+        served to it as threads (dap_serve.py), as a cell's stops are."""
+        adapter = dap.current()
+        if adapter is None:
             serve(
                 self.channel,
                 before_prompt=self.before_prompt,
@@ -77,13 +95,24 @@ class HeldStops:
                 states=self.states,
                 name=self.name,
                 interrupt=self.interrupt_ranks,
+                output_here=self.output_here,
             )
-        except KeyboardInterrupt:
-            self.interrupt()
-        finally:
-            self._waiting = False
-            self._told = set()
-        return time.monotonic() - tic
+            return
+        from .dap_serve import serve_visual
+
+        before, label = self.before_prompt, self.label
+        serve_visual(
+            adapter,
+            self.channel,
+            world_name=self.name,
+            before_prompt=before,
+            label=label,
+            quits=self.quits,
+            states=self.states,
+            on_input=lambda session, ask: serve_input(session, ask, before, label),
+            interrupt=self.interrupt_ranks,
+            output_here=self.output_here,
+        )
 
     def stopped(self) -> list[int]:
         """The ranks waiting for their prompt at a breakpoint."""

@@ -19,7 +19,7 @@ from .group import GroupPrompt
 from .places import describe_stop
 from .stopped import StoppedRanks
 
-__all__ = ["describe_stop", "serve"]
+__all__ = ["describe_stop", "serve", "serve_input"]
 
 ASK_SETTLE = 0.03  # seconds for a rank's output sent before its input() to arrive
 NO_STDIN = (
@@ -44,6 +44,7 @@ def serve(
     name: str = "ranks",
     interrupt: Callable[[list[int]], None] | None = None,
     shown: Callable[[int, str, int], bool] | None = None,
+    output_here: bool = True,
 ) -> float:
     """Serve the stopped ranks at one prompt until none is at it; the seconds spent (0.0 if
     none stopped).
@@ -55,7 +56,8 @@ def serve(
     ``interrupted`` then holds where each rank at the prompt had stopped; ``name`` heads
     the table of ``compare EXPR`` at the prompt; ``interrupt`` sends SIGINT to ranks (an
     evaluation past its time limit, stopped.py); ``shown(rank, cell, units)`` tells whether
-    ``before_prompt`` has shown that much of a rank's output, which the prompt waits for.
+    ``before_prompt`` has shown that much of a rank's output, which the prompt waits for;
+    ``output_here``: False where the ranks' output shows elsewhere (an attached job's logs).
     """
     if not channel.pending():
         return 0.0
@@ -66,7 +68,7 @@ def serve(
         quits=quits,
         states=states,
         interrupt=interrupt,
-        on_input=lambda session, ask: _serve_input(session, ask, before_prompt, label),
+        on_input=lambda session, ask: serve_input(session, ask, before_prompt, label),
     )
     group = GroupPrompt(
         stopped=stopped,
@@ -75,12 +77,13 @@ def serve(
         label=label,
         shown=shown,
         interrupted=interrupted,
+        output_here=output_here,
     )
     group.run()
     return time.monotonic() - tic
 
 
-def _serve_input(
+def serve_input(
     session: RankSession,
     ask: dict,
     before_prompt: Callable[[], None],

@@ -294,6 +294,7 @@ class StoppedRanks:
                 member.text = text + "\n" if text else ""
                 member.state = "prompt"
                 member.owed, member.written = True, message.get("written")
+                self.channel.stepping.discard(member.session.rank)
                 # its "running" before a new stop may be read after that stop said debugging
                 self.channel.on_state(member.session.rank, RankState.DEBUGGING)
             elif "running" in message or "end" in message:
@@ -301,4 +302,8 @@ class StoppedRanks:
                 member.ran = True
                 if message.get("end") == "quit":
                     self.quits.add(member.session.rank)
+                if member.state == "running":
+                    self.channel.stepping.add(member.session.rank)
+                else:
+                    self.channel.stepping.discard(member.session.rank)
                 self.channel.on_state(member.session.rank, RankState.BUSY)
