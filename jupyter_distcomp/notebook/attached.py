@@ -181,8 +181,6 @@ class AttachedJobs:
                 pass
 
 
-def attached_text(job: AttachedJob, seconds: float, cells: bool = False) -> str:
-    """What ``%distcomp attach`` says once attached (``cells``: its ranks run cells)."""
 def _threads_changed() -> None:
     """JupyterLab's debugger, if on, is told of the ranks that came or left as threads."""
     from ..local.debug import dap
@@ -192,8 +190,8 @@ def _threads_changed() -> None:
         adapter.sync_threads()
 
 
-def attached_text(job: AttachedJob, seconds: float) -> str:
-    """What ``%distcomp attach`` says once attached."""
+def attached_text(job: AttachedJob, seconds: float, cells: bool = False) -> str:
+    """What ``%distcomp attach`` says once attached (``cells``: its ranks run cells)."""
     nodes = ", ".join(
         f"node {n.index} {n.destination}" + ("" if n.state == "attached" else f" ({n.state})")
         for n in job.nodes
