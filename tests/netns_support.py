@@ -8,6 +8,7 @@ bridge, as a notebook reaches a cluster's nodes. Needs root (namespaces, veth, b
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import signal
@@ -17,6 +18,8 @@ import time
 from pathlib import Path
 
 SSHD = "/usr/sbin/sshd"
+#: how many sets of hosts this process made (see NamespaceHosts)
+_MADE = itertools.count()
 
 
 def unavailable() -> str | None:
@@ -47,8 +50,12 @@ class NamespaceHosts:
 
     def __init__(self, count: int = 2):
         self.count = count
-        self.tag = f"dc{os.getpid() % 100000}"
-        subnet = 20 + os.getpid() % 200
+        # names and subnet of their own for each set of hosts of this process: the kernel
+        # may still be removing a set this process closed (a namespace goes once its last
+        # reference does), and two pytest processes differ by their pid
+        made = next(_MADE)
+        self.tag = f"dc{os.getpid() % 100000}{chr(ord('a') + made % 26)}"
+        subnet = 20 + (os.getpid() + 37 * made) % 200
         self.gateway = f"10.213.{subnet}.1"
         self.addresses = [f"10.213.{subnet}.{10 + i}" for i in range(count)]
         self.namespaces = [f"{self.tag}n{i}" for i in range(count)]

@@ -147,8 +147,15 @@ def project(folder: Path, idle: str = "") -> Path:
     return folder
 
 
-def submitted(kernel, folder: Path, keys, extra: str = "") -> str:
-    """Define the component in ``folder`` and submit it with --debug; the job's name."""
+def submitted(
+    kernel,
+    folder: Path,
+    keys,
+    extra: str = "",
+    said: str = r"(\S+): a breakpoint\(\) in its ranks waits for `%distcomp attach",
+) -> str:
+    """Define the component in ``folder`` and submit it with --debug (and ``extra``); the
+    job's name, read from the submit's words ``said``."""
     out = kernel.run(f"%%distcomp train\n{(folder / 'spec.yaml').read_text()}code: {folder}\n")
     assert out.ok, out.text
     out = kernel.run(
@@ -156,7 +163,7 @@ def submitted(kernel, folder: Path, keys, extra: str = "") -> str:
         f"%distcomp submit train --compute cpu --no-environment --debug --ssh-key {keys['public']} {extra}"
     )
     assert out.ok, out.text
-    found = re.search(r"(\S+): a breakpoint\(\) in its ranks waits for `%distcomp attach", out.text)
+    found = re.search(said, out.text)
     assert found, out.text
     return found[1]
 

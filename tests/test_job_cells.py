@@ -51,17 +51,13 @@ def submitted(kernel, folder: Path, keys, idle: str) -> str:  # noqa: F811
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "spec.yaml").write_text(SPEC.format(python=sys.executable))
     (folder / "train.py").write_text("print('the spec command: not run with --cells')\n")
-    out = kernel.run(f"%%distcomp train\n{(folder / 'spec.yaml').read_text()}code: {folder}\n")
-    assert out.ok, out.text
-    out = kernel.run(
-        "train.runsettings.resource_layout.configure(instance_count=2, process_count_per_node=2)\n"
-        "%distcomp submit train --compute cpu --no-environment --debug --cells "
-        f"--idle-limit {idle} --ssh-key {keys['public']}"
+    return attach_jobs.submitted(
+        kernel,
+        folder,
+        keys,
+        f"--cells --idle-limit {idle}",
+        said=r"(\S+): its ranks wait for the notebook's cells",
     )
-    assert out.ok, out.text
-    found = re.search(r"(\S+): its ranks wait for the notebook's cells", out.text)
-    assert found, out.text
-    return found[1]
 
 
 def logs(job) -> list[str]:
