@@ -4,6 +4,7 @@ azure-ai-ml client, against the stand-in that runs the jobs (jupyter_distcomp/st
 from __future__ import annotations
 
 import re
+import signal
 import sys
 import threading
 import time
@@ -293,11 +294,14 @@ def test_interrupting_stops_following_never_the_job(shell, standin):
 
     following.set()
     threading.Thread(target=interrupt_while_following, daemon=True).start()
+    # Ctrl-C raises KeyboardInterrupt in the cell, as ipykernel has it while a cell runs
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     with capture_output() as captured:
         try:
             result = shell.run_cell(f"%distcomp follow {job}")
         finally:
             following.clear()
+            signal.signal(signal.SIGINT, previous)
     assert result.success, result.error_in_exec
     assert f"job {job} keeps running on Azure ML; `%distcomp follow {job}` picks it up" in (
         captured.stdout
