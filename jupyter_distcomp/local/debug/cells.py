@@ -33,7 +33,7 @@ from . import dap
 from .channel import DebugChannel
 from .held import HeldStops
 from .places import summary
-from .serve import serve
+from .serve import serve_stops
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -150,32 +150,15 @@ class CellDebug:
             return 0.0
         if self.held is not None:
             return self.held.hold()
-        adapter = dap.current()
-        if adapter is not None:  # JupyterLab's debugger is on: it serves the stops
-            from .dap_serve import serve_visual
-            from .serve import serve_input
-
-            label = self.world.label
-            return serve_visual(
-                adapter,
-                self.channel,
-                world_name=self.world.name,
-                before_prompt=pump,
-                label=label,
-                quits=self.quits,
-                states=self.world.states,
-                on_input=lambda session, ask: serve_input(session, ask, pump, label),
-                interrupt=self._interrupt,
-            )
-        return serve(
+        return serve_stops(
             self.channel,
+            name=self.world.name,
             before_prompt=pump,
             label=self.world.label,
             quits=self.quits,
             states=self.world.states,
-            interrupted=self.interrupted,
-            name=self.world.name,
             interrupt=self._interrupt,
+            interrupted=self.interrupted,
             shown=shown,
         )
 

@@ -13,9 +13,8 @@ import time
 from collections.abc import Callable
 
 from ...contracts import RankState
-from . import dap
 from .channel import DebugChannel
-from .serve import describe_stop, serve, serve_input
+from .serve import describe_stop, serve_stops
 
 
 class HeldStops:
@@ -85,31 +84,13 @@ class HeldStops:
     def _serve(self) -> None:
         """The stopped ranks at the group prompt, or, while JupyterLab's debugger is on,
         served to it as threads (dap_serve.py), as a cell's stops are."""
-        adapter = dap.current()
-        if adapter is None:
-            serve(
-                self.channel,
-                before_prompt=self.before_prompt,
-                label=self.label,
-                quits=self.quits,
-                states=self.states,
-                name=self.name,
-                interrupt=self.interrupt_ranks,
-                output_here=self.output_here,
-            )
-            return
-        from .dap_serve import serve_visual
-
-        before, label = self.before_prompt, self.label
-        serve_visual(
-            adapter,
+        serve_stops(
             self.channel,
-            world_name=self.name,
-            before_prompt=before,
-            label=label,
+            name=self.name,
+            before_prompt=self.before_prompt,
+            label=self.label,
             quits=self.quits,
             states=self.states,
-            on_input=lambda session, ask: serve_input(session, ask, before, label),
             interrupt=self.interrupt_ranks,
             output_here=self.output_here,
         )

@@ -83,6 +83,54 @@ def serve(
     return time.monotonic() - tic
 
 
+def serve_stops(
+    channel: DebugChannel,
+    *,
+    name: str,
+    before_prompt: Callable[[], None],
+    label: Callable[[int], str],
+    quits: set[int],
+    states: Callable[[], dict[int, RankState]] | None,
+    interrupt: Callable[[list[int]], None] | None,
+    output_here: bool = True,
+    interrupted: dict[int, dict] | None = None,
+    shown: Callable[[int, str, int], bool] | None = None,
+) -> float:
+    """Serve the stopped ranks of world ``name``: to JupyterLab's debugger, as its threads,
+    while it is on (dap_serve.py), else at the group prompt (:func:`serve`); the seconds
+    spent. ``interrupted`` and ``shown`` are the prompt's (see :func:`serve`)."""
+    from . import dap
+
+    adapter = dap.current()
+    if adapter is None:
+        return serve(
+            channel,
+            before_prompt=before_prompt,
+            label=label,
+            quits=quits,
+            states=states,
+            interrupted=interrupted,
+            name=name,
+            interrupt=interrupt,
+            shown=shown,
+            output_here=output_here,
+        )
+    from .dap_serve import serve_visual
+
+    return serve_visual(
+        adapter,
+        channel,
+        world_name=name,
+        before_prompt=before_prompt,
+        label=label,
+        quits=quits,
+        states=states,
+        on_input=lambda session, ask: serve_input(session, ask, before_prompt, label),
+        interrupt=interrupt,
+        output_here=output_here,
+    )
+
+
 def serve_input(
     session: RankSession,
     ask: dict,
