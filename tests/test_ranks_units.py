@@ -7,11 +7,18 @@ import io
 import sys
 import time
 from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
 
 import pytest
 
 from jupyter_distcomp.core.ranges import format_ranks, parse_ranks
 from jupyter_distcomp.errors import RankError
+from jupyter_distcomp.local.command.result import (
+    CommandResult,
+    RankResult,
+    exit_abort_notice,
+    failure_message,
+)
 from jupyter_distcomp.local.ranks.failures import death_reason, error_sections, group_errors
 from jupyter_distcomp.local.ranks.feed import OutputFeed
 from jupyter_distcomp.local.ranks.output import LINE_LIMIT, REDRAW_SECONDS, RankOutput
@@ -135,6 +142,35 @@ def test_death_reasons_from_mpiexec():
     assert death_reason(1, MPIEXEC_EXIT) == ""
     assert death_reason(1, MPIEXEC_SIGNAL) == "killed by signal 11 (Segmentation fault)"
     assert death_reason(0, "") == ""
+
+
+def test_a_rank_aborted_by_a_thread_left_at_exit_is_named_with_destroy_process_group():
+    def ranks(last_line: str) -> list[RankResult]:
+        aborted = RankResult(0, 0, pid=10, returncode=-6)
+        aborted.stdout_tail.append("rank 0 of 2: loss -1.4152")
+        aborted.stderr_tail.append(last_line)
+        return [aborted, RankResult(1, 0, pid=11, stopped=True)]
+
+    def message(last_line: str) -> str:
+        result = CommandResult(
+            "ds_zero", "deepspeed", ["python", "train.py"], Path("."), {}, {}, ranks(last_line)
+        )
+        return failure_message(result)
+
+    said = message("terminate called without an active exception")
+    lines = said.splitlines()
+    assert lines[0] == "`ds_zero` failed on rank 0:"
+    assert lines[1].startswith("rank 0 aborted as the process ended: a native thread was still")
+    assert "torch.distributed.destroy_process_group()" in lines[1]
+    assert (
+        lines[2] == "rank 0: killed by SIGABRT (aborted, usually by a failed check in native code)"
+    )
+    other = message("Assertion `x > 0' failed.")
+    assert "destroy_process_group" not in other and "rank 0: killed by SIGABRT" in other
+    logged = RankResult(3, 1, returncode=134)  # a job's rank: its log holds both streams
+    logged.stdout_tail.extend(["epoch 9 done", "terminate called without an active exception"])
+    said = exit_abort_notice([logged]) or ""
+    assert said.startswith("rank 3 aborted as the process ended") and "os._exit(0)" in said
 
 
 def test_stack_shows_the_cell_line_and_hides_the_engine():

@@ -1,5 +1,6 @@
 """One ZeRO stage 1 step with DeepSpeed on CPU (gloo), on every rank Azure ML starts."""
 import os
+import sys
 
 import deepspeed
 import deepspeed.ops
@@ -34,3 +35,11 @@ print(
     f"ZeRO stage {engine.zero_optimization_stage()}, loss {loss.item():.4f}, "
     f"weights equal on all ranks: {same}"
 )
+# DeepSpeed keeps the process group alive to the interpreter's shutdown, where gloo's worker
+# threads may still be releasing the last collective's tensors; that aborts the process now
+# and then ("terminate called without an active exception", pytorch/pytorch#190489), under
+# any launcher. destroy_process_group() cannot end a group that DeepSpeed still holds, so the
+# process ends here, its output flushed, before that shutdown.
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(0)

@@ -4,7 +4,8 @@
 ``.result``); :func:`failure_message` is that error's text. The message leads with what the
 user must look at: which ranks failed and how (exit code, or the signal's name, with a hint
 for the usual causes; a CUDA call where there is no usable GPU, named once with the change
-for a check on CPU), then each failing rank's last stderr lines, then which ranks we
+for a check on CPU; a rank aborted by a thread left running at exit, named with the
+call that ends it), then each failing rank's last stderr lines, then which ranks we
 stopped because of it. Ranks that fail the same way with
 the same stderr are shown once ("ranks 1-3").
 """
@@ -121,6 +122,32 @@ def rank_status(outcome: Any) -> str:
     return f"exit code {code}" + (" (after being stopped)" if outcome.stopped else "")
 
 
+#: what the C++ runtime prints when a thread object is destroyed still running (std::terminate)
+_LEFT_THREAD = "terminate called without an active exception"
+
+
+def exit_abort_notice(failed: list[Any]) -> str | None:
+    """What to say when a failing rank's last lines (its stderr here, its log on Azure ML)
+    say a native thread was still running as the process exited: with torch, usually a
+    process group never destroyed (gloo's and NCCL's threads meet the interpreter's
+    shutdown; pytorch/pytorch#190489); None otherwise."""
+    aborted = [
+        r.rank
+        for r in failed
+        if any(_LEFT_THREAD in line for line in (*r.stderr_tail, *r.stdout_tail))
+    ]
+    if not aborted:
+        return None
+    return (
+        f"{format_ranks(aborted)} aborted as the process ended: a native thread was still "
+        f"running ({_LEFT_THREAD!r}). With torch.distributed this is usually a process group left "
+        f"to the interpreter's shutdown; it happens only now and then, and under any launcher, "
+        f"Azure ML's too. Fix: call torch.distributed.destroy_process_group() after the last "
+        f"collective and keep no reference to the group; where a library holds it to the end "
+        f"(DeepSpeed does), end the process with os._exit(0) once its output is flushed."
+    )
+
+
 def _tail(outcome: Any) -> list[str]:
     lines = list(outcome.stderr_tail) or list(outcome.stdout_tail)
     which = getattr(outcome, "tail_name", None) or ("stderr" if outcome.stderr_tail else "stdout")
@@ -167,9 +194,12 @@ def failure_message(result: Any) -> str:
     failed = result.failed if not result.timed_out else []
     if failed:
         lines.append(f"`{name}` failed on {format_ranks([r.rank for r in failed])}:")
-        notice = no_gpu_notice(line for r in failed for line in r.stderr_tail)
-        if notice:
-            lines.append(notice)
+        for notice in (
+            no_gpu_notice(line for r in failed for line in r.stderr_tail),
+            exit_abort_notice(failed),
+        ):
+            if notice:
+                lines.append(notice)
         for ranks, how, outcome in _grouped(failed):
             lines.append(f"{format_ranks(ranks)}: {how}")
             lines.extend(_tail(outcome))
