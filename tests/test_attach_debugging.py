@@ -6,9 +6,11 @@ their own sshd, tests/netns_support.py), attached over SSH from a real kernel.
 JupyterLab's side is the debug protocol exactly as it sends it (dap_support.py): the job's
 ranks are threads, a ``stackTrace`` names each rank's frame, ``next`` steps over an
 ``allreduce`` on every rank at once, ``continue`` lets them run; a later breakpoint, held
-while no cell serves the job, is served to the debugger by ``%distcomp wait``. Then, at the
-pdb prompt, ``km.interrupt_kernel()`` (JupyterLab's stop button) in a step that runs on
-reaches the job's ranks, the prompt says so, and the job goes on to its end. Skipped, with
+while no cell serves the job, is served to the debugger by ``%distcomp wait``; ``stepIn``
+and ``stepOut`` of the user's function stop at its first line and the caller's next, as on
+local ranks. Then, at the pdb prompt, ``km.interrupt_kernel()`` (JupyterLab's stop button)
+in a step that runs on reaches the job's ranks, the prompt says so, and the job goes on to
+its end. Skipped, with
 the reason, where namespaces cannot be made.
 """
 
@@ -51,6 +53,19 @@ breakpoint()
 state = spin()
 total = c.allreduce(1)
 print("after", state, total, flush=True)
+"""
+
+#: a breakpoint before a call of the user's own function (lines 3-5), then a collective
+STEPS = """\
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+def double(v):
+    w = v * 2
+    return w
+breakpoint()
+y = double(c.rank)
+z = c.allreduce(y)
+print("z", z, flush=True)
 """
 
 
@@ -159,6 +174,62 @@ def test_jupyterlabs_debugger_steps_the_attached_jobs_ranks_as_threads(
         dap.stop()
     assert job.wait(120) == "Completed", job.error
     assert all(logs_say(job, f"y {64 + r}", [r]) for r in range(4))
+
+
+def test_step_in_and_out_of_a_function_on_the_jobs_ranks_stops_at_the_users_lines_only(
+    dap, standin, keys, tmp_path
+):
+    folder = project(tmp_path / "steps")
+    (folder / "train.py").write_text(STEPS)
+    name = submitted(dap.kernel, folder, keys)
+    job = standin.job(name)
+    waiting_ranks(job, range(4))
+    dap.start()
+    assert dap.request("configurationDone")["success"]
+
+    def step(request: str, thread: int) -> tuple[int, dict[int, dict]]:
+        """``request`` on the stopped ranks; the thread that stopped last, and each rank's
+        innermost frame (where it stopped)."""
+        since = len(dap.events)
+        assert dap.request(request, threadId=thread)["success"]
+        stops = dap.wait_events("stopped", 4, since, reason="step")
+        thread = stops[-1]["body"]["threadId"]
+        reply = dap.request("stackTrace", threadId=thread)
+        assert reply["success"], reply
+        innermost: dict[int, dict] = {}
+        for frame in reply["body"]["stackFrames"]:  # each rank's frames, innermost first
+            innermost.setdefault(int(frame["name"].split(":")[0].split()[1]), frame)
+        return thread, innermost
+
+    try:
+        since = len(dap.events)
+        msg_id = dap.execute(f"%distcomp attach {name}")
+        stops = dap.wait_events("stopped", 4, since, timeout=180, reason="breakpoint")
+        thread = stops[-1]["body"]["threadId"]
+        assert {f["line"] for f in frames_of(dap, thread).values()} == {7}
+        # into double: its first line, not pdb's --Call-- stop at the def line
+        thread, frames = step("stepIn", thread)
+        assert {(f["line"], f["name"].split(": ")[1]) for f in frames.values()} == {
+            (4, "double")
+        }, (frames, dap.output(msg_id))
+        # out of it: the caller's next line, not pdb's --Return-- stop at double's last line
+        thread, frames = step("stepOut", thread)
+        assert {(f["line"], f["name"].split(": ")[1]) for f in frames.values()} == {
+            (8, "<module>")
+        }, (frames, dap.output(msg_id))
+        assert {r: variables_of(dap, f)["y"] for r, f in frames.items()} == {
+            r: str(2 * r) for r in range(4)
+        }
+        thread, frames = step("next", thread)  # over the allreduce, on every rank at once
+        assert {f["line"] for f in frames.values()} == {9}, frames
+        assert "--Call--" not in dap.output(msg_id) and "--Return--" not in dap.output(msg_id)
+        assert dap.request("continue", threadId=1)["success"]
+        reply = dap.wait_reply(msg_id, timeout=120)
+        assert reply["status"] == "ok", dap.output(msg_id)
+    finally:
+        dap.stop()
+    assert job.wait(120) == "Completed", job.error
+    assert logs_say(job, "z 12")
 
 
 def test_a_kernel_interrupt_in_a_long_step_reaches_the_jobs_ranks_and_the_job_goes_on(

@@ -82,9 +82,10 @@ def arm(code: str | None, cells: dict[str, list[int]], files: dict[str, list[int
     return here
 
 
-def visual() -> bool:
-    """The notebook's visual debugger is on (its steps stop in the user's code only)."""
-    return _visual
+def visual(pdb: Any = None) -> bool:
+    """The notebook's visual debugger is on for this rank's cells, or serves ``pdb``'s stop
+    (:func:`stack`): its steps stop in the user's code only."""
+    return _visual or bool(getattr(pdb, "visual_step", False))
 
 
 def _pause(signum: int, frame: Any) -> None:
@@ -110,7 +111,7 @@ def steps_on(pdb: Any, frame: Any) -> bool:
     of a frame to the caller's next line, or to the cell's next statement (IPython runs each
     top-level statement as code of its own); into a call, at its first line. True when
     ``pdb`` should not stop here (pdb's ``--Return--`` / ``--Call--`` stops)."""
-    if not _visual or frame is None:
+    if not visual(pdb) or frame is None:
         return False
     text = "".join(pdb.channel.output)
     for mark in ("--Return--\n", "--Call--\n"):
@@ -153,6 +154,10 @@ def _user_frames(pdb: Any) -> list[tuple[int, Any, int]]:
 
 
 def stack(pdb: Any) -> list[dict]:
+    """The user's frames at this stop. The visual debugger asks them of every rank at each
+    of its stops, before any step: so the step that follows is its own (``visual_step``,
+    reset at the next stop), also on a rank no cell armed (an attached job's)."""
+    pdb.visual_step = True
     _refs.clear()
     return [
         {"index": i, "file": f.f_code.co_filename, "line": line, "name": f.f_code.co_name}

@@ -332,6 +332,9 @@ class RankPdb(pdb.Pdb):
         self.prompt = f"(Pdb rank {channel.rank}) "
         self._ending = ""
         self._cell_goal: int | None = None  # r / unt at a cell's top level: the line to reach
+        #: the step under way is the visual debugger's (set by dap_side.stack): it stops at
+        #: lines of the user's code only, also where no cell armed the rank (an attached job's)
+        self.visual_step = False
 
     def _print_lines(self, lines, start, breaks=(), frame=None) -> None:
         """pdb's listing (``l``, ``ll``, ``source``), with a cell's first line as the
@@ -358,7 +361,7 @@ class RankPdb(pdb.Pdb):
         if not _is_library(frame.f_code.co_filename):
             return True
         side = sys.modules.get("distcomp_dap_side")
-        if side is not None and side.visual():
+        if side is not None and side.visual(self):
             return False
         return not self._under_machinery(frame)
 
@@ -451,6 +454,7 @@ class RankPdb(pdb.Pdb):
         side = sys.modules.get("distcomp_dap_side")
         if side is not None and side.steps_on(self, frame):
             return
+        self.visual_step = False  # a stop: the next step is the one its prompt sends
         where = frame
         if where is None and traceback is not None:
             last = traceback
