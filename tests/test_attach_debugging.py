@@ -8,9 +8,9 @@ ranks are threads, a ``stackTrace`` names each rank's frame, ``next`` steps over
 ``allreduce`` on every rank at once, ``continue`` lets them run; a later breakpoint, held
 while no cell serves the job, is served to the debugger by ``%distcomp wait``; ``stepIn``
 and ``stepOut`` of the user's function stop at its first line and the caller's next, as on
-local ranks. Then, at the pdb prompt, ``km.interrupt_kernel()`` (JupyterLab's stop button)
-in a step that runs on reaches the job's ranks, the prompt says so, and the job goes on to
-its end. Skipped, with
+local ranks; Pause stops ranks that run without a breakpoint, in their code. Then, at the
+pdb prompt, ``km.interrupt_kernel()`` (JupyterLab's stop button) in a step that runs on
+reaches the job's ranks, the prompt says so, and the job goes on to its end. Skipped, with
 the reason, where namespaces cannot be made.
 """
 
@@ -66,6 +66,19 @@ breakpoint()
 y = double(c.rank)
 z = c.allreduce(y)
 print("z", z, flush=True)
+"""
+
+#: no breakpoint: ranks that loop until the test's file appears
+LOOP = """\
+import os, time
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+open(os.path.join({folder!r}, "looping-%d" % c.rank), "w").close()
+n = 0
+while not os.path.exists({go!r}):
+    n += 1
+    time.sleep(0.01)
+print("looped", n > 0, flush=True)
 """
 
 
@@ -230,6 +243,52 @@ def test_step_in_and_out_of_a_function_on_the_jobs_ranks_stops_at_the_users_line
         dap.stop()
     assert job.wait(120) == "Completed", job.error
     assert logs_say(job, "z 12")
+
+
+def test_pause_stops_the_jobs_running_ranks_in_their_code_and_continue_lets_them_end(
+    dap, standin, keys, tmp_path
+):
+    folder = project(tmp_path / "loop")
+    (folder / "train.py").write_text(LOOP.format(folder=str(folder), go=str(folder / "go")))
+    name = submitted(dap.kernel, folder, keys)
+    job = standin.job(name)
+    wait_for(
+        lambda: all((folder / f"looping-{r}").exists() for r in range(4)),
+        180,
+        "every rank of the job in its loop",
+    )
+    reply, text = dap.run(f"%distcomp attach {name}")
+    assert reply["status"] == "ok", text
+    dap.start()
+    assert dap.request("configurationDone")["success"]
+    try:
+        since = len(dap.events)
+        msg_id = dap.execute(f"%distcomp wait {name} --timeout 120")
+
+        def serving() -> bool:
+            dap.pump()
+            return "its Pause stops the running ranks" in dap.output(msg_id)
+
+        wait_for(serving, 60, "the wait cell serving the job")
+        assert dap.request("pause", threadId=1)["success"]  # JupyterLab names thread 1 then
+        stops = dap.wait_events("stopped", 4, since, timeout=60, reason="pause")
+        frames = dap.request("stackTrace", threadId=stops[-1]["body"]["threadId"])
+        names = {f["name"].split(": ")[0]: f for f in frames["body"]["stackFrames"]}
+        assert set(names) == {f"rank {r}" for r in range(4)}, frames
+        assert {(f["name"].split(": ")[1], f["line"]) for f in names.values()} <= {
+            ("<module>", line) for line in (6, 7, 8)
+        }, frames
+        (folder / "go").write_text("")
+        assert dap.request("continue", threadId=1)["success"]
+        reply = dap.wait_reply(msg_id, timeout=180)
+        assert reply["status"] == "ok", dap.output(msg_id)
+        assert re.search(  # the ranks' end or the job's, whichever the wait saw first
+            rf"{name}: (every rank of )?the job has ended\.", dap.output(msg_id)
+        ), dap.output(msg_id)
+    finally:
+        dap.stop()
+    assert job.wait(120) == "Completed", job.error
+    assert logs_say(job, "looped True")
 
 
 def test_a_kernel_interrupt_in_a_long_step_reaches_the_jobs_ranks_and_the_job_goes_on(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import builtins
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -231,3 +232,41 @@ def test_a_job_nobody_attaches_to_ends_as_without_debug(tmp_path):
         runs.append((done.returncode, done.stdout, done.stderr))
     assert runs[0] == runs[1] == (3, "out 45\n", "err\n")
     assert [p.name.split("-")[0] for p in (tmp_path / "attach").iterdir()] == ["proc", "proc"]
+
+
+SIGNALS = """\
+import signal
+print("usr2", signal.getsignal(signal.SIGUSR2) in (signal.SIG_IGN, signal.SIG_DFL), flush=True)
+"""
+
+
+def test_pause_takes_sigusr2_only_where_the_program_left_it_at_its_default(tmp_path):
+    """JupyterLab's Pause reaches a job's rank by the signal local ranks take it by, through
+    a handler of the rank side; a rank whose SIGUSR2 was set before it started (ignored, by
+    its launcher) keeps it, and its file tells attach that Pause does not reach it."""
+    from jupyter_distcomp.rank_side import dap_side, job_attach
+
+    assert job_attach.PAUSE_SIGNAL == dap_side.PAUSE_SIGNAL
+    code = _snapshot(tmp_path)
+    (code / "signals.py").write_text(SIGNALS)
+    said = {}
+    for name, before in (("default", signal.SIG_DFL), ("ignored", signal.SIG_IGN)):
+        folder = tmp_path / name
+        done = subprocess.run(
+            [BASE_PYTHON, "signals.py"],
+            cwd=code,
+            env={
+                "PATH": os.environ["PATH"],
+                "PYTHONPATH": str(code / ".distcomp/rank_side/job_site"),
+                "RANK": "0",
+                "WORLD_SIZE": "1",
+                "DISTCOMP_ATTACH_DIR": str(folder),
+            },
+            capture_output=True,
+            text=True,
+            preexec_fn=lambda before=before: signal.signal(signal.SIGUSR2, before),
+        )
+        assert done.returncode == 0, done.stderr
+        (beacon,) = folder.glob("proc-*.json")
+        said[name] = (done.stdout, json.loads(beacon.read_text()).get("pause", False))
+    assert said == {"default": ("usr2 False\n", True), "ignored": ("usr2 True\n", False)}

@@ -7,7 +7,8 @@
 - the process writes who it is into ``<folder>/proc-<pid>.json`` (rank, node, pid, main
   thread, its stack file, its ledger, its folder, when it started), which ``%distcomp
   attach`` reads over SSH, and arms faulthandler on SIGUSR1 to write its stacks to
-  ``<folder>/proc-<pid>.stack`` (``%distcomp where``);
+  ``<folder>/proc-<pid>.stack`` (``%distcomp where``), and takes SIGUSR2 (where it is at its
+  default as the process starts) for JupyterLab's Pause, which the notebook sends over SSH;
 - ``breakpoint()`` (unless ``PYTHONBREAKPOINT`` says otherwise) waits for a notebook: the
   file ``<folder>/attach-node<N>.json`` that ``%distcomp attach`` writes on node N (the port
   where its SSH tunnel ends on the node's loopback, and the debugger channel's key), then
@@ -30,11 +31,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
 from typing import Any
 
+#: JupyterLab's Pause, the signal dap_side.PAUSE_SIGNAL names on local ranks
+PAUSE_SIGNAL = signal.SIGUSR2
 ENV_FOLDER = "DISTCOMP_ATTACH_DIR"
 ENV_IDLE = "DISTCOMP_IDLE_MINUTES"
 DEFAULT_IDLE_MINUTES = 30.0
@@ -247,6 +251,16 @@ def breakpointhook(*args: Any, **kwargs: Any) -> None:
     debugger.set_trace(sys._getframe(1))
 
 
+def _pause(signum: int, frame: Any) -> None:
+    """JupyterLab's Pause while the notebook serves this job: stop at the next line of the
+    user's code, as the visual debugger steps (a rank inside a C call stops once it returns)."""
+    if _STATE is None or frame is None:
+        return
+    debugger = _STATE.debugger()
+    debugger.visual_step = True
+    debugger.set_trace(frame)
+
+
 def arm() -> Rank | None:
     """Make this process findable and its ``breakpoint()`` wait for the notebook; None where
     the job is not debugged, or this is a spawned child of a rank."""
@@ -260,12 +274,14 @@ def arm() -> Rank | None:
         say(f"{folder} is not a folder of this user's alone: `%distcomp attach` is off here")
         return None
     import faulthandler
-    import signal
 
     rank = Rank(folder, _sibling("job_line").identity(), idle_minutes())
     stacks = open(rank.stack_path, "a")  # noqa: SIM115 - open while the process lives
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     sys._distcomp_attach_stacks = stacks  # type: ignore[attr-defined]  # kept alive
+    if signal.getsignal(PAUSE_SIGNAL) is signal.SIG_DFL:  # a program's own handler stays
+        signal.signal(PAUSE_SIGNAL, _pause)
+        rank.facts["pause"] = True
     hooks = sys.modules.get("distcomp_ledger_hooks")
     rank.tell(ledger=str(getattr(getattr(hooks, "STATE", None), "path", "") or ""))
     if not os.environ.get("PYTHONBREAKPOINT"):

@@ -31,6 +31,8 @@ from ...core.ranges import format_ranks, rank_label
 from ...errors import RankError
 from ...machine import scratch
 from ...machine.tunnels import NodeLink, control_path, ssh_argv
+from ...rank_side.dap_side import PAUSE_SIGNAL
+from ..debug import dap
 from ..debug.channel import DebugChannel
 from ..debug.held import HeldStops
 from . import nodes as node_side
@@ -236,6 +238,13 @@ class AttachedJob:
             ]
         return self.signal(ranks, "INT")
 
+    def pause(self) -> list[int]:
+        """JupyterLab's Pause: the running ranks that take it stop at their next line of the
+        user's code (job_attach's handler); the ranks reached."""
+        states = self.states()
+        ranks = [r for r, p in self.procs.items() if p.pause and states.get(r) == RankState.BUSY]
+        return self.signal(ranks, PAUSE_SIGNAL.name.removeprefix("SIG")) if ranks else []
+
     def _interrupt_late(self, ranks: list[int]) -> None:
         """An evaluation at the prompt past its time limit: SIGINT to its ranks."""
         self.interrupt(ranks)
@@ -348,8 +357,20 @@ class AttachedJob:
         """Serve each stop as it comes until the job's ranks have all ended, ``ended()`` says
         the job did, or ``timeout`` s pass; what ended the wait."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        checked = 0.0
         self._new_cell()
+        with dap.pausing(self.pause) as debugger_on:
+            if debugger_on:
+                print(
+                    f"{self.name}: JupyterLab's debugger serves the stops; its Pause stops "
+                    "the running ranks.",
+                    flush=True,
+                )
+            return self._wait(deadline, timeout, ended)
+
+    def _wait(
+        self, deadline: float | None, timeout: float | None, ended: Callable[[], bool] | None
+    ) -> str:
+        checked = 0.0
         while True:
             self.serve_stops()
             if self.all_ended():

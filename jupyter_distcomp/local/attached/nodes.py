@@ -31,6 +31,7 @@ class JobProcess:
     started: float
     alive: bool = True
     waiting: dict | None = field(default=None)  # at a breakpoint, waiting for a notebook
+    pause: bool = False  # takes JupyterLab's Pause (job_attach.PAUSE_SIGNAL is ours there)
 
     @classmethod
     def parse(cls, data: dict, alive: bool) -> JobProcess:
@@ -46,6 +47,7 @@ class JobProcess:
             started=float(data.get("started") or 0.0),
             alive=alive,
             waiting=data.get("waiting") or None,
+            pause=bool(data.get("pause")),
         )
 
 

@@ -99,6 +99,22 @@ def current() -> Adapter | None:
     return _adapter if _adapter is not None and _adapter.on else None
 
 
+@contextlib.contextmanager
+def pausing(pause: Callable[[], object]) -> Iterator[bool]:
+    """While a cell serves ranks it does not run (an attached job's, in ``%distcomp wait``):
+    JupyterLab's Pause calls ``pause``. A cell's own ranks are armed for it by
+    ``CellDebug.arm``. Yields whether JupyterLab's debugger is on now."""
+    adapter = _adapter
+    if adapter is None:
+        yield False
+        return
+    adapter.pausing, adapter.pause_ranks = False, pause
+    try:
+        yield adapter.on
+    finally:
+        adapter.pause_ranks, adapter.pausing = None, False
+
+
 def install(kernel: Any, worlds: Callable[[], dict[str, Any]]) -> Adapter | None:
     """Answer the kernel's debug requests for the ranks (ipykernel with debugpy only)."""
     global _adapter
@@ -172,8 +188,9 @@ class Adapter:
         #: the rank the person chose in the Call Stack (or as "this rank only"): its frames
         #: stay first, so JupyterLab keeps it selected across steps and refreshes
         self.selected: int | None = None
-        #: while a %%distcomp run cell runs: sends its running ranks the Pause signal
-        self.pause_ranks: Callable[[], None] | None = None
+        #: while a %%distcomp run cell runs (or %distcomp wait serves an attached job):
+        #: sends the running ranks the Pause signal
+        self.pause_ranks: Callable[[], object] | None = None
         self.pausing = False  # a Pause was asked for in this cell: its stops say "pause"
         self.version = 0  # counts changes of the breakpoints
         self.ranks_version = -1  # the version the ranks of the running cell have

@@ -245,8 +245,8 @@ class Serving:
         order = ([first] if first in at else []) + sorted(r for r in at if r != first)
         self.first = order[0] if order else None
         missing = {r for r in order if r not in self.stacks}
-        if missing:
-            self.stacks.update(self._ask(missing, "stack", []))
+        if missing:  # JupyterLab asks at each stop; the rank's next step is then its own
+            self.stacks.update(self._ask(missing, "stack", []))  # (dap_side.stack)
         frames = []
         for rank in order:
             for frame in self.stacks.get(rank, []):
