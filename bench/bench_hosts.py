@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import SPEC, quiet
+from common import SPEC, hosts_shell, quiet
 
-from tests.netns_support import NamespaceHosts, unavailable
+from tests.netns_support import NamespaceHosts
 
 
 def measure(shell, backend, starts: int = 3, trips: int = 30) -> tuple[float, float]:
@@ -45,18 +45,12 @@ def measure(shell, backend, starts: int = 3, trips: int = 30) -> tuple[float, fl
 
 
 def main() -> None:
-    why = unavailable()
-    if why:
-        print(f"bench_hosts: skipped, no namespaced hosts: {why}")
+    shell = hosts_shell("bench_hosts")
+    if shell is None:
         return
-    from IPython.testing.globalipapp import get_ipython
-
     from jupyter_distcomp.local.ranks.backend import get_backend
     from jupyter_distcomp.machine.hosts import Placement
 
-    shell = get_ipython()
-    shell.run_line_magic("load_ext", "jupyter_distcomp")
-    shell.run_line_magic("config", "DistComp.prestart = False")
     quiet(shell.run_cell, f"%%distcomp bench\n{SPEC}")
     shell.user_ns["bench"].runsettings.resource_layout.configure(
         instance_count=2, process_count_per_node=2

@@ -22,9 +22,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench_attach import SPEC  # a 2 x 2 MPI component whose command names this Python
-from common import quiet
+from common import hosts_shell, quiet
 
-from tests.netns_support import NamespaceHosts, unavailable
+from tests.netns_support import NamespaceHosts
 
 TRIPS = 60
 
@@ -46,20 +46,14 @@ def trips(shell, cells: list[str]) -> list[list[float]]:
 
 
 def main() -> None:
-    why = unavailable()
-    if why:
-        print(f"bench_job_cells: skipped, no namespaced hosts: {why}")
+    shell = hosts_shell("bench_job_cells")
+    if shell is None:
         return
     import tempfile
-
-    from IPython.testing.globalipapp import get_ipython
 
     from jupyter_distcomp.local.ranks.backend import get_backend
     from jupyter_distcomp.standin import AzureStandIn
 
-    shell = get_ipython()
-    shell.run_line_magic("load_ext", "jupyter_distcomp")
-    shell.run_line_magic("config", "DistComp.prestart = False")
     folder = Path(tempfile.mkdtemp(prefix="bench-job-cells-"))
     (folder / "train.py").write_text("print('not run')\n")
     spec = SPEC.format(python=sys.executable)

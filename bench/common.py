@@ -49,6 +49,24 @@ def bench_shell(ranks: int) -> Any:
     return shell
 
 
+def hosts_shell(script: str) -> Any:
+    """For a benchmark on the test suite's namespaced hosts (tests/netns_support.py): the
+    process's IPython shell with the extension loaded and no ranks started before they are
+    asked for; None, said as ``script``'s skip, where those hosts cannot be made."""
+    from tests.netns_support import unavailable
+
+    why = unavailable()
+    if why:
+        print(f"{script}: skipped, no namespaced hosts: {why}")
+        return None
+    from IPython.testing.globalipapp import get_ipython
+
+    shell = get_ipython()
+    shell.run_line_magic("load_ext", "jupyter_distcomp")
+    shell.run_line_magic("config", "DistComp.prestart = False")
+    return shell
+
+
 def set_ranks(shell: Any, ranks: int) -> None:
     """``bench`` on one node of ``ranks`` processes."""
     shell.user_ns["bench"].runsettings.resource_layout.configure(
