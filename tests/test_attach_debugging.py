@@ -101,10 +101,14 @@ def rank_of(thread: int) -> int:
 
 
 def frames_of(dap: DapClient, thread: int) -> dict[int, dict]:
-    """Each rank's frame in a stackTrace of ``thread`` (named ``rank N: function``)."""
+    """Each rank's innermost frame (where it stopped) in a stackTrace of ``thread``, which
+    lists every stopped rank's frames innermost first, each named ``rank N: function``."""
     reply = dap.request("stackTrace", threadId=thread)
     assert reply["success"], reply
-    return {int(f["name"].split(":")[0].split()[1]): f for f in reply["body"]["stackFrames"]}
+    innermost: dict[int, dict] = {}
+    for frame in reply["body"]["stackFrames"]:
+        innermost.setdefault(int(frame["name"].split(":")[0].split()[1]), frame)
+    return innermost
 
 
 def variables_of(dap: DapClient, frame: dict) -> dict[str, str]:
@@ -201,18 +205,13 @@ def test_step_in_and_out_of_a_function_on_the_jobs_ranks_stops_at_the_users_line
     assert dap.request("configurationDone")["success"]
 
     def step(request: str, thread: int) -> tuple[int, dict[int, dict]]:
-        """``request`` on the stopped ranks; the thread that stopped last, and each rank's
-        innermost frame (where it stopped)."""
+        """``request`` on the stopped ranks; the thread that stopped last, and where each
+        rank stopped."""
         since = len(dap.events)
         assert dap.request(request, threadId=thread)["success"]
         stops = dap.wait_events("stopped", 4, since, reason="step")
         thread = stops[-1]["body"]["threadId"]
-        reply = dap.request("stackTrace", threadId=thread)
-        assert reply["success"], reply
-        innermost: dict[int, dict] = {}
-        for frame in reply["body"]["stackFrames"]:  # each rank's frames, innermost first
-            innermost.setdefault(int(frame["name"].split(":")[0].split()[1]), frame)
-        return thread, innermost
+        return thread, frames_of(dap, thread)
 
     try:
         since = len(dap.events)
@@ -272,10 +271,9 @@ def test_pause_stops_the_jobs_running_ranks_in_their_code_and_continue_lets_them
         wait_for(serving, 60, "the wait cell serving the job")
         assert dap.request("pause", threadId=1)["success"]  # JupyterLab names thread 1 then
         stops = dap.wait_events("stopped", 4, since, timeout=60, reason="pause")
-        frames = dap.request("stackTrace", threadId=stops[-1]["body"]["threadId"])
-        names = {f["name"].split(": ")[0]: f for f in frames["body"]["stackFrames"]}
-        assert set(names) == {f"rank {r}" for r in range(4)}, frames
-        assert {(f["name"].split(": ")[1], f["line"]) for f in names.values()} <= {
+        frames = frames_of(dap, stops[-1]["body"]["threadId"])
+        assert sorted(frames) == [0, 1, 2, 3], frames
+        assert {(f["name"].split(": ")[1], f["line"]) for f in frames.values()} <= {
             ("<module>", line) for line in (6, 7, 8)
         }, frames
         (folder / "go").write_text("")
