@@ -84,14 +84,8 @@ class JobWorld(World):
         return self.client is not None and info.engine_id in ipp.engine_ids(self.client)
 
     def signal(self, ranks: list[int], sig: int) -> None:
-        names = {
-            int(signal.SIGINT): "INT",
-            int(signal.SIGUSR1): "USR1",
-            int(signal.SIGTERM): "TERM",
-        }
-        name = names.get(int(sig))
-        if name is not None:
-            self.job.signal(list(ranks), name)
+        if sig in (signal.SIGINT, signal.SIGUSR1, signal.SIGTERM):
+            self.job.signal(list(ranks), sig)
 
     def stacks(self, ranks: list[int], wait: float = 1.0) -> dict[int, str]:
         """Each rank's stack, taken on its node (faulthandler on SIGUSR1, armed by attach)."""

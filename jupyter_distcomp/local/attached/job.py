@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import shlex
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -215,8 +216,8 @@ class AttachedJob:
             else:
                 self._debugging.discard(rank)
 
-    def signal(self, ranks: list[int], name: str) -> list[int]:
-        """Send signal ``name`` (INT, USR1) to the ranks' processes; the ranks reached."""
+    def signal(self, ranks: list[int], sig: int) -> list[int]:
+        """Send signal ``sig`` to the ranks' processes; the ranks reached."""
         by_node: dict[int, list[int]] = {}
         for rank in ranks:
             process, node = self.procs.get(rank), self.node_of(rank)
@@ -225,7 +226,7 @@ class AttachedJob:
         sent = []
         for index, chosen in by_node.items():
             pids = [self.procs[r].pid for r in chosen]
-            done = self.nodes[index].link.run(node_side.signal_script(pids, name), timeout=20)
+            done = self.nodes[index].link.run(node_side.signal_script(pids, sig), timeout=20)
             if done is not None and node_side.said(done.stdout, "sent"):
                 sent += chosen
         return sorted(sent)
@@ -236,14 +237,14 @@ class AttachedJob:
             ranks = [
                 r for r, s in self.states().items() if s in (RankState.BUSY, RankState.DEBUGGING)
             ]
-        return self.signal(ranks, "INT")
+        return self.signal(ranks, signal.SIGINT)
 
     def pause(self) -> list[int]:
         """JupyterLab's Pause: the running ranks that take it stop at their next line of the
         user's code (job_attach's handler); the ranks reached."""
         states = self.states()
         ranks = [r for r, p in self.procs.items() if p.pause and states.get(r) == RankState.BUSY]
-        return self.signal(ranks, PAUSE_SIGNAL.name.removeprefix("SIG")) if ranks else []
+        return self.signal(ranks, PAUSE_SIGNAL) if ranks else []
 
     def _interrupt_late(self, ranks: list[int]) -> None:
         """An evaluation at the prompt past its time limit: SIGINT to its ranks."""
@@ -270,7 +271,7 @@ class AttachedJob:
             for r in sorted(self._debugging | self.debugger.stepping)
             if states.get(r) in (RankState.BUSY, RankState.DEBUGGING)
         ]
-        sent = self.signal(ranks, "INT") if ranks else []
+        sent = self.signal(ranks, signal.SIGINT) if ranks else []
         if sent:
             print(
                 f"{self.name}: interrupted: SIGINT sent to {format_ranks(sent)}, the ranks of "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import shlex
+import signal
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,9 +128,10 @@ def detach_script(folder: str, node: int, session: str) -> str:
     )
 
 
-def signal_script(pids: list[int], name: str) -> str:
-    """Send signal ``name`` (INT, USR1) to ``pids``; their count said."""
+def signal_script(pids: list[int], sig: int) -> str:
+    """Send signal ``sig`` (by its name: the node's numbers may differ) to ``pids``."""
     listed = " ".join(str(int(p)) for p in pids)
+    name = signal.Signals(sig).name.removeprefix("SIG")
     return f"kill -{name} {listed} 2>/dev/null; echo '{MARK} sent'\n"
 
 
