@@ -215,17 +215,10 @@ def cluster_config(
     ``start_env``: variables every rank has from its start (passed on to other hosts too);
     the engines' own win. ``nodes``: the ranks of each emulated node, one Open MPI daemon
     each (``mpi.emulated_node_args``)."""
-    from ipyparallel.cluster.launcher import ipcontroller_cmd_argv
-    from traitlets.config import Config
-
     placement = placement or Placement()
     listen = placement.listen()
-    config = Config()
-    config.LocalProcessLauncher.stop_seconds_until_kill = STOP_SECONDS
-    # the guard exits at once if this process is gone by the time it starts
-    guard = [*GUARD, "--parent", str(os.getpid())]
-    config.MPILauncher.mpi_cmd = [*guard, mpi.mpiexec_path()]
-    config.LocalControllerLauncher.controller_cmd = [*guard, *ipcontroller_cmd_argv]
+    config = controller_config(listen)
+    config.MPILauncher.mpi_cmd = [*guarded(), mpi.mpiexec_path()]
     start_env = dict(start_env or {})
     forward = [*FORWARDED, *(name for name in start_env if name not in FORWARDED)]
     config.MPILauncher.mpi_args = mpi.mpiexec_flags(
@@ -243,12 +236,25 @@ def cluster_config(
         # an engine's nanny is a second Python process per rank (a third of a rank's
         # start-up): it relays signals, and on this machine we signal a rank by its pid
         config.MPIEngineSetLauncher.engine_args.append("--IPEngine.enable_nanny=False")
-    config.LocalControllerLauncher.controller_args = controller_args(listen)
     return config
 
 
-def controller_args(listen: str) -> list[str]:
-    """The controller's flags: it listens on ``listen``, with CurveZMQ where libzmq has it."""
+def guarded() -> list[str]:
+    """The start of a command line that runs under the guard, which ends it with this
+    process (and exits at once if this process is gone by the time it starts)."""
+    return [*GUARD, "--parent", str(os.getpid())]
+
+
+def controller_config(listen: str) -> Config:
+    """traitlets config for a controller we start: under the guard, stopped with SIGTERM
+    then SIGKILL after STOP_SECONDS, listening on ``listen``, with CurveZMQ where libzmq has
+    it."""
+    from ipyparallel.cluster.launcher import ipcontroller_cmd_argv
+    from traitlets.config import Config
+
+    config = Config()
+    config.LocalProcessLauncher.stop_seconds_until_kill = STOP_SECONDS
+    config.LocalControllerLauncher.controller_cmd = [*guarded(), *ipcontroller_cmd_argv]
     args = [
         "--log-level=WARN",
         # the hub keeps no record of requests and output (its in-memory store joins each
@@ -261,7 +267,8 @@ def controller_args(listen: str) -> list[str]:
     ]
     if CURVE and curve_available():
         args.append("--IPController.enable_curve=True")
-    return args
+    config.LocalControllerLauncher.controller_args = args
+    return config
 
 
 #: what jupyter_client's Session logs when it has no key, as every client of a controller
@@ -423,19 +430,12 @@ class Controller:
 
     def __init__(self, profile_dir: str) -> None:
         import ipyparallel
-        from ipyparallel.cluster.launcher import ipcontroller_cmd_argv
-        from traitlets.config import Config
 
-        config = Config()
-        config.LocalProcessLauncher.stop_seconds_until_kill = STOP_SECONDS
-        guard = [*GUARD, "--parent", str(os.getpid())]
-        config.LocalControllerLauncher.controller_cmd = [*guard, *ipcontroller_cmd_argv]
-        config.LocalControllerLauncher.controller_args = controller_args(LOOPBACK)
         self.profile_dir = profile_dir
         self._cluster = ipyparallel.Cluster(
             n=0,
             profile_dir=profile_dir,
-            config=config,
+            config=controller_config(LOOPBACK),
             load_profile=False,
             log=quiet_log(),
             shutdown_atexit=False,
