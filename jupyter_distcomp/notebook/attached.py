@@ -196,19 +196,20 @@ def attached_text(job: AttachedJob, seconds: float, cells: bool = False) -> str:
         f"node {n.index} {n.destination}" + ("" if n.state == "attached" else f" ({n.state})")
         for n in job.nodes
     )
+    head = (
+        f"Attached to job {job.name} in {seconds:.1f} s over SSH ({job.route} route): "
+        f"{job.instance_count} node(s), {job.world_size} rank(s): {nodes}"
+    )
     if cells:
         return (
-            f"Attached to job {job.name} in {seconds:.1f} s over SSH ({job.route} route): "
-            f"{job.instance_count} node(s), {job.world_size} rank(s): {nodes}; each rank an "
-            f"engine of this kernel: `%%distcomp run NAME --job {job.name}` runs a cell on "
-            "them.\n"
+            f"{head}; each rank an engine of this kernel: `%%distcomp run NAME --job "
+            f"{job.name}` runs a cell on them.\n"
             f"Idle limit: the job ends after {job.idle_minutes:g} min without a cell, also "
             f"when this kernel is gone (set at submit: --idle-limit). `%distcomp stop "
             f"{job.name}` ends it now."
         )
     return (
-        f"Attached to job {job.name} in {seconds:.1f} s over SSH ({job.route} route): "
-        f"{job.instance_count} node(s), {job.world_size} rank(s): {nodes}.\n"
+        f"{head}.\n"
         "A breakpoint() in the job stops at the group prompt; stops that come while no cell "
         f"of this kernel serves them are held: `%distcomp wait {job.name}` opens the prompt. "
         f"`where`, `collectives`, `compare`, `status`, `interrupt` take {job.name} too.\n"
