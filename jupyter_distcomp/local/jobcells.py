@@ -204,11 +204,11 @@ def refuse_background(options: CellOptions | None, job: str) -> None:
 
 
 def run_job_cell(world: JobWorld, code: str, options: CellOptions, shell: Any = None) -> None:
-    """Run ``code`` on the job's ranks (``options.ranks``) as a local run cell runs."""
+    """Run ``code`` on the job's ranks (``options.ranks``) as a local run cell runs; the
+    caller has refused ``--background`` (:func:`refuse_background`, before attaching)."""
     from .ranks.ledgers import busy_message
     from .ranks.run import CellRun
 
-    refuse_background(options, world.name)
     targets = parse_ranks(options.ranks, world.world_size)
     dead = [r for r in targets if world.ranks[r].state == RankState.DEAD]
     if dead:
