@@ -153,8 +153,9 @@ def submit(
     first of ~/.ssh), and each ``breakpoint()`` waits ``idle_minutes`` (default 30) for the
     notebook; with ``cells`` too, the job's ranks run the notebook's cells instead of the
     spec's command (``%%distcomp run NAME --job JOB``, debugged.py). With ``wait``, follows
-    the job until it ends (see :func:`wait_for_job`) and returns the final job. ``handle``: the notebook's name of the component, which the
-    preflight's fixes name (default: its spec's ``name:``).
+    the job until it ends (see :func:`wait_for_job`) and returns the final job. ``handle``:
+    the notebook's name of the component, which the preflight's fixes name (default: its
+    spec's ``name:``).
     """
     attach: dict[str, str] = {}
     if debug:
